@@ -1,0 +1,102 @@
+// The one configuration schema: chart values `gateway:`, `servegate serve --config FILE`, the chart's ConfigMap.
+// Every key has a default, so an empty document is a valid configuration.
+import { z } from 'zod';
+
+const origin = z.string().refine(
+  (s) => s === '*' || /^https?:\/\/(\*\.)?[A-Za-z0-9.-]+(:\d{1,5})?$/.test(s),
+  { message: 'must be "*" or an origin like https://app.example.com or https://*.example.com (scheme, host, optional port; no path)' },
+);
+const positiveInt = z.number().int().positive();
+const seconds = z.number().positive();
+
+export const configSchema = z
+  .object({
+    /** Public base of every URL the gateway prints; default http://localhost:<port>. */
+    publicUrl: z
+      .string()
+      .refine((s) => /^https?:\/\/[^/?#\s]+(\/[^?#\s]*)?$/.test(s), { message: 'must be an http(s) URL without query or fragment' })
+      .optional(),
+    serverlessDomain: z
+      .string()
+      .regex(/^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$/, 'must be a lower-case DNS name')
+      .default('serving.local'),
+    cors: z
+      .object({
+        allowedOrigins: z.array(origin).default([]),
+        maxAgeSeconds: z.number().int().min(0).default(600),
+        allowedHeaders: z.array(z.string().min(1)).default([]),
+        exposedHeaders: z.array(z.string().min(1)).default([]),
+      })
+      .strict()
+      .default({ allowedOrigins: [], maxAgeSeconds: 600, allowedHeaders: [], exposedHeaders: [] }),
+    auth: z
+      .object({
+        keysNamespace: z.string().default(''),
+      })
+      .strict()
+      .default({ keysNamespace: '' }),
+    limits: z
+      .object({
+        maxRequestBodyBytes: positiveInt.default(33_554_432),
+        requestTimeoutSeconds: seconds.default(60),
+        streamIdleTimeoutSeconds: seconds.default(300),
+        headersTimeoutSeconds: seconds.default(30),
+        /** Requests per second per API key, 0 = unlimited. */
+        rateLimitPerKey: z.number().min(0).default(0),
+        rateLimitBurst: z.number().int().min(0).default(0),
+      })
+      .strict()
+      .default({
+        maxRequestBodyBytes: 33_554_432,
+        requestTimeoutSeconds: 60,
+        streamIdleTimeoutSeconds: 300,
+        headersTimeoutSeconds: 30,
+        rateLimitPerKey: 0,
+        rateLimitBurst: 0,
+      }),
+    /** Trust X-Forwarded-* from the client (set only behind a trusted load balancer). */
+    trustForwardedHeaders: z.boolean().default(false),
+    kubernetes: z
+      .object({
+        /** Namespaces to watch for ServingDeployments; empty = all. */
+        namespaces: z.array(z.string().min(1)).default([]),
+        kserve: z.object({ enabled: z.boolean().default(false) }).strict().default({ enabled: false }),
+        leaderElection: z
+          .object({
+            enabled: z.boolean().default(true),
+            leaseName: z.string().min(1).default('servegate-controller'),
+            leaseDurationSeconds: positiveInt.default(15),
+            renewDeadlineSeconds: positiveInt.default(10),
+            retryPeriodSeconds: positiveInt.default(2),
+          })
+          .strict()
+          .default({ enabled: true, leaseName: 'servegate-controller', leaseDurationSeconds: 15, renewDeadlineSeconds: 10, retryPeriodSeconds: 2 }),
+        /** Watches with no event (bookmarks included) for this long are restarted. */
+        watchIdleTimeoutSeconds: positiveInt.default(300),
+      })
+      .strict()
+      .default({
+        namespaces: [],
+        kserve: { enabled: false },
+        leaderElection: { enabled: true, leaseName: 'servegate-controller', leaseDurationSeconds: 15, renewDeadlineSeconds: 10, retryPeriodSeconds: 2 },
+        watchIdleTimeoutSeconds: 300,
+      }),
+    shutdown: z
+      .object({
+        /** After SIGTERM, how long in-flight requests and streams may run before they are ended. */
+        drainSeconds: seconds.default(25),
+      })
+      .strict()
+      .default({ drainSeconds: 25 }),
+    logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  })
+  .strict();
+
+export type ConfigInput = z.input<typeof configSchema>;
+export type ParsedConfig = z.output<typeof configSchema>;
+
+/** Configuration after defaults that depend on the runtime (port, namespace) are filled in. */
+export interface Config extends Omit<ParsedConfig, 'publicUrl'> {
+  publicUrl: string;
+  auth: { keysNamespace: string };
+}

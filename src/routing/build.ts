@@ -1,0 +1,407 @@
+// buildRouteTable(snapshot, options) → { table, statuses, keyProblems }: a pure function, deterministic output.
+// Invalid resources become statuses with a stable reason; they never affect another resource.
+import { createHash } from 'node:crypto';
+import {
+  deploymentUrls,
+  isDnsLabel,
+  legacyHostname,
+  MODEL_NAME,
+  PROJECT_NAME,
+  projectNamespaceForm,
+  routeKindOf,
+  VERBS,
+} from './names.js';
+import type {
+  ApiKeyRecord,
+  Backend,
+  BuildResult,
+  DeploymentStatus,
+  InferenceServiceResource,
+  KeyProblem,
+  KeySecretResource,
+  ModelServer,
+  ObjectMeta,
+  ReadyReason,
+  Route,
+  RouteTable,
+  ServiceResource,
+  ServingDeploymentResource,
+  Snapshot,
+} from './types.js';
+
+export interface BuildOptions {
+  publicUrl: string;
+  serverlessDomain: string;
+  keysNamespace: string;
+  /** Default upstream time to response headers. */
+  defaultTimeoutMs: number;
+}
+
+type Candidate = { route: Omit<Route, 'hostname'>; meta: ObjectMeta; hostname?: string; hostnameMessage?: string };
+type Rejection = { meta: ObjectMeta; resourceKind: Route['resourceKind']; reason: ReadyReason; message: string };
+
+const MODEL_SERVERS: readonly ModelServer[] = ['python', 'sklearn', 'tensorflow', 'llm'];
+
+export function buildRouteTable(snapshot: Snapshot, options: BuildOptions): BuildResult {
+  const servicesById = snapshot.services ? indexServices(snapshot.services) : undefined;
+  const candidates: Candidate[] = [];
+  const rejections: Rejection[] = [];
+
+  for (const res of snapshot.deployments) {
+    const r = servingDeploymentRoute(res, snapshot.source, servicesById, options);
+    if ('reason' in r) rejections.push({ meta: res.metadata, resourceKind: 'ServingDeployment', ...r });
+    else candidates.push(withHostname(r, res.metadata, options));
+  }
+  for (const res of snapshot.inferenceServices) {
+    const r = inferenceServiceRoute(res, servicesById, options);
+    if ('reason' in r) rejections.push({ meta: res.metadata, resourceKind: 'InferenceService', ...r });
+    else candidates.push(withHostname(r, res.metadata, options));
+  }
+
+  // Oldest wins: creationTimestamp, then namespace/name.
+  candidates.sort((a, b) => compareAge(a.meta, b.meta));
+  const byPath = new Map<string, Route>();
+  const byHost = new Map<string, Route>();
+  const projectForms = new Map<string, string>(); // namespace form → project name as first written
+  const routes: Route[] = [];
+  const statuses: DeploymentStatus[] = [];
+
+  for (const c of candidates) {
+    const { route } = c;
+    const form = projectNamespaceForm(route.project);
+    const pathKeys = [...new Set([`${route.project}/${route.deployment}`, `${form}/${route.deployment}`])];
+    let conflict: string | undefined;
+    const ownerProject = projectForms.get(form);
+    if (ownerProject !== undefined && ownerProject !== route.project) {
+      conflict = `project "${route.project}" and project "${ownerProject}" meet in the same form "${form}"`;
+    }
+    for (const k of pathKeys) {
+      const other = byPath.get(k);
+      if (!conflict && other) conflict = `${route.project}/${route.deployment} is already served by ${other.resourceKind} ${other.id}, which is older`;
+    }
+    if (!conflict && c.hostname) {
+      const other = byHost.get(c.hostname);
+      if (other) conflict = `hostname ${c.hostname} is already served by ${other.resourceKind} ${other.id}, which is older`;
+    }
+    if (conflict) {
+      statuses.push(rejectedStatus({ meta: c.meta, resourceKind: route.resourceKind, reason: 'Conflict', message: conflict }));
+      continue;
+    }
+    const full: Route = c.hostname ? { ...route, hostname: c.hostname } : { ...route };
+    projectForms.set(form, route.project);
+    for (const k of pathKeys) byPath.set(k, full);
+    if (c.hostname) byHost.set(c.hostname, full);
+    routes.push(full);
+    const urls = deploymentUrls(options.publicUrl, full.project, full.deployment, full.kind, full.modelName);
+    statuses.push({
+      id: full.id,
+      namespace: full.namespace,
+      name: full.name,
+      resourceKind: full.resourceKind,
+      generation: c.meta.generation,
+      ...urls,
+      hostname: full.hostname,
+      ready: true,
+      reason: 'Routed',
+      message: '',
+      hostnameMessage: c.hostnameMessage,
+    });
+  }
+  for (const r of rejections) statuses.push(rejectedStatus(r));
+
+  const { keys, problems } = buildKeys(snapshot.keySecrets, options.keysNamespace);
+  routes.sort((a, b) => cmp(a.id, b.id));
+  statuses.sort((a, b) => cmp(`${a.resourceKind}/${a.id}`, `${b.resourceKind}/${b.id}`));
+  const table: RouteTable = { byPath, byHost, keys, routes, hash: hashTable(routes, keys) };
+  return { table, statuses, keyProblems: problems };
+}
+
+export function emptyRouteTable(): RouteTable {
+  return { byPath: new Map(), byHost: new Map(), keys: new Map(), routes: [], hash: 'empty' };
+}
+
+function rejectedStatus(r: Rejection): DeploymentStatus {
+  return {
+    id: `${r.meta.namespace}/${r.meta.name}`,
+    namespace: r.meta.namespace,
+    name: r.meta.name,
+    resourceKind: r.resourceKind,
+    generation: r.meta.generation,
+    ready: false,
+    reason: r.reason,
+    message: r.message,
+  };
+}
+
+function withHostname(route: Omit<Route, 'hostname'>, meta: ObjectMeta, options: BuildOptions): Candidate {
+  const h = legacyHostname(route.project, route.deployment, options.serverlessDomain);
+  return 'hostname' in h ? { route, meta, hostname: h.hostname } : { route, meta, hostnameMessage: h.error };
+}
+
+type RouteOrError = Omit<Route, 'hostname'> | { reason: ReadyReason; message: string };
+
+function invalid(message: string): { reason: ReadyReason; message: string } {
+  return { reason: 'InvalidSpec', message };
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function servingDeploymentRoute(
+  res: ServingDeploymentResource,
+  source: Snapshot['source'],
+  services: Map<string, ServiceResource> | undefined,
+  options: BuildOptions,
+): RouteOrError {
+  const { name, namespace } = res.metadata;
+  if (!isDnsLabel(name)) return invalid(`metadata.name "${name}" must be a DNS-1123 label (lower-case a-z, 0-9, '-', at most 63)`);
+  const spec = res.spec;
+  if (!isObject(spec)) return invalid('spec must be an object');
+
+  const project = spec.project === undefined || spec.project === '' ? namespace : spec.project;
+  if (typeof project !== 'string' || project.length > 63 || !PROJECT_NAME.test(project)) {
+    return invalid(`spec.project "${String(project)}" must be 1-63 letters, digits, '_' or '-', starting and ending with a letter or digit`);
+  }
+  const type = spec.type;
+  if (type !== 'model' && type !== 'python') return invalid(`spec.type must be "model" or "python", got ${JSON.stringify(type)}`);
+  let modelServer: ModelServer | undefined;
+  if (type === 'model') {
+    if (!MODEL_SERVERS.includes(spec.modelServer as ModelServer)) {
+      return invalid(`spec.modelServer is required for type "model" and must be one of ${MODEL_SERVERS.join(', ')}, got ${JSON.stringify(spec.modelServer)}`);
+    }
+    modelServer = spec.modelServer as ModelServer;
+  } else if (spec.modelServer !== undefined) {
+    return invalid('spec.modelServer is only allowed with type "model"');
+  }
+  const kind = routeKindOf(type, modelServer);
+  let modelName: string | undefined;
+  if (kind === 'predictive') {
+    modelName = spec.modelName === undefined || spec.modelName === '' ? name : (spec.modelName as string);
+    if (typeof modelName !== 'string' || modelName.length > 253 || !MODEL_NAME.test(modelName)) {
+      return invalid(`spec.modelName "${String(modelName)}" must be letters, digits, '_', '.' or '-'`);
+    }
+  } else if (spec.modelName !== undefined && kind === 'python') {
+    return invalid('spec.modelName is only allowed for predictive model servers');
+  }
+  let timeoutMs = options.defaultTimeoutMs;
+  if (spec.timeoutSeconds !== undefined) {
+    if (typeof spec.timeoutSeconds !== 'number' || !(spec.timeoutSeconds > 0) || spec.timeoutSeconds > 86_400) {
+      return invalid('spec.timeoutSeconds must be a number of seconds between 0 and 86400');
+    }
+    timeoutMs = Math.round(spec.timeoutSeconds * 1000);
+  }
+  const backend = parseBackend(spec.backend, namespace, source, services);
+  if ('reason' in backend) return backend;
+  return {
+    id: `${namespace}/${name}`,
+    namespace,
+    name,
+    resourceKind: 'ServingDeployment',
+    project,
+    deployment: name,
+    kind,
+    modelServer,
+    modelName,
+    verbs: modelServer ? VERBS[modelServer] : [],
+    backend,
+    timeoutMs,
+  };
+}
+
+function parseBackend(
+  raw: unknown,
+  namespace: string,
+  source: Snapshot['source'],
+  services: Map<string, ServiceResource> | undefined,
+): Backend | { reason: ReadyReason; message: string } {
+  if (!isObject(raw)) return invalid('spec.backend is required: {service, port} (or {url} in the files source)');
+  if (raw.url !== undefined) {
+    if (source !== 'files') {
+      return invalid('spec.backend.url is refused in the kubernetes source: name a Service in the same namespace with backend.service and backend.port');
+    }
+    if (raw.service !== undefined) return invalid('spec.backend takes either url or service/port, not both');
+    if (typeof raw.url !== 'string') return invalid('spec.backend.url must be a string');
+    let u: URL;
+    try {
+      u = new URL(raw.url);
+    } catch {
+      return invalid(`spec.backend.url "${raw.url}" is not a URL`);
+    }
+    if (u.protocol !== 'http:' || u.search || u.hash || u.username) {
+      return invalid(`spec.backend.url "${raw.url}" must be a plain http://host:port URL (optionally with a path prefix)`);
+    }
+    return { kind: 'url', url: `${u.origin}${u.pathname.replace(/\/+$/, '')}` };
+  }
+  const { service, port } = raw;
+  if (typeof service !== 'string' || !isDnsLabel(service)) {
+    return invalid(`spec.backend.service must be the name of a Service in namespace ${namespace} (a DNS-1123 label), got ${JSON.stringify(service)}`);
+  }
+  if (typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535) {
+    return invalid(`spec.backend.port must be a port number 1-65535, got ${JSON.stringify(port)}`);
+  }
+  return serviceBackend(namespace, service, port, services);
+}
+
+function serviceBackend(
+  namespace: string,
+  service: string,
+  port: number,
+  services: Map<string, ServiceResource> | undefined,
+): Backend | { reason: ReadyReason; message: string } {
+  if (!services) return { kind: 'service', namespace, service, port };
+  const svc = services.get(`${namespace}/${service}`);
+  if (!svc) return { reason: 'BackendNotFound', message: `Service ${namespace}/${service} not found` };
+  const p = svc.ports.find((sp) => sp.port === port);
+  if (!p) {
+    const offered = svc.ports.map((sp) => sp.port).join(', ') || 'none';
+    return { reason: 'BackendNotFound', message: `Service ${namespace}/${service} has no port ${port} (ports: ${offered})` };
+  }
+  return { kind: 'service', namespace, service, port, portName: p.name, targetPort: p.targetPort };
+}
+
+const KSERVE_FORMATS: Record<string, ModelServer> = {
+  sklearn: 'sklearn',
+  tensorflow: 'tensorflow',
+  huggingface: 'llm',
+  vllm: 'llm',
+  xgboost: 'python',
+  lightgbm: 'python',
+  pytorch: 'python',
+  onnx: 'python',
+  pmml: 'python',
+  paddle: 'python',
+  triton: 'python',
+  mlflow: 'python',
+};
+
+/** The model server of an InferenceService: predictor.model.modelFormat.name, or the older predictor.<framework> keys. */
+export function kserveModelServer(spec: unknown): ModelServer | undefined {
+  if (!isObject(spec) || !isObject(spec.predictor)) return undefined;
+  const p = spec.predictor;
+  if (isObject(p.model) && isObject(p.model.modelFormat) && typeof p.model.modelFormat.name === 'string') {
+    const fmt = p.model.modelFormat.name.toLowerCase();
+    const runtime = typeof p.model.runtime === 'string' ? p.model.runtime.toLowerCase() : '';
+    if (runtime.includes('vllm') || runtime.includes('huggingface')) return 'llm';
+    return KSERVE_FORMATS[fmt];
+  }
+  for (const key of Object.keys(KSERVE_FORMATS)) if (isObject(p[key])) return KSERVE_FORMATS[key];
+  return undefined;
+}
+
+function inferenceServiceRoute(
+  res: InferenceServiceResource,
+  services: Map<string, ServiceResource> | undefined,
+  options: BuildOptions,
+): RouteOrError {
+  const { name, namespace } = res.metadata;
+  if (!isDnsLabel(name)) return invalid(`metadata.name "${name}" must be a DNS-1123 label`);
+  const modelServer = kserveModelServer(res.spec);
+  if (!modelServer) return invalid('spec.predictor has no model format servegate knows (sklearn, tensorflow, huggingface, vllm, xgboost, ...)');
+  if (!PROJECT_NAME.test(namespace)) return invalid(`namespace "${namespace}" cannot be a project name`);
+  const backend = serviceBackend(namespace, `${name}-predictor`, 80, services);
+  if ('reason' in backend) return backend;
+  const kind = routeKindOf('model', modelServer);
+  return {
+    id: `${namespace}/${name}`,
+    namespace,
+    name,
+    resourceKind: 'InferenceService',
+    project: namespace,
+    deployment: name,
+    kind,
+    modelServer,
+    modelName: kind === 'predictive' ? name : undefined,
+    verbs: VERBS[modelServer],
+    backend,
+    timeoutMs: options.defaultTimeoutMs,
+  };
+}
+
+/** Parses API-key Secrets. A bad one is reported and skipped, never fatal. */
+export function buildKeys(
+  secrets: readonly KeySecretResource[],
+  keysNamespace: string,
+): { keys: Map<string, ApiKeyRecord[]>; problems: KeyProblem[] } {
+  const keys = new Map<string, ApiKeyRecord[]>();
+  const problems: KeyProblem[] = [];
+  const sorted = [...secrets].sort((a, b) => cmp(`${a.metadata.namespace}/${a.metadata.name}`, `${b.metadata.namespace}/${b.metadata.name}`));
+  for (const s of sorted) {
+    const id = `${s.metadata.namespace}/${s.metadata.name}`;
+    const r = parseKeySecret(s, keysNamespace);
+    if (typeof r === 'string') {
+      problems.push({ id, origin: s.origin, message: r });
+      continue;
+    }
+    const list = keys.get(r.prefix);
+    if (list) list.push(r);
+    else keys.set(r.prefix, [r]);
+  }
+  return { keys, problems };
+}
+
+function parseKeySecret(s: KeySecretResource, keysNamespace: string): ApiKeyRecord | string {
+  const d = s.data;
+  const prefix = (d.prefix ?? '').trim();
+  if (!/^[A-Za-z0-9]{16}$/.test(prefix)) return 'prefix must be 16 characters [A-Za-z0-9]';
+  const sha = (d.sha256 ?? '').trim().toLowerCase();
+  if (!/^[0-9a-f]{64}$/.test(sha)) return 'sha256 must be 64 hex characters (SHA-256 of the whole key "<prefix>.<secret>")';
+  const projectsRaw = (d.projects ?? '').trim();
+  if (!projectsRaw) return 'projects is required: a comma-separated list of project names, or "*"';
+  let projects: '*' | Set<string>;
+  if (projectsRaw === '*') projects = '*';
+  else {
+    const list = projectsRaw.split(',').map((p) => p.trim()).filter(Boolean);
+    const bad = list.find((p) => !PROJECT_NAME.test(p));
+    if (bad !== undefined || list.length === 0) return `projects has an invalid project name ${JSON.stringify(bad ?? projectsRaw)}`;
+    projects = new Set(list.map(projectNamespaceForm));
+  }
+  let expiresAt: number | undefined;
+  if (d.expiresAt !== undefined && d.expiresAt.trim() !== '') {
+    expiresAt = Date.parse(d.expiresAt.trim());
+    if (Number.isNaN(expiresAt)) return `expiresAt "${d.expiresAt}" is not an RFC 3339 time`;
+  }
+  const scoped = s.metadata.namespace !== keysNamespace;
+  return {
+    name: s.metadata.name,
+    namespace: s.metadata.namespace,
+    prefix,
+    sha256: Buffer.from(sha, 'hex'),
+    projects,
+    expiresAt,
+    scopeNamespace: scoped ? s.metadata.namespace : undefined,
+  };
+}
+
+function indexServices(services: readonly ServiceResource[]): Map<string, ServiceResource> {
+  const m = new Map<string, ServiceResource>();
+  for (const s of services) m.set(`${s.metadata.namespace}/${s.metadata.name}`, s);
+  return m;
+}
+
+function compareAge(a: ObjectMeta, b: ObjectMeta): number {
+  const ta = a.creationTimestamp ? Date.parse(a.creationTimestamp) : Number.POSITIVE_INFINITY;
+  const tb = b.creationTimestamp ? Date.parse(b.creationTimestamp) : Number.POSITIVE_INFINITY;
+  const na = Number.isNaN(ta) ? Number.POSITIVE_INFINITY : ta;
+  const nb = Number.isNaN(tb) ? Number.POSITIVE_INFINITY : tb;
+  if (na !== nb) return na < nb ? -1 : 1;
+  return cmp(`${a.namespace}/${a.name}`, `${b.namespace}/${b.name}`);
+}
+
+function cmp(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+function hashTable(routes: readonly Route[], keys: ReadonlyMap<string, readonly ApiKeyRecord[]>): string {
+  const h = createHash('sha256');
+  h.update(JSON.stringify(routes));
+  const prefixes = [...keys.keys()].sort();
+  for (const p of prefixes) {
+    for (const k of keys.get(p)!) {
+      h.update(
+        JSON.stringify([k.name, k.namespace, k.prefix, k.sha256.toString('hex'), k.projects === '*' ? '*' : [...k.projects].sort(), k.expiresAt ?? null, k.scopeNamespace ?? null]),
+      );
+    }
+  }
+  return h.digest('hex').slice(0, 16);
+}

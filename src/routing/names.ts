@@ -1,0 +1,75 @@
+// Name rules shared by the builder, the CLI and the client: project forms, hostnames, deployment URLs.
+import type { ModelServer, RouteKind } from './types.js';
+
+export const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+/** Project names as they may appear in a URL path segment. */
+export const PROJECT_NAME = /^[A-Za-z0-9]([A-Za-z0-9_-]*[A-Za-z0-9])?$/;
+/** Model names as they may appear in `/v1/models/<name>:<verb>`. */
+export const MODEL_NAME = /^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$/;
+
+export function isDnsLabel(s: string): boolean {
+  return s.length > 0 && s.length <= 63 && DNS_LABEL.test(s);
+}
+
+/** The namespace form of a project name: lower case, every character outside a-z0-9- turned into '-'. */
+export function projectNamespaceForm(project: string): string {
+  return project.toLowerCase().replace(/[^a-z0-9-]/g, '-');
+}
+
+/** The project's label in legacy hostnames: lower case, '_' turned into '-'. */
+export function projectHostLabel(project: string): string {
+  return project.toLowerCase().replace(/_/g, '-');
+}
+
+/** `<deployment>.<project>.<domain>`, or the reason there is none. */
+export function legacyHostname(
+  project: string,
+  deployment: string,
+  serverlessDomain: string,
+): { hostname: string } | { error: string } {
+  const label = projectHostLabel(project);
+  if (!isDnsLabel(label)) {
+    return { error: `project "${project}" does not form a valid DNS label ("${label}"), so the deployment has no legacy hostname` };
+  }
+  const hostname = `${deployment}.${label}.${serverlessDomain}`;
+  if (hostname.length > 253) return { error: `hostname "${hostname}" is longer than 253 characters` };
+  return { hostname };
+}
+
+export const VERBS: Record<ModelServer, readonly string[]> = {
+  python: ['predict'],
+  sklearn: ['predict'],
+  tensorflow: ['predict', 'classify', 'regress'],
+  llm: [],
+};
+
+export function routeKindOf(type: 'model' | 'python', modelServer?: ModelServer): RouteKind {
+  if (type === 'python') return 'python';
+  return modelServer === 'llm' ? 'llm' : 'predictive';
+}
+
+export interface DeploymentUrls {
+  url: string;
+  inferenceUrl?: string;
+  openaiUrl?: string;
+  endpointUrl?: string;
+}
+
+/** The URLs of a deployment, exactly as the seed gives them. */
+export function deploymentUrls(
+  publicUrl: string,
+  project: string,
+  deployment: string,
+  kind: RouteKind,
+  modelName?: string,
+): DeploymentUrls {
+  const url = `${publicUrl.replace(/\/+$/, '')}/v1/${project}/${deployment}`;
+  switch (kind) {
+    case 'predictive':
+      return { url, inferenceUrl: `${url}/v1/models/${modelName}:predict` };
+    case 'llm':
+      return { url, openaiUrl: `${url}/v1` };
+    case 'python':
+      return { url, endpointUrl: url };
+  }
+}

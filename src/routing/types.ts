@@ -1,0 +1,174 @@
+// The neutral data every route source emits (Snapshot) and the route table the builder makes of it.
+// Plain data only: no clients, no sockets, no clocks.
+
+export const API_GROUP = 'serving.servegate.dev';
+export const API_VERSION = `${API_GROUP}/v1alpha1`;
+export const KIND = 'ServingDeployment';
+export const KEY_LABEL = `${API_GROUP}/api-key`;
+
+export type DeploymentType = 'model' | 'python';
+export type ModelServer = 'python' | 'sklearn' | 'tensorflow' | 'llm';
+/** How the gateway treats a route: which suffixes it accepts and which error dialect it speaks. */
+export type RouteKind = 'predictive' | 'llm' | 'python';
+
+export interface ObjectMeta {
+  name: string;
+  namespace: string;
+  uid?: string;
+  generation?: number;
+  resourceVersion?: string;
+  /** RFC 3339; missing sorts last. */
+  creationTimestamp?: string;
+  labels?: Record<string, string>;
+  annotations?: Record<string, string>;
+}
+
+/** A ServingDeployment as read from the API server or a manifest file. `spec` is unvalidated. */
+export interface ServingDeploymentResource {
+  apiVersion: string;
+  kind: 'ServingDeployment';
+  metadata: ObjectMeta;
+  spec: unknown;
+  /** Where it came from, for messages: "examples/iris.yaml#2" or "kubernetes". */
+  origin?: string;
+}
+
+/** A KServe InferenceService (serving.kserve.io/v1beta1), reduced to what routing needs. */
+export interface InferenceServiceResource {
+  apiVersion: string;
+  kind: 'InferenceService';
+  metadata: ObjectMeta;
+  spec: unknown;
+  origin?: string;
+}
+
+/** A Secret carrying the API-key label; `data` already base64-decoded and merged with stringData. */
+export interface KeySecretResource {
+  metadata: ObjectMeta;
+  data: Record<string, string>;
+  origin?: string;
+}
+
+export interface ServicePortInfo {
+  name?: string;
+  port: number;
+  targetPort?: number | string;
+  protocol?: string;
+}
+
+export interface ServiceResource {
+  metadata: ObjectMeta;
+  ports: ServicePortInfo[];
+}
+
+/** Everything a source knows at one moment. The files source leaves `services` undefined (no cluster). */
+export interface Snapshot {
+  source: 'files' | 'kubernetes';
+  deployments: ServingDeploymentResource[];
+  inferenceServices: InferenceServiceResource[];
+  keySecrets: KeySecretResource[];
+  /** Present only when the source can see Services; then a missing backend Service is BackendNotFound. */
+  services?: ServiceResource[];
+  /** Problems found while reading (bad YAML, unknown kinds) with the place they were found. */
+  readErrors?: ReadError[];
+}
+
+export interface ReadError {
+  origin: string;
+  message: string;
+}
+
+/** Where a route's traffic goes. */
+export type Backend =
+  | { kind: 'url'; url: string }
+  | {
+      kind: 'service';
+      namespace: string;
+      service: string;
+      /** The Service port number as written in the spec. */
+      port: number;
+      /** The Service port's name, used to find the endpoint port in EndpointSlices. */
+      portName?: string;
+      /** targetPort when it is a number: the endpoint port when slices carry no name. */
+      targetPort?: number | string;
+    };
+
+export interface Route {
+  /** "namespace/name" of the resource; stable identity. */
+  id: string;
+  namespace: string;
+  name: string;
+  resourceKind: 'ServingDeployment' | 'InferenceService';
+  project: string;
+  deployment: string;
+  kind: RouteKind;
+  modelServer?: ModelServer;
+  /** Predictive routes: the model name in `/v1/models/<name>:<verb>`. */
+  modelName?: string;
+  /** Predictive routes: the verbs offered (`predict`, `classify`, `regress`). */
+  verbs: readonly string[];
+  backend: Backend;
+  timeoutMs: number;
+  hostname?: string;
+}
+
+export interface ApiKeyRecord {
+  /** The Secret's name: sent upstream as x-servegate-key. */
+  name: string;
+  namespace: string;
+  prefix: string;
+  /** 32 bytes: SHA-256 of "<prefix>.<secret>". */
+  sha256: Buffer;
+  /** '*' or the granted project names (namespace form, for comparison). */
+  projects: '*' | ReadonlySet<string>;
+  /** epoch ms; undefined = never expires. */
+  expiresAt?: number;
+  /** Set when the Secret lives outside the keys namespace: it may grant routes of this namespace only. */
+  scopeNamespace?: string;
+}
+
+export interface RouteTable {
+  /** "<project form>/<deployment>" → route; both the written and the namespace form of each project. */
+  readonly byPath: ReadonlyMap<string, Route>;
+  /** lower-case hostname → route (legacy host routing). */
+  readonly byHost: ReadonlyMap<string, Route>;
+  /** key prefix → key records (normally one). */
+  readonly keys: ReadonlyMap<string, readonly ApiKeyRecord[]>;
+  /** Routes sorted by id. */
+  readonly routes: readonly Route[];
+  /** Content hash: equal hashes mean an identical table (rebuilds with the same hash are skipped). */
+  readonly hash: string;
+}
+
+export type ReadyReason = 'Routed' | 'InvalidSpec' | 'Conflict' | 'BackendNotFound';
+
+/** What the controller writes to a resource's status, minus the clock (lastTransitionTime). */
+export interface DeploymentStatus {
+  id: string;
+  namespace: string;
+  name: string;
+  resourceKind: 'ServingDeployment' | 'InferenceService';
+  generation?: number;
+  url?: string;
+  inferenceUrl?: string;
+  openaiUrl?: string;
+  endpointUrl?: string;
+  hostname?: string;
+  ready: boolean;
+  reason: ReadyReason;
+  message: string;
+  /** Why no hostname was given, when none was. */
+  hostnameMessage?: string;
+}
+
+export interface KeyProblem {
+  id: string;
+  origin?: string;
+  message: string;
+}
+
+export interface BuildResult {
+  table: RouteTable;
+  statuses: DeploymentStatus[];
+  keyProblems: KeyProblem[];
+}
