@@ -1,5 +1,5 @@
 // JSON logs (pino). Keys are never logged: authorization headers are redacted and nothing else carries them.
-import { pino, type Logger } from 'pino';
+import { pino, destination, stdTimeFunctions, type Logger } from 'pino';
 
 export type { Logger };
 
@@ -9,9 +9,9 @@ export function createLogger(level: string = 'info', destination?: NodeJS.Writab
       level,
       base: { service: 'servegate' },
       redact: { paths: ['req.headers.authorization', 'headers.authorization', '*.authorization', 'key', 'apiKey'], censor: '[redacted]' },
-      timestamp: pino.stdTimeFunctions.isoTime,
+      timestamp: stdTimeFunctions.isoTime,
     },
-    destination ?? pino.destination({ sync: false }),
+    destination ?? destination({ sync: false }),
   );
 }
 
