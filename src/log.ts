@@ -1,7 +1,9 @@
 // JSON logs (pino). Keys are never logged: authorization headers are redacted and nothing else carries them.
-import { pino, destination, stdTimeFunctions, type Logger } from 'pino';
+import pinoDefault, { type Logger } from 'pino';
 
 export type { Logger };
+
+const pino = pinoDefault;
 
 export function createLogger(level: string = 'info', destination?: NodeJS.WritableStream): Logger {
   return pino(
@@ -9,9 +11,9 @@ export function createLogger(level: string = 'info', destination?: NodeJS.Writab
       level,
       base: { service: 'servegate' },
       redact: { paths: ['req.headers.authorization', 'headers.authorization', '*.authorization', 'key', 'apiKey'], censor: '[redacted]' },
-      timestamp: stdTimeFunctions.isoTime,
+      timestamp: pino.stdTimeFunctions.isoTime,
     },
-    destination ?? destination({ sync: false }),
+    destination ?? pino.destination({ sync: false }),
   );
 }
 
