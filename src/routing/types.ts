@@ -29,6 +29,8 @@ export interface ServingDeploymentResource {
   kind: 'ServingDeployment';
   metadata: ObjectMeta;
   spec: unknown;
+  /** The status as last read from the API server (the controller compares before writing). */
+  status?: unknown;
   /** Where it came from, for messages: "examples/iris.yaml#2" or "kubernetes". */
   origin?: string;
 }
