@@ -1,0 +1,261 @@
+// `servegate keys`: key format, --expires, the Secret manifest, and create/list/revoke in files and -o yaml modes.
+import { createHash } from 'node:crypto';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, test } from 'vitest';
+import { parse as parseYaml, parseAllDocuments } from 'yaml';
+import { keysCommand, type CliIo } from '../src/cli/keys.js';
+import { generateKey, hashKey, keySecretManifest, KeyError, parseExpires, parseProjects, secretFields } from '../src/keys/index.js';
+import { buildKeys } from '../src/routing/build.js';
+import type { KeySecretResource } from '../src/routing/types.js';
+
+const NOW = Date.parse('2026-06-01T12:00:00Z');
+const KEY_RE = /^[A-Za-z0-9]{16}\.[A-Za-z0-9_-]{32,}$/;
+
+function captureIo(env: NodeJS.ProcessEnv = {}): CliIo & { out: () => string; err: () => string } {
+  let out = '';
+  let err = '';
+  return {
+    stdout: (t) => void (out += t),
+    stderr: (t) => void (err += t),
+    env: { HOME: '/nonexistent-home', ...env },
+    now: () => NOW,
+    out: () => out,
+    err: () => err,
+  };
+}
+
+async function keys(argv: string[], env: NodeJS.ProcessEnv = {}) {
+  const io = captureIo(env);
+  const code = await keysCommand(argv, io);
+  return { code, out: io.out(), err: io.err() };
+}
+
+/** A Secret document as the gateway's sources hand it to buildKeys. */
+function asKeySecret(doc: Record<string, unknown>, defaultNamespace = 'servegate'): KeySecretResource {
+  const meta = doc.metadata as { name: string; namespace?: string; labels?: Record<string, string> };
+  return { metadata: { name: meta.name, namespace: meta.namespace ?? defaultNamespace, labels: meta.labels }, data: secretFields(doc) };
+}
+
+const dirs: string[] = [];
+function tempDir(): string {
+  const d = mkdtempSync(join(tmpdir(), 'servegate-keys-'));
+  dirs.push(d);
+  return d;
+}
+afterEach(() => {
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+describe('key material', () => {
+  test('a generated key is a 16-character alphanumeric prefix, a dot and at least 32 url-safe characters', () => {
+    const seen = new Set<string>();
+    for (let i = 0; i < 200; i++) {
+      const k = generateKey();
+      expect(k.key).toMatch(KEY_RE);
+      expect(k.key.startsWith(`${k.prefix}.`)).toBe(true);
+      expect(k.sha256).toBe(createHash('sha256').update(k.key).digest('hex'));
+      seen.add(k.prefix);
+    }
+    expect(seen.size).toBe(200);
+  });
+
+  test('the stored hash is the lowercase hex SHA-256 of the whole key', () => {
+    expect(hashKey('AAAAAAAAAAAAAAAA.bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb')).toBe(
+      createHash('sha256').update('AAAAAAAAAAAAAAAA.bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb').digest('hex'),
+    );
+  });
+
+  test.each([
+    ['90m', '2026-06-01T13:30:00.000Z'],
+    ['12h', '2026-06-02T00:00:00.000Z'],
+    ['30d', '2026-07-01T12:00:00.000Z'],
+    ['2w', '2026-06-15T12:00:00.000Z'],
+    ['2027-01-01T00:00:00Z', '2027-01-01T00:00:00.000Z'],
+    ['2027-01-01T02:00:00+02:00', '2027-01-01T00:00:00.000Z'],
+  ])('--expires %s means %s', (raw, iso) => {
+    expect(parseExpires(raw, NOW).toISOString()).toBe(iso);
+  });
+
+  test.each(['0d', '30', 'd', '3x', '-5d', '2026-01-01', '2020-01-01T00:00:00Z', 'tomorrow', '1.5h'])('--expires %s is refused', (raw) => {
+    expect(() => parseExpires(raw, NOW)).toThrow(KeyError);
+  });
+
+  test.each([
+    ['a,b', ['a', 'b']],
+    ['fraud_detection, demo', ['fraud_detection', 'demo']],
+    ['*', '*'],
+    ['x,x', ['x']],
+  ])('--projects %s grants %j', (raw, want) => {
+    expect(parseProjects(raw)).toEqual(want);
+  });
+
+  test.each(['', ' ', 'a,,b', 'a b', '*,a', '-a', 'a/b', 'x'.repeat(64)])('--projects %j is refused', (raw) => {
+    expect(() => parseProjects(raw)).toThrow(KeyError);
+  });
+
+  test('the Secret manifest carries the label, prefix, hash, projects and expiry that buildKeys accepts', () => {
+    const k = generateKey();
+    const m = keySecretManifest({ name: 'ci-bot', namespace: 'servegate', prefix: k.prefix, sha256: k.sha256, projects: ['fraud_detection', 'demo'], expiresAt: new Date('2027-01-01T00:00:00Z') });
+    expect(m.metadata).toEqual({ name: 'ci-bot', namespace: 'servegate', labels: { 'serving.servegate.dev/api-key': 'true' } });
+    expect(m.stringData).toEqual({ prefix: k.prefix, sha256: k.sha256, projects: 'fraud_detection,demo', expiresAt: '2027-01-01T00:00:00Z' });
+    const { keys: table, problems } = buildKeys([asKeySecret(m as unknown as Record<string, unknown>)], 'servegate');
+    expect(problems).toEqual([]);
+    const rec = table.get(k.prefix)![0];
+    expect(rec.sha256.toString('hex')).toBe(hashKey(k.key));
+    expect([...(rec.projects as Set<string>)].sort()).toEqual(['demo', 'fraud-detection']);
+    expect(rec.expiresAt).toBe(Date.parse('2027-01-01T00:00:00Z'));
+  });
+});
+
+describe('keys create -o yaml', () => {
+  test('prints the Secret manifest on stdout and the key once on stderr', async () => {
+    const r = await keys(['create', '--name', 'ci-bot', '--projects', 'fraud_detection,demo', '--expires', '30d', '-o', 'yaml']);
+    expect(r.code).toBe(0);
+    const doc = parseYaml(r.out);
+    expect(doc.kind).toBe('Secret');
+    expect(doc.metadata).toEqual({ name: 'ci-bot', namespace: 'servegate', labels: { 'serving.servegate.dev/api-key': 'true' } });
+    const key = r.err.split('\n').find((l) => KEY_RE.test(l))!;
+    expect(key).toBeDefined();
+    expect(r.out).not.toContain(key);
+    expect(r.out).not.toContain(key.split('.')[1]);
+    expect(doc.stringData.sha256).toBe(hashKey(key));
+    expect(doc.stringData.prefix).toBe(key.slice(0, 16));
+    expect(doc.stringData.expiresAt).toBe('2026-07-01T12:00:00Z');
+    expect(r.out).toContain('expiresAt: "2026-07-01T12:00:00Z"');
+  });
+
+  test.each([
+    [['-n', 'team-a'], {}, 'team-a'],
+    [[], { POD_NAMESPACE: 'gw' }, 'gw'],
+    [[], {}, 'servegate'],
+  ])('namespace from %j with env %j is %s', async (flags, env, ns) => {
+    const r = await keys(['create', '--name', 'k', '--projects', '*', '-o', 'yaml', ...flags], env);
+    expect(r.code).toBe(0);
+    expect(parseYaml(r.out).metadata.namespace).toBe(ns);
+  });
+
+  test('-o json prints the same manifest as JSON', async () => {
+    const r = await keys(['create', '--name=k', '--projects=*', '-o', 'json']);
+    expect(r.code).toBe(0);
+    expect(JSON.parse(r.out).stringData.projects).toBe('*');
+  });
+});
+
+describe('keys command-line errors', () => {
+  test.each([
+    [['create', '--projects', 'a', '-o', 'yaml'], 2, '--name is required'],
+    [['create', '--name', 'Bad_Name', '--projects', 'a', '-o', 'yaml'], 1, 'DNS-1123 subdomain'],
+    [['create', '--name', '-x', '--projects', 'a', '-o', 'yaml'], 1, 'DNS-1123 subdomain'],
+    [['create', '--name', 'k', '-o', 'yaml'], 1, '--projects is required'],
+    [['create', '--name', 'k', '--projects', 'a b', '-o', 'yaml'], 1, 'invalid project name "a b"'],
+    [['create', '--name', 'k', '--projects', 'a', '--expires', 'soon', '-o', 'yaml'], 1, 'invalid --expires "soon"'],
+    [['create', '--name', 'k', '--projects', 'a', '-o', 'xml'], 2, 'yaml or json'],
+    [['create', '--name', 'k', '--projects', 'a', '--frob'], 2, 'unknown flag --frob'],
+    [['create', '--name'], 2, '--name needs a value'],
+    [['rotate'], 2, 'unknown keys command "rotate"'],
+    [['create', '--name', 'k', '--projects', 'a'], 1, 'no cluster configured'],
+    [['list'], 1, 'no cluster configured'],
+  ])('keys %j exits %i saying %s', async (argv, code, message) => {
+    const r = await keys(argv);
+    expect(r.code).toBe(code);
+    expect(r.err).toContain(message);
+    expect(r.out).toBe('');
+  });
+
+  test.each([[['--help']], [['-h']], [['create', '--help']]])('keys %j prints the usage', async (argv) => {
+    const r = await keys(argv);
+    expect(r.code).toBe(0);
+    expect(r.out).toContain('Usage: servegate keys');
+  });
+});
+
+describe('keys in files mode (--manifests DIR)', () => {
+  test('create writes one Secret file the gateway accepts and prints the key once on stdout', async () => {
+    const dir = tempDir();
+    const r = await keys(['create', '--name', 'ci-bot', '--projects', 'demo', '--manifests', dir]);
+    expect(r.code).toBe(0);
+    const key = r.out.trim();
+    expect(key).toMatch(KEY_RE);
+    expect(r.err).not.toContain(key);
+    const files = readdirSync(dir);
+    expect(files).toEqual(['apikey-ci-bot.yaml']);
+    const text = readFileSync(join(dir, files[0]), 'utf8');
+    expect(text).not.toContain(key.split('.')[1]);
+    const doc = parseYaml(text);
+    expect(doc.metadata.namespace).toBeUndefined();
+    const { keys: table, problems } = buildKeys([asKeySecret(doc)], 'servegate');
+    expect(problems).toEqual([]);
+    expect(table.get(key.slice(0, 16))![0].sha256.toString('hex')).toBe(hashKey(key));
+  });
+
+  test('a second key with the same name is refused, naming it', async () => {
+    const dir = tempDir();
+    expect((await keys(['create', '--name', 'ci-bot', '--projects', 'demo', '--manifests', dir])).code).toBe(0);
+    const r = await keys(['create', '--name', 'ci-bot', '--projects', 'other', '--manifests', dir]);
+    expect(r.code).toBe(1);
+    expect(r.err).toContain('"ci-bot" already exists');
+    expect(r.out).toBe('');
+    expect(readdirSync(dir)).toEqual(['apikey-ci-bot.yaml']);
+  });
+
+  test('list shows name, prefix, projects and expiry but never the key or its hash', async () => {
+    const dir = tempDir();
+    const a = await keys(['create', '--name', 'alpha', '--projects', 'demo,fraud_detection', '--expires', '12h', '--manifests', dir]);
+    const b = await keys(['create', '--name', 'beta', '--projects', '*', '--manifests', dir]);
+    const r = await keys(['list', '--manifests', dir]);
+    expect(r.code).toBe(0);
+    const lines = r.out.trim().split('\n');
+    expect(lines[0]).toMatch(/^NAME\s+PREFIX\s+PROJECTS\s+EXPIRES/);
+    expect(lines[1]).toMatch(new RegExp(`^alpha\\s+${a.out.slice(0, 16)}\\s+demo,fraud_detection\\s+2026-06-02T00:00:00Z`));
+    expect(lines[2]).toMatch(new RegExp(`^beta\\s+${b.out.slice(0, 16)}\\s+\\*\\s+never`));
+    for (const created of [a, b]) {
+      const key = created.out.trim();
+      expect(r.out).not.toContain(key.split('.')[1]);
+      expect(r.out).not.toContain(hashKey(key));
+    }
+    const json = JSON.parse((await keys(['list', '--manifests', dir, '-o', 'json'])).out);
+    expect(json.map((k: { name: string }) => k.name)).toEqual(['alpha', 'beta']);
+    expect(JSON.stringify(json)).not.toContain(hashKey(a.out.trim()));
+  });
+
+  test('list marks an expired key', async () => {
+    const dir = tempDir();
+    const m = keySecretManifest({ name: 'old', prefix: 'A'.repeat(16), sha256: 'a'.repeat(64), projects: ['x'], expiresAt: new Date('2026-01-01T00:00:00Z') });
+    writeFileSync(join(dir, 'old.yaml'), JSON.stringify(m));
+    const r = await keys(['list', '--manifests', dir]);
+    expect(r.out).toMatch(/old\s+A{16}\s+x\s+2026-01-01T00:00:00Z \(expired\)/);
+  });
+
+  test('revoke removes the key file; revoking again says there is no such key', async () => {
+    const dir = tempDir();
+    await keys(['create', '--name', 'ci-bot', '--projects', 'demo', '--manifests', dir]);
+    await keys(['create', '--name', 'keep', '--projects', 'demo', '--manifests', dir]);
+    const r = await keys(['revoke', '--name', 'ci-bot', '--manifests', dir]);
+    expect(r.code).toBe(0);
+    expect(readdirSync(dir)).toEqual(['apikey-keep.yaml']);
+    const again = await keys(['revoke', '--name', 'ci-bot', '--manifests', dir]);
+    expect(again.code).toBe(1);
+    expect(again.err).toContain('no API key named "ci-bot"');
+  });
+
+  test('revoke of a key kept in a file with other documents removes only that document', async () => {
+    const dir = tempDir();
+    const key = keySecretManifest({ name: 'shared', prefix: 'B'.repeat(16), sha256: 'b'.repeat(64), projects: '*' });
+    const other = { apiVersion: 'serving.servegate.dev/v1alpha1', kind: 'ServingDeployment', metadata: { name: 'iris' }, spec: { type: 'python', backend: { url: 'http://127.0.0.1:9' } } };
+    writeFileSync(join(dir, 'all.yaml'), `# my manifests\n${JSON.stringify(other)}\n---\n${JSON.stringify(key)}\n`);
+    const r = await keys(['revoke', '--name', 'shared', '--manifests', dir]);
+    expect(r.code).toBe(0);
+    const docs = parseAllDocuments(readFileSync(join(dir, 'all.yaml'), 'utf8'));
+    expect(Array.isArray(docs) && docs.map((d) => d.toJS())).toEqual([other]);
+  });
+
+  test('revoke refuses a Secret without the key label', async () => {
+    const dir = tempDir();
+    writeFileSync(join(dir, 's.yaml'), 'apiVersion: v1\nkind: Secret\nmetadata: {name: db-password}\nstringData: {password: x}\n');
+    const r = await keys(['revoke', '--name', 'db-password', '--manifests', dir]);
+    expect(r.code).toBe(1);
+    expect(readdirSync(dir)).toEqual(['s.yaml']);
+  });
+});
