@@ -1,0 +1,114 @@
+// nginx for the benchmark: the fixed-JSON backend and the comparison reverse proxy (path strip + API-key map).
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { request } from 'undici';
+import { startProcess, waitFor } from './procs.mjs';
+
+/** The body every backend answers with. */
+export const BACKEND_BODY = '{"predictions":[1]}';
+
+function common(dir, name, workers) {
+  const tmp = join(dir, `${name}-tmp`);
+  mkdirSync(tmp, { recursive: true });
+  return `
+${process.getuid?.() === 0 ? 'user root;' : ''}
+worker_processes ${workers};
+daemon off;
+master_process on;
+pid ${join(dir, `${name}.pid`)};
+error_log ${join(dir, `${name}-error.log`)} warn;
+events { worker_connections 4096; multi_accept on; }
+`;
+}
+
+function httpCommon(dir, name) {
+  const tmp = join(dir, `${name}-tmp`);
+  return `
+  access_log off;
+  client_body_temp_path ${tmp}/body;
+  proxy_temp_path ${tmp}/proxy;
+  fastcgi_temp_path ${tmp}/fastcgi;
+  uwsgi_temp_path ${tmp}/uwsgi;
+  scgi_temp_path ${tmp}/scgi;
+  keepalive_requests 10000000;
+  keepalive_timeout 120s;
+`;
+}
+
+/** nginx answering every request with a fixed JSON 200: a backend that is never the bottleneck. */
+export function backendConfig(dir, port, workers) {
+  return `${common(dir, 'backend', workers)}
+http {${httpCommon(dir, 'backend')}
+  server {
+    listen 127.0.0.1:${port} reuseport;
+    location / {
+      default_type application/json;
+      return 200 '${BACKEND_BODY}';
+    }
+  }
+}
+`;
+}
+
+/**
+ * nginx doing the gateway's job in its simplest form: one worker, `/v1/<project>/<deployment>` stripped,
+ * an API-key check by `map` on the Authorization header (401 otherwise), the key not forwarded,
+ * X-Forwarded-* set, keep-alive to the backend.
+ */
+export function proxyConfig(dir, port, backendPort, { project, deployment, key }) {
+  return `${common(dir, 'proxy', 1)}
+http {${httpCommon(dir, 'proxy')}
+  map_hash_bucket_size 256;
+  map $http_authorization $sg_key_ok {
+    default 0;
+    "ApiKey ${key}" 1;
+    "Bearer ${key}" 1;
+  }
+  upstream sg_backend {
+    server 127.0.0.1:${backendPort};
+    keepalive 128;
+    keepalive_requests 10000000;
+  }
+  server {
+    listen 127.0.0.1:${port};
+    location /v1/${project}/${deployment}/ {
+      if ($sg_key_ok = 0) {
+        return 401 '{"error":"missing or invalid API key"}';
+      }
+      proxy_pass http://sg_backend/;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Authorization "";
+      proxy_set_header X-Forwarded-For $remote_addr;
+      proxy_set_header X-Forwarded-Proto $scheme;
+      proxy_set_header X-Forwarded-Host $host;
+      proxy_set_header X-Request-Id $request_id;
+    }
+    location / {
+      return 404 '{"error":"unknown deployment"}';
+    }
+  }
+}
+`;
+}
+
+/** Writes the config, checks it with `nginx -t`, starts nginx, waits until `probePath` answers. */
+export async function startNginx(nginxBin, dir, name, config, port, probe) {
+  const file = join(dir, `${name}.conf`);
+  writeFileSync(file, config);
+  const child = startProcess(`nginx ${name}`, nginxBin, ['-p', dir, '-c', file, '-e', join(dir, `${name}-error.log`)]);
+  await waitFor(
+    `nginx ${name} on port ${port}`,
+    async () => {
+      const res = await request(`http://127.0.0.1:${port}${probe.path}`, {
+        method: probe.method ?? 'GET',
+        headers: probe.headers,
+        body: probe.body,
+      });
+      await res.body.dump();
+      return res.statusCode === (probe.status ?? 200);
+    },
+    { child, timeoutMs: 10_000 },
+  );
+  return child;
+}

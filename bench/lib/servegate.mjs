@@ -1,0 +1,26 @@
+// Starts the BUILT gateway (dist/cli/main.js) as its own process: one process = one worker.
+import { existsSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { freePort, startProcess } from './procs.mjs';
+
+export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+export const CLI = join(ROOT, 'dist', 'cli', 'main.js');
+
+export function cliBuilt() {
+  return existsSync(CLI);
+}
+
+/**
+ * `node dist/cli/main.js serve <sourceArgs> --config <tmp> --port P --admin-port A`, logLevel warn.
+ * Resolves { child, port, adminPort } once started (readiness is for the caller to probe).
+ */
+export async function startGatewayProcess(dir, sourceArgs, { env, config = {} } = {}) {
+  const port = await freePort();
+  const adminPort = await freePort();
+  const configFile = join(dir, 'servegate-config.json');
+  writeFileSync(configFile, JSON.stringify({ logLevel: 'warn', ...config }, null, 2));
+  const args = [CLI, 'serve', ...sourceArgs, '--config', configFile, '--port', String(port), '--admin-port', String(adminPort)];
+  const child = startProcess('servegate', process.execPath, args, { env: { ...process.env, ...env }, cwd: ROOT });
+  return { child, port, adminPort };
+}

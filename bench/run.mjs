@@ -1,0 +1,128 @@
+// `npm run bench`: builds, detects the tools, runs Part A (gateway data plane) and Part B (Kubernetes source).
+//   node bench/run.mjs [--only gateway|kubernetes] [--seconds 10] [--warmup 2] [--rate 1000] [--rate-seconds 10]
+//                      [--connections 64] [--threads 2] [--no-build] [--quick]
+// Loopback only; every process it starts is killed at the end, on Ctrl-C, on error and at the time limit.
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg, platform, release, tmpdir, totalmem } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { findExecutable, installCleanup, killAllSync, runToEnd } from './lib/procs.mjs';
+import { log, mb } from './lib/report.mjs';
+import { ROOT } from './lib/servegate.mjs';
+
+const { values: flags } = parseArgs({
+  options: {
+    only: { type: 'string' },
+    seconds: { type: 'string', default: '10' },
+    warmup: { type: 'string', default: '2' },
+    rate: { type: 'string', default: '1000' },
+    'rate-seconds': { type: 'string', default: '10' },
+    connections: { type: 'string', default: '64' },
+    threads: { type: 'string', default: '2' },
+    'backend-workers': { type: 'string', default: '2' },
+    'no-build': { type: 'boolean', default: false },
+    quick: { type: 'boolean', default: false },
+    help: { type: 'boolean', default: false },
+  },
+});
+
+if (flags.help) {
+  log('usage: npm run bench -- [--only gateway|kubernetes] [--seconds 10] [--warmup 2] [--rate 1000] [--rate-seconds 10]');
+  log('                        [--connections 64] [--threads 2] [--backend-workers 2] [--no-build] [--quick]');
+  process.exit(0);
+}
+if (flags.only && !['gateway', 'kubernetes'].includes(flags.only)) {
+  process.stderr.write(`bench: --only must be "gateway" or "kubernetes", not "${flags.only}"\n`);
+  process.exit(2);
+}
+
+const num = (name) => {
+  const v = Number(flags[name]);
+  if (!Number.isFinite(v) || v < 0) {
+    process.stderr.write(`bench: --${name} must be a number\n`);
+    process.exit(2);
+  }
+  return v;
+};
+
+installCleanup(6 * 60_000);
+
+const version = (bin, args, re) => {
+  const res = spawnSync(bin, args, { encoding: 'utf8', timeout: 5000 });
+  return re.exec(`${res.stdout ?? ''}${res.stderr ?? ''}`)?.[0] ?? 'unknown version';
+};
+
+const tools = { nginx: findExecutable('nginx'), wrk: findExecutable('wrk') };
+const ctx = {
+  root: ROOT,
+  tools,
+  seconds: flags.quick ? 2 : num('seconds'),
+  warmupSeconds: flags.quick ? 1 : num('warmup'),
+  rate: num('rate'),
+  rateSeconds: flags.quick ? 2 : num('rate-seconds'),
+  connections: num('connections'),
+  threads: num('threads'),
+  backendWorkers: num('backend-workers'),
+  quick: flags.quick,
+};
+
+const started = Date.now();
+log(`servegate benchmark — ${new Date().toISOString()}`);
+log(`machine: ${cpus().length} × ${cpus()[0]?.model?.trim() ?? 'cpu'}, ${mb(totalmem())} RAM, ${platform()} ${release()}, node ${process.version}`);
+log(`nginx: ${tools.nginx ? `${tools.nginx} (${version(tools.nginx, ['-v'], /nginx\/[\d.]+/)})` : 'NOT FOUND — the nginx comparison is skipped and the backend is a Node cluster (apt-get install -y nginx-light)'}`);
+log(`wrk:   ${tools.wrk ? `${tools.wrk} (${version(tools.wrk, ['-v'], /wrk [\d.]+\S*/)})` : 'NOT FOUND — closed-loop load uses autocannon instead (apt-get install -y wrk)'}`);
+
+if (!flags['no-build']) {
+  log('build: npx tsc -p . ...');
+  const res = await runToEnd(process.execPath, [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', '.'], { cwd: ROOT, timeoutMs: 180_000 });
+  if (res.code !== 0) log(`build: tsc reported errors (exit ${res.code}); benchmarking whatever dist/ holds:\n${res.stdout.trim().split('\n').slice(0, 10).join('\n')}`);
+}
+
+/** Other work on the machine skews every figure: say so next to them. */
+function busyCheck(results, part) {
+  const [one] = loadavg();
+  results.loadBefore ??= {};
+  results.loadBefore[part] = one;
+  log(`  load average before: ${one.toFixed(2)}${one > 0.5 ? '  (WARNING: other processes are using the CPU; figures will be noisy)' : ''}`);
+}
+
+const dir = mkdtempSync(join(tmpdir(), 'servegate-bench-'));
+ctx.dir = dir;
+const results = { date: new Date().toISOString(), machine: { cpus: cpus().length, model: cpus()[0]?.model, node: process.version }, settings: { ...ctx, tools: undefined, dir: undefined, root: undefined, headers: undefined } };
+let failed = false;
+try {
+  if (!flags.only || flags.only === 'gateway') {
+    log('');
+    log('== Part A: gateway data plane (direct vs nginx vs servegate) ==');
+    busyCheck(results, 'gateway');
+    const { runGatewayBench } = await import('./gateway.mjs');
+    try {
+      results.gateway = await runGatewayBench(ctx);
+    } catch (err) {
+      failed = true;
+      log(`Part A FAILED: ${err.stack ?? err}`);
+    }
+  }
+  if (!flags.only || flags.only === 'kubernetes') {
+    log('');
+    log('== Part B: Kubernetes source at 10,000 ServingDeployments ==');
+    busyCheck(results, 'kubernetes');
+    const { runKubernetesBench } = await import('./kubernetes.mjs');
+    try {
+      results.kubernetes = await runKubernetesBench(ctx);
+    } catch (err) {
+      failed = true;
+      log(`Part B FAILED: ${err.stack ?? err}`);
+    }
+  }
+} finally {
+  killAllSync();
+  rmSync(dir, { recursive: true, force: true });
+}
+const out = join(ROOT, '.bench-tmp');
+mkdirSync(out, { recursive: true });
+writeFileSync(join(out, 'bench-results.json'), JSON.stringify(results, null, 2));
+log('');
+log(`done in ${Math.round((Date.now() - started) / 1000)} s; raw figures in .bench-tmp/bench-results.json`);
+process.exit(failed ? 1 : 0);
