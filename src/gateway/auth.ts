@@ -1,0 +1,69 @@
+// API-key authentication and project authorisation: plain functions of the header, the key index and the clock.
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { projectNamespaceForm } from '../routing/names.js';
+import type { ApiKeyRecord, RouteTable } from '../routing/types.js';
+import { gatewayError, type GatewayError } from './errors.js';
+
+export type AuthFailure = 'missing' | 'malformed' | 'unknown' | 'mismatch' | 'expired';
+
+const KEY_FORMAT = /^([A-Za-z0-9]{16})\.([\x21-\x7e]{32,})$/;
+const DUMMY_HASH = Buffer.alloc(32);
+
+/** Extracts the key from `ApiKey <key>` or `Bearer <key>` (scheme case-insensitive). */
+export function parseAuthorization(header: string | string[] | undefined): { key: string } | { failure: 'missing' | 'malformed' } {
+  if (header === undefined) return { failure: 'missing' };
+  if (Array.isArray(header)) return { failure: 'malformed' };
+  const value = header.trim();
+  if (value === '') return { failure: 'missing' };
+  const sp = value.indexOf(' ');
+  if (sp === -1) return { failure: 'malformed' };
+  const scheme = value.slice(0, sp).toLowerCase();
+  if (scheme !== 'apikey' && scheme !== 'bearer') return { failure: 'malformed' };
+  const key = value.slice(sp + 1).trim();
+  if (!key) return { failure: 'malformed' };
+  return { key };
+}
+
+/** Finds the record whose hash matches the key, comparing in constant time. */
+export function verifyKey(
+  keys: RouteTable['keys'],
+  key: string,
+  now: number,
+): { record: ApiKeyRecord } | { failure: 'unknown' | 'mismatch' | 'expired' | 'malformed' } {
+  const m = KEY_FORMAT.exec(key);
+  if (!m) return { failure: 'malformed' };
+  const digest = createHash('sha256').update(key).digest();
+  const candidates = keys.get(m[1]);
+  if (!candidates) {
+    // Same work as a real comparison, so an unknown prefix is not told apart by timing.
+    timingSafeEqual(digest, DUMMY_HASH);
+    return { failure: 'unknown' };
+  }
+  let found: ApiKeyRecord | undefined;
+  for (const c of candidates) {
+    if (timingSafeEqual(digest, c.sha256) && !found) found = c;
+  }
+  if (!found) return { failure: 'mismatch' };
+  if (found.expiresAt !== undefined && found.expiresAt <= now) return { failure: 'expired' };
+  return { record: found };
+}
+
+/** Does the key grant this project (as written in the path, either form) — and namespace, for scoped keys? */
+export function grantsProject(record: ApiKeyRecord, projectSegment: string, routeNamespace?: string): boolean {
+  if (record.scopeNamespace !== undefined && routeNamespace !== undefined && routeNamespace !== record.scopeNamespace) return false;
+  if (record.projects === '*') return true;
+  return record.projects.has(projectNamespaceForm(projectSegment));
+}
+
+export const AUTH_MESSAGES: Record<AuthFailure, string> = {
+  missing: 'missing API key: send the header "authorization: ApiKey <key>"',
+  malformed: 'malformed authorization header: expected "ApiKey <key>" (or "Bearer <key>") with a key "<prefix>.<secret>"',
+  unknown: 'invalid API key',
+  mismatch: 'invalid API key',
+  expired: 'API key expired',
+};
+
+export function authError(failure: AuthFailure): GatewayError {
+  const code = failure === 'missing' ? 'missing_api_key' : failure === 'expired' ? 'expired_api_key' : 'invalid_api_key';
+  return gatewayError(code, AUTH_MESSAGES[failure], { 'www-authenticate': 'ApiKey' });
+}

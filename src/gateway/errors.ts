@@ -1,0 +1,79 @@
+// Every error the gateway itself answers: a stable code, an HTTP status, and one renderer per route dialect.
+
+export type Dialect = 'openai' | 'kserve';
+
+export type ErrorCode =
+  | 'bad_path'
+  | 'invalid_json'
+  | 'invalid_body'
+  | 'missing_api_key'
+  | 'invalid_api_key'
+  | 'expired_api_key'
+  | 'project_forbidden'
+  | 'not_found'
+  | 'unknown_verb'
+  | 'method_not_allowed'
+  | 'body_too_large'
+  | 'rate_limited'
+  | 'backend_unavailable'
+  | 'backend_error'
+  | 'no_ready_endpoint'
+  | 'backend_timeout'
+  | 'shutting_down';
+
+const STATUS: Record<ErrorCode, number> = {
+  bad_path: 400,
+  invalid_json: 400,
+  invalid_body: 400,
+  missing_api_key: 401,
+  invalid_api_key: 401,
+  expired_api_key: 401,
+  project_forbidden: 403,
+  not_found: 404,
+  unknown_verb: 404,
+  method_not_allowed: 405,
+  body_too_large: 413,
+  rate_limited: 429,
+  backend_unavailable: 502,
+  backend_error: 502,
+  no_ready_endpoint: 503,
+  backend_timeout: 504,
+  shutting_down: 503,
+};
+
+/** OpenAI's error `type` values, so that SDKs classify the error as they would OpenAI's own. */
+const OPENAI_TYPE: Record<number, string> = {
+  400: 'invalid_request_error',
+  401: 'authentication_error',
+  403: 'permission_error',
+  404: 'not_found_error',
+  405: 'invalid_request_error',
+  413: 'invalid_request_error',
+  429: 'rate_limit_error',
+};
+
+export class GatewayError extends Error {
+  readonly status: number;
+  constructor(
+    readonly code: ErrorCode,
+    message: string,
+    /** Extra response headers (WWW-Authenticate, Retry-After, Allow). */
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(message);
+    this.status = STATUS[code];
+  }
+}
+
+export function gatewayError(code: ErrorCode, message: string, headers?: Record<string, string>): GatewayError {
+  return new GatewayError(code, message, headers);
+}
+
+/** The JSON body of an error in the dialect of the route. */
+export function renderError(err: GatewayError, dialect: Dialect): string {
+  if (dialect === 'openai') {
+    const type = OPENAI_TYPE[err.status] ?? (err.status >= 500 ? 'api_error' : 'invalid_request_error');
+    return JSON.stringify({ error: { message: err.message, type, code: err.code, param: null } });
+  }
+  return JSON.stringify({ error: err.message });
+}

@@ -1,0 +1,56 @@
+// Prometheus metrics (prom-client), in a registry per server so that several gateways can live in one process (tests).
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+
+export class Metrics {
+  readonly registry = new Registry();
+  readonly requests = new Counter({
+    name: 'servegate_requests_total',
+    help: 'Requests answered, by project, deployment and status code',
+    labelNames: ['project', 'deployment', 'status'] as const,
+    registers: [this.registry],
+  });
+  readonly duration = new Histogram({
+    name: 'servegate_request_duration_seconds',
+    help: 'Time from request to the end of the response, by project and deployment',
+    labelNames: ['project', 'deployment'] as const,
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
+    registers: [this.registry],
+  });
+  readonly upstreamErrors = new Counter({
+    name: 'servegate_upstream_errors_total',
+    help: 'Upstream failures by cause (connect_refused, reset, headers_timeout, stream_idle_timeout, no_ready_endpoint, client_abort)',
+    labelNames: ['cause'] as const,
+    registers: [this.registry],
+  });
+  readonly authFailures = new Counter({
+    name: 'servegate_auth_failures_total',
+    help: 'Requests refused by authentication or authorisation, by reason (missing, malformed, unknown, mismatch, expired, forbidden)',
+    labelNames: ['reason'] as const,
+    registers: [this.registry],
+  });
+  readonly routes = new Gauge({ name: 'servegate_routes', help: 'Deployments served now', registers: [this.registry] });
+  readonly keys = new Gauge({ name: 'servegate_api_keys', help: 'API keys loaded', registers: [this.registry] });
+  readonly reloads = new Counter({
+    name: 'servegate_reloads_total',
+    help: 'Snapshots applied, by result (changed: the table was swapped; unchanged: same hash, skipped)',
+    labelNames: ['result'] as const,
+    registers: [this.registry],
+  });
+  readonly invalidResources = new Gauge({
+    name: 'servegate_invalid_resources',
+    help: 'Resources not served, by reason (InvalidSpec, Conflict, BackendNotFound, InvalidKey, ReadError)',
+    labelNames: ['reason'] as const,
+    registers: [this.registry],
+  });
+  readonly sourceSynced = new Gauge({ name: 'servegate_source_synced', help: '1 once the route source delivered its first full snapshot', registers: [this.registry] });
+  readonly sourceStaleness = new Gauge({
+    name: 'servegate_source_staleness_seconds',
+    help: 'Seconds since the route source last confirmed it is current (0 = healthy)',
+    registers: [this.registry],
+  });
+  readonly inflight = new Gauge({ name: 'servegate_inflight_requests', help: 'Requests being forwarded now', registers: [this.registry] });
+
+  constructor(defaults = true) {
+    if (defaults) collectDefaultMetrics({ register: this.registry, prefix: 'servegate_process_' });
+  }
+}

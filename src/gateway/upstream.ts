@@ -1,0 +1,97 @@
+// Where a request goes: the backend's address for this request (round-robin over ready endpoints) and a
+// keep-alive connection pool per address.
+import { Pool } from 'undici';
+import type { Backend } from '../routing/types.js';
+import type { EndpointAddress, EndpointResolver } from '../sources/types.js';
+
+export interface Target {
+  origin: string;
+  /** Host header value for the backend. */
+  authority: string;
+  /** Path prefix of a url backend ("" for services). */
+  basePath: string;
+}
+
+/** Picks the backend address for one request. undefined = the Service has no ready endpoint. */
+export class TargetPicker {
+  private rr = new WeakMap<readonly EndpointAddress[], number>();
+  private urlTargets = new Map<string, Target>();
+
+  constructor(private readonly endpoints?: EndpointResolver) {}
+
+  pick(backend: Backend, avoid?: string): Target | undefined {
+    if (backend.kind === 'url') {
+      let t = this.urlTargets.get(backend.url);
+      if (!t) {
+        const u = new URL(backend.url);
+        t = { origin: u.origin, authority: u.host, basePath: u.pathname === '/' ? '' : u.pathname };
+        this.urlTargets.set(backend.url, t);
+      }
+      return t;
+    }
+    const list = this.endpoints?.endpoints(backend);
+    if (list === undefined) {
+      // No endpoint tracking (files source): go through cluster DNS, as kube-proxy would.
+      const authority = `${backend.service}.${backend.namespace}.svc:${backend.port}`;
+      return { origin: `http://${authority}`, authority, basePath: '' };
+    }
+    if (list.length === 0) return undefined;
+    let i = this.rr.get(list) ?? 0;
+    let ep = list[i % list.length];
+    if (avoid && list.length > 1 && addr(ep) === avoid) {
+      i++;
+      ep = list[i % list.length];
+    }
+    this.rr.set(list, (i + 1) % list.length);
+    const a = addr(ep);
+    return { origin: `http://${a}`, authority: `${backend.service}.${backend.namespace}.svc:${backend.port}`, basePath: '' };
+  }
+}
+
+function addr(ep: EndpointAddress): string {
+  return ep.host.includes(':') ? `[${ep.host}]:${ep.port}` : `${ep.host}:${ep.port}`;
+}
+
+/** One undici Pool per backend origin; pools unused for a while are closed. */
+export class Pools {
+  private pools = new Map<string, { pool: Pool; used: number }>();
+  private sweeper: NodeJS.Timeout;
+
+  constructor(private readonly idleCloseMs = 300_000) {
+    this.sweeper = setInterval(() => this.sweep(), Math.min(60_000, idleCloseMs)).unref();
+  }
+
+  get(origin: string): Pool {
+    const e = this.pools.get(origin);
+    if (e) {
+      e.used = Date.now();
+      return e.pool;
+    }
+    const pool = new Pool(origin, {
+      connections: null,
+      pipelining: 1,
+      keepAliveTimeout: 4_000,
+      keepAliveMaxTimeout: 60_000,
+      connect: { timeout: 5_000, noDelay: true },
+    });
+    this.pools.set(origin, { pool, used: Date.now() });
+    return pool;
+  }
+
+  private sweep(): void {
+    const cutoff = Date.now() - this.idleCloseMs;
+    for (const [origin, e] of this.pools) {
+      if (e.used < cutoff) {
+        this.pools.delete(origin);
+        e.pool.close().catch(() => undefined);
+      }
+    }
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.sweeper);
+    const all = [...this.pools.values()];
+    this.pools.clear();
+    await Promise.all(all.map((e) => e.pool.destroy().catch(() => undefined)));
+  }
+}

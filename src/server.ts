@@ -1,0 +1,206 @@
+// Assembles one servegate process: a route source feeding the store, the gateway listener and the admin listener,
+// and the graceful shutdown that drains them.
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Config } from './config/schema.js';
+import { adminHandler } from './gateway/admin.js';
+import { Gateway } from './gateway/gateway.js';
+import { Metrics } from './gateway/metrics.js';
+import { silentLogger, type Logger } from './log.js';
+import { RouteStore } from './routing/store.js';
+import type { EndpointResolver, RouteSource } from './sources/types.js';
+
+export interface ServeOptions {
+  config: Config;
+  source: RouteSource;
+  endpoints?: EndpointResolver;
+  /** 0 = ephemeral. */
+  port: number;
+  adminPort: number;
+  /** Listen address; default: all interfaces (IPv6 dual-stack where available). */
+  host?: string;
+  logger?: Logger;
+  /** Default true; tests with many servers in one process may turn process metrics off. */
+  processMetrics?: boolean;
+}
+
+export interface Servegate {
+  port: number;
+  adminPort: number;
+  store: RouteStore;
+  metrics: Metrics;
+  gateway: Gateway;
+  /** Graceful stop: readiness 503, Connection: close, in-flight requests finish, streams end at the deadline. */
+  shutdown(drainMs?: number): Promise<void>;
+  /** Immediate stop. */
+  close(): Promise<void>;
+}
+
+export async function startServegate(opts: ServeOptions): Promise<Servegate> {
+  const { config, source } = opts;
+  const logger = opts.logger ?? silentLogger;
+  const metrics = new Metrics(opts.processMetrics ?? true);
+  const store = new RouteStore({
+    publicUrl: config.publicUrl,
+    serverlessDomain: config.serverlessDomain,
+    keysNamespace: config.auth.keysNamespace,
+    defaultTimeoutMs: config.limits.requestTimeoutSeconds * 1000,
+  });
+  store.onBuild(({ changed, result }, snapshot) => {
+    metrics.reloads.inc({ result: changed ? 'changed' : 'unchanged' });
+    metrics.routes.set(result.table.routes.length);
+    let keyCount = 0;
+    for (const list of result.table.keys.values()) keyCount += list.length;
+    metrics.keys.set(keyCount);
+    const byReason: Record<string, number> = { InvalidSpec: 0, Conflict: 0, BackendNotFound: 0, InvalidKey: result.keyProblems.length, ReadError: snapshot.readErrors?.length ?? 0 };
+    for (const s of result.statuses) if (!s.ready) byReason[s.reason] = (byReason[s.reason] ?? 0) + 1;
+    for (const [reason, n] of Object.entries(byReason)) metrics.invalidResources.set({ reason }, n);
+    if (!changed) return;
+    logger.info({ routes: result.table.routes.length, keys: keyCount, hash: result.table.hash }, 'route table updated');
+    for (const s of result.statuses) if (!s.ready) logger.warn({ resource: `${s.resourceKind} ${s.id}`, reason: s.reason }, s.message);
+    for (const p of result.keyProblems) logger.warn({ secret: p.id, origin: p.origin }, `API-key Secret ignored: ${p.message}`);
+    for (const e of snapshot.readErrors ?? []) logger.warn({ origin: e.origin }, e.message);
+  });
+
+  const gateway = new Gateway({ config, store, metrics, logger, endpoints: opts.endpoints });
+  let draining = false;
+  let started = false;
+
+  const admin = createServer(
+    adminHandler({ store, source, metrics, isDraining: () => draining, started: () => started }),
+  );
+  await listen(admin, opts.adminPort, opts.host);
+
+  const health = setInterval(() => {
+    const h = source.health();
+    metrics.sourceSynced.set(h.synced ? 1 : 0);
+    metrics.sourceStaleness.set(h.stalenessMs / 1000);
+  }, 1000).unref();
+
+  try {
+    await source.start((snapshot) => {
+      try {
+        store.apply(snapshot);
+      } catch (err) {
+        logger.error({ err }, 'could not build the route table; keeping the last one');
+      }
+    });
+  } catch (err) {
+    clearInterval(health);
+    await closeServer(admin);
+    throw err;
+  }
+  started = true;
+
+  let inflight = 0;
+  const responses = new Set<ServerResponse>();
+  let idleWaiters: Array<() => void> = [];
+  const track = (res: ServerResponse): void => {
+    inflight++;
+    responses.add(res);
+    res.once('close', () => {
+      inflight--;
+      responses.delete(res);
+      if (inflight === 0) {
+        const w = idleWaiters;
+        idleWaiters = [];
+        for (const f of w) f();
+      }
+    });
+  };
+
+  const server = createServer({
+    noDelay: true,
+    keepAlive: true,
+    requestTimeout: 0, // uploads and streams may be long; slow clients are bounded by headersTimeout
+    headersTimeout: config.limits.headersTimeoutSeconds * 1000,
+    keepAliveTimeout: 75_000,
+  });
+  server.on('request', (req: IncomingMessage, res: ServerResponse) => {
+    track(res);
+    gateway.handle(req, res);
+  });
+  server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
+    track(res);
+    gateway.handle(req, res, true);
+  });
+  server.on('upgrade', (req, socket, head) => gateway.handleUpgrade(req, socket as import('node:net').Socket, head));
+  server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
+    if (!socket.writable) return socket.destroy();
+    const status = err.code === 'HPE_HEADER_OVERFLOW' ? 431 : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400;
+    const body = JSON.stringify({ error: status === 408 ? 'request headers not received in time' : `malformed HTTP request (${err.code ?? 'parse error'})` });
+    socket.end(`HTTP/1.1 ${status} ${status === 431 ? 'Request Header Fields Too Large' : status === 408 ? 'Request Timeout' : 'Bad Request'}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+  });
+  await listen(server, opts.port, opts.host);
+  logger.info({ port: port(server), adminPort: port(admin), routes: store.current().routes.length }, 'servegate listening');
+
+  let closed = false;
+  const close = async (): Promise<void> => {
+    if (closed) return;
+    closed = true;
+    clearInterval(health);
+    server.closeAllConnections();
+    await Promise.all([closeServer(server), closeServer(admin), source.stop().catch(() => undefined), gateway.close()]);
+  };
+
+  const shutdown = async (drainMs = config.shutdown.drainSeconds * 1000): Promise<void> => {
+    if (draining || closed) return;
+    draining = true;
+    gateway.draining = true;
+    logger.info({ inflight, drainMs }, 'shutting down: draining requests');
+    // No new connections; keep-alive connections get "Connection: close" on their next answer, idle ones are closed.
+    const stopped = closeServer(server);
+    server.closeIdleConnections();
+    for (const res of responses) if (!res.headersSent) res.setHeader('connection', 'close');
+    if (inflight > 0) {
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, drainMs);
+        idleWaiters.push(() => {
+          clearTimeout(t);
+          resolve();
+        });
+      });
+    }
+    if (inflight > 0) {
+      logger.warn({ inflight }, 'drain deadline reached: ending the remaining responses');
+      gateway.endAll();
+      for (const res of responses) if (!res.writableEnded) res.destroy();
+      await new Promise((r) => setTimeout(r, 50)); // let the ended streams flush
+    }
+    server.closeAllConnections();
+    await stopped;
+    await close();
+    logger.info('servegate stopped');
+  };
+
+  return {
+    port: port(server),
+    adminPort: port(admin),
+    store,
+    metrics,
+    gateway,
+    shutdown,
+    close,
+  };
+}
+
+function listen(server: Server, p: number, host?: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(p, host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+}
+
+function closeServer(server: Server): Promise<void> {
+  return new Promise((resolve) => {
+    if (!server.listening) return resolve();
+    server.close(() => resolve());
+  });
+}
+
+function port(server: Server): number {
+  return (server.address() as AddressInfo).port;
+}
