@@ -51,7 +51,8 @@ export async function serve(args: ServeArgs, logger?: Logger): Promise<{ server:
   const config = loadConfigFile(args.config, { port: args.port, namespace: ownNamespace() });
   const log = logger ?? createLogger(config.logLevel);
   if (args.kubernetes) {
-    const { startKubernetes } = (await import(`./serve-kubernetes.js`)) as {
+    const kubernetesModule = './serve-kubernetes.js';
+    const { startKubernetes } = (await import(kubernetesModule)) as {
       startKubernetes: (config: Config, args: ServeArgs, log: Logger) => Promise<Servegate>;
     };
     const server = await startKubernetes(config, args, log);
