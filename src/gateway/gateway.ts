@@ -147,7 +147,7 @@ export class Gateway {
       return;
     }
     const headers = upstreamHeaders(req.headers, {
-      clientIp: req.socket.remoteAddress ?? '',
+      clientIp: clientIp(req),
       proto: (req.socket as { encrypted?: boolean }).encrypted ? 'https' : 'http',
       host: req.headers.host,
       requestId,
@@ -331,6 +331,12 @@ function mapUpstreamError(code: string, route: Route, target: Target): { error: 
   }
   void target;
   return { cause: 'reset', error: gatewayError('backend_error', `${where}: the backend closed the connection before answering${code ? ` (${code})` : ''}`) };
+}
+
+/** The peer address, without the IPv4-mapped IPv6 prefix. */
+export function clientIp(req: IncomingMessage): string {
+  const a = req.socket.remoteAddress ?? '';
+  return a.startsWith('::ffff:') ? a.slice(7) : a;
 }
 
 function tooLarge(max: number): GatewayError {

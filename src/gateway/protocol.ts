@@ -22,7 +22,7 @@ export function checkSuffix(
       if (!rest.startsWith('/v1/')) {
         return gatewayError('not_found', `no route ${method} ${rest}: LLM deployments serve the OpenAI API under ${'/v1/'} (e.g. /v1/chat/completions, /v1/completions, /v1/models)`);
       }
-      return { check: isJsonContentType(contentType) ? 'json' : 'none' };
+      return { check: isBinaryContentType(contentType) ? 'none' : 'json' };
     }
     case 'predictive': {
       const offered = route.verbs.map((v) => `:${v}`).join(', ');
@@ -64,6 +64,13 @@ export function isJsonContentType(ct: string | undefined): boolean {
   if (!ct) return true; // SDKs and curl users often omit it; a body is then read as JSON
   const base = ct.split(';', 1)[0].trim().toLowerCase();
   return base === 'application/json' || base.endsWith('+json');
+}
+
+/** Uploads the OpenAI API takes as they are (files, audio, images); every other LLM body must be JSON. */
+export function isBinaryContentType(ct: string | undefined): boolean {
+  if (!ct) return false;
+  const base = ct.split(';', 1)[0].trim().toLowerCase();
+  return base.startsWith('multipart/') || base === 'application/octet-stream' || base.startsWith('audio/') || base.startsWith('image/') || base.startsWith('video/');
 }
 
 /** Validates a buffered body; undefined when it may be forwarded. */

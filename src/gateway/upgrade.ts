@@ -4,7 +4,7 @@ import type { Socket } from 'node:net';
 import { STATUS_CODES } from 'node:http';
 import { decide } from './decide.js';
 import { gatewayError, renderError, type GatewayError, type Dialect } from './errors.js';
-import type { Gateway, GatewayDeps } from './gateway.js';
+import { clientIp, type Gateway, type GatewayDeps } from './gateway.js';
 import { clientRequestId, upstreamHeaders } from './headers.js';
 import type { TargetPicker } from './upstream.js';
 import { randomUUID } from 'node:crypto';
@@ -33,7 +33,7 @@ export function forwardUpgrade(gw: Gateway, deps: GatewayDeps, picker: TargetPic
     return;
   }
   const headers = upstreamHeaders(req.headers, {
-    clientIp: req.socket.remoteAddress ?? '',
+    clientIp: clientIp(req),
     proto: 'http',
     host: req.headers.host,
     requestId,
