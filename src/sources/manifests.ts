@@ -260,7 +260,7 @@ function isObject(v: unknown): v is Record<string, unknown> {
 
 function firstLine(e: unknown): string {
   const msg = e instanceof Error ? e.message : String(e);
-  return msg.split('\n')[0].trim();
+  return msg.split('\n')[0].trim().replace(/:$/, '');
 }
 
 /**
