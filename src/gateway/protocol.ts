@@ -60,12 +60,6 @@ function safeDecode(s: string): string {
   }
 }
 
-export function isJsonContentType(ct: string | undefined): boolean {
-  if (!ct) return true; // SDKs and curl users often omit it; a body is then read as JSON
-  const base = ct.split(';', 1)[0].trim().toLowerCase();
-  return base === 'application/json' || base.endsWith('+json');
-}
-
 /** Uploads the OpenAI API takes as they are (files, audio, images); every other LLM body must be JSON. */
 export function isBinaryContentType(ct: string | undefined): boolean {
   if (!ct) return false;
