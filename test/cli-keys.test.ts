@@ -3,12 +3,14 @@ import { createHash } from 'node:crypto';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterEach, describe, expect, test } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { parse as parseYaml, parseAllDocuments } from 'yaml';
 import { keysCommand, type CliIo } from '../src/cli/keys.js';
 import { generateKey, hashKey, keySecretManifest, KeyError, parseExpires, parseProjects, secretFields } from '../src/keys/index.js';
 import { buildKeys } from '../src/routing/build.js';
 import type { KeySecretResource } from '../src/routing/types.js';
+import { parseManifests } from '../src/sources/manifests.js';
+import { FakeApiServer } from './support/fake-apiserver.js';
 
 const NOW = Date.parse('2026-06-01T12:00:00Z');
 const KEY_RE = /^[A-Za-z0-9]{16}\.[A-Za-z0-9_-]{32,}$/;
@@ -183,9 +185,12 @@ describe('keys in files mode (--manifests DIR)', () => {
     expect(files).toEqual(['apikey-ci-bot.yaml']);
     const text = readFileSync(join(dir, files[0]), 'utf8');
     expect(text).not.toContain(key.split('.')[1]);
-    const doc = parseYaml(text);
-    expect(doc.metadata.namespace).toBeUndefined();
-    const { keys: table, problems } = buildKeys([asKeySecret(doc)], 'servegate');
+    expect(parseYaml(text).metadata.namespace).toBeUndefined();
+    // Read exactly as `servegate serve --manifests` reads it.
+    const parsed = parseManifests(text, { origin: files[0], keysNamespace: 'servegate' });
+    expect(parsed.errors).toEqual([]);
+    expect(parsed.keySecrets[0].metadata).toMatchObject({ name: 'ci-bot', namespace: 'servegate' });
+    const { keys: table, problems } = buildKeys(parsed.keySecrets, 'servegate');
     expect(problems).toEqual([]);
     expect(table.get(key.slice(0, 16))![0].sha256.toString('hex')).toBe(hashKey(key));
   });
@@ -257,5 +262,81 @@ describe('keys in files mode (--manifests DIR)', () => {
     const r = await keys(['revoke', '--name', 'db-password', '--manifests', dir]);
     expect(r.code).toBe(1);
     expect(readdirSync(dir)).toEqual(['s.yaml']);
+  });
+});
+
+describe('keys in the cluster (fake API server over HTTP)', () => {
+  let fake: FakeApiServer;
+  let kubeconfig: string;
+  beforeAll(async () => {
+    fake = await FakeApiServer.start();
+    const dir = mkdtempSync(join(tmpdir(), 'servegate-kc-'));
+    kubeconfig = join(dir, 'config');
+    writeFileSync(kubeconfig, fake.kubeConfig().exportConfig());
+  });
+  afterAll(async () => {
+    await fake.stop();
+    rmSync(join(kubeconfig, '..'), { recursive: true, force: true });
+  });
+
+  test('create makes a labelled Secret in the keys namespace that buildKeys accepts; the key is printed once', async () => {
+    const r = await keys(['create', '--name', 'ci-bot', '--projects', 'fraud_detection', '--expires', '30d', '--kubeconfig', kubeconfig]);
+    expect(r.code, r.err).toBe(0);
+    const key = r.out.trim();
+    expect(key).toMatch(KEY_RE);
+    const stored = fake.get('v1', 'Secret', 'servegate', 'ci-bot')!;
+    expect(stored.metadata.labels).toEqual({ 'serving.servegate.dev/api-key': 'true' });
+    expect(JSON.stringify(stored)).not.toContain(key.split('.')[1]);
+    const { keys: table, problems } = buildKeys([asKeySecret(stored)], 'servegate');
+    expect(problems).toEqual([]);
+    expect(table.get(key.slice(0, 16))![0].sha256.toString('hex')).toBe(hashKey(key));
+  });
+
+  test('KUBECONFIG and POD_NAMESPACE choose the cluster and the namespace', async () => {
+    const r = await keys(['create', '--name', 'from-env', '--projects', '*'], { KUBECONFIG: kubeconfig, POD_NAMESPACE: 'gw' });
+    expect(r.code, r.err).toBe(0);
+    expect(fake.get('v1', 'Secret', 'gw', 'from-env')).toBeDefined();
+  });
+
+  test('a duplicate name is refused, naming the Secret', async () => {
+    await keys(['create', '--name', 'dup', '--projects', 'a', '-n', 'team', '--kubeconfig', kubeconfig]);
+    const r = await keys(['create', '--name', 'dup', '--projects', 'a', '-n', 'team', '--kubeconfig', kubeconfig]);
+    expect(r.code).toBe(1);
+    expect(r.err).toContain('"dup" already exists in namespace team');
+    expect(r.out).toBe('');
+  });
+
+  test('list shows the keys of the namespace without secrets; revoke deletes one', async () => {
+    const a = await keys(['create', '--name', 'one', '--projects', 'x,y', '-n', 'listing', '--kubeconfig', kubeconfig]);
+    await keys(['create', '--name', 'two', '--projects', '*', '--expires', '2030-01-01T00:00:00Z', '-n', 'listing', '--kubeconfig', kubeconfig]);
+    fake.create({ apiVersion: 'v1', kind: 'Secret', metadata: { name: 'db', namespace: 'listing' }, stringData: { password: 'hunter2' } });
+    const r = await keys(['list', '-n', 'listing', '--kubeconfig', kubeconfig]);
+    expect(r.code, r.err).toBe(0);
+    const lines = r.out.trim().split('\n');
+    expect(lines).toHaveLength(3);
+    expect(lines[1]).toMatch(new RegExp(`^one\\s+${a.out.slice(0, 16)}\\s+x,y\\s+never$`));
+    expect(lines[2]).toMatch(/^two\s+[A-Za-z0-9]{16}\s+\*\s+2030-01-01T00:00:00Z$/);
+    expect(r.out).not.toContain(hashKey(a.out.trim()));
+
+    expect((await keys(['revoke', '--name', 'one', '-n', 'listing', '--kubeconfig', kubeconfig])).code).toBe(0);
+    expect(fake.get('v1', 'Secret', 'listing', 'one')).toBeUndefined();
+    const gone = await keys(['revoke', '--name', 'one', '-n', 'listing', '--kubeconfig', kubeconfig]);
+    expect(gone.code).toBe(1);
+    expect(gone.err).toContain('no API key named "one" in namespace listing');
+  });
+
+  test('revoke will not delete a Secret that is not an API key', async () => {
+    fake.create({ apiVersion: 'v1', kind: 'Secret', metadata: { name: 'tls', namespace: 'servegate' }, stringData: { crt: 'x' } });
+    const r = await keys(['revoke', '--name', 'tls', '--kubeconfig', kubeconfig]);
+    expect(r.code).toBe(1);
+    expect(r.err).toContain('is not an API key');
+    expect(fake.get('v1', 'Secret', 'servegate', 'tls')).toBeDefined();
+  });
+
+  test('an API server error is reported with its message', async () => {
+    fake.failNext(1, 403);
+    const r = await keys(['create', '--name', 'denied', '--projects', 'a', '--kubeconfig', kubeconfig]);
+    expect(r.code).toBe(1);
+    expect(r.err).toContain('not allowed to create Secrets in namespace servegate');
   });
 });

@@ -3,7 +3,7 @@
 import { existsSync } from 'node:fs';
 import { mkdir, readdir, readFile, rename, stat, unlink, writeFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
-import { basename, join, relative } from 'node:path';
+import { basename, delimiter, join, relative } from 'node:path';
 import { parseAllDocuments, stringify } from 'yaml';
 import { ownNamespace } from '../config/load.js';
 import {
@@ -133,16 +133,25 @@ export async function kubeClients(kubeconfig: string | undefined, env: NodeJS.Pr
   if (kubeconfig) {
     if (!existsSync(kubeconfig)) throw new CommandError(`--kubeconfig ${kubeconfig}: no such file`);
     kc.loadFromFile(kubeconfig);
-  } else {
-    const home = env.HOME || homedir();
-    const inCluster = !!env.KUBERNETES_SERVICE_HOST && existsSync('/var/run/secrets/kubernetes.io/serviceaccount/token');
-    if (!env.KUBECONFIG && !existsSync(join(home, '.kube', 'config')) && !inCluster) {
-      throw new CommandError(
-        'no cluster configured: set KUBECONFIG or pass --kubeconfig FILE (or run in a pod); ' +
-          'to work without a cluster use --manifests DIR, or -o yaml to print the manifest',
-      );
+  } else if (env.KUBECONFIG) {
+    // As kubectl: a list of files, the first one's current context wins.
+    const files = env.KUBECONFIG.split(delimiter).filter(Boolean);
+    for (const f of files) if (!existsSync(f)) throw new CommandError(`KUBECONFIG names ${f}, which does not exist`);
+    kc.loadFromFile(files[0]);
+    for (const f of files.slice(1)) {
+      const more = new k8s.KubeConfig();
+      more.loadFromFile(f);
+      kc.mergeConfig(more);
     }
-    kc.loadFromDefault();
+  } else if (existsSync(join(env.HOME || homedir(), '.kube', 'config'))) {
+    kc.loadFromFile(join(env.HOME || homedir(), '.kube', 'config'));
+  } else if (env.KUBERNETES_SERVICE_HOST && existsSync('/var/run/secrets/kubernetes.io/serviceaccount/token')) {
+    kc.loadFromCluster();
+  } else {
+    throw new CommandError(
+      'no cluster configured: set KUBECONFIG or pass --kubeconfig FILE (or run in a pod); ' +
+        'to work without a cluster use --manifests DIR, or -o yaml to print the manifest',
+    );
   }
   const cluster = kc.getCurrentCluster();
   if (!cluster) throw new CommandError('the kubeconfig has no current cluster');
