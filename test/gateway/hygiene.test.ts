@@ -1,0 +1,182 @@
+// What may and may not cross the gateway, checked with raw sockets: hop-by-hop headers, message framing,
+// Expect: 100-continue, and path forms that try to reach a deployment the key does not grant (SPEC §3).
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { startPythonBackend, type RecordingBackend } from '../support/backends.js';
+import { RawClient, rawHttp, rawRequest, startGateway, type Gateway } from '../support/harness.js';
+
+let pyDemo: RecordingBackend;
+let pyOther: RecordingBackend;
+let gw: Gateway;
+let key: string;
+
+beforeAll(async () => {
+  pyDemo = await startPythonBackend();
+  pyOther = await startPythonBackend();
+  gw = await startGateway({
+    deployments: [
+      { namespace: 'demo', name: 'x', type: 'python', url: pyDemo.url },
+      { namespace: 'other', name: 'y', type: 'python', url: pyOther.url },
+    ],
+    keys: [{ name: 'apikey-demo', projects: 'demo' }],
+  });
+  key = gw.keys['apikey-demo'];
+});
+
+afterAll(async () => {
+  await gw?.close();
+  await pyDemo?.close();
+  await pyOther?.close();
+});
+
+const host = (): [string, string] => ['Host', `127.0.0.1:${gw.port}`];
+const authz = (): [string, string] => ['Authorization', `ApiKey ${key}`];
+
+describe('hop-by-hop headers', () => {
+  test('connection-level headers, and those named in Connection, are not forwarded; end-to-end ones are', async () => {
+    const r = await rawRequest(
+      gw.port,
+      rawHttp(
+        'POST',
+        '/v1/demo/x/hop',
+        [
+          host(),
+          authz(),
+          ['Connection', 'keep-alive, X-Foo, x-bar'],
+          ['Keep-Alive', 'timeout=5, max=100'],
+          ['TE', 'trailers'],
+          ['Trailer', 'X-Checksum'],
+          ['Upgrade', 'h2c'],
+          ['Proxy-Authorization', 'Basic dXNlcjpwYXNz'],
+          ['X-Foo', 'hop-only'],
+          ['X-Bar', 'hop-only-too'],
+          ['X-Keep', 'end-to-end'],
+          ['Content-Type', 'text/plain'],
+        ],
+        'hello',
+      ),
+    );
+    expect(r.status).toBe(200);
+    const rec = pyDemo.last();
+    expect(rec.url).toBe('/hop');
+    expect(rec.body.toString()).toBe('hello');
+    const h = rec.headers;
+    for (const name of ['keep-alive', 'te', 'trailer', 'upgrade', 'proxy-authorization', 'x-foo', 'x-bar', 'authorization']) {
+      expect(h[name], `${name} forwarded`).toBeUndefined();
+    }
+    expect(String(h.connection ?? '')).not.toMatch(/x-foo|x-bar/i);
+    expect(h['x-keep']).toBe('end-to-end');
+    expect(h['content-type']).toBe('text/plain');
+  });
+
+  test('a chunked request body arrives whole, re-framed by the gateway', async () => {
+    const head = rawHttp('POST', '/v1/demo/x/chunked', [host(), authz(), ['Transfer-Encoding', 'chunked'], ['Content-Type', 'text/plain']]);
+    const body = Buffer.from('5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n');
+    const r = await rawRequest(gw.port, Buffer.concat([head, body]));
+    expect(r.status).toBe(200);
+    const rec = pyDemo.last();
+    expect(rec.body.toString()).toBe('hello world');
+    expect(rec.complete).toBe(true);
+    const te = rec.headers['transfer-encoding'];
+    if (te !== undefined) expect(te).toBe('chunked');
+    if (rec.headers['content-length'] !== undefined) expect(rec.headers['content-length']).toBe('11');
+  });
+
+  test('a request with both Content-Length and Transfer-Encoding is refused, not forwarded', async () => {
+    const before = pyDemo.requests.length;
+    const msg =
+      `POST /v1/demo/x/smuggle HTTP/1.1\r\nHost: 127.0.0.1:${gw.port}\r\nAuthorization: ApiKey ${key}\r\n` +
+      'Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /v1/other/y/smuggled HTTP/1.1\r\nHost: x\r\n\r\n';
+    const r = await rawRequest(gw.port, msg);
+    expect(r.status).toBe(400);
+    expect(pyDemo.requests.length).toBe(before);
+    expect(pyOther.requests.length).toBe(0);
+  });
+
+  test('Expect: 100-continue gets a 100, then the body is forwarded without authorization', async () => {
+    const c = await RawClient.connect(gw.port);
+    try {
+      c.write(
+        rawHttp('POST', '/v1/demo/x/expect', [
+          host(),
+          authz(),
+          ['Expect', '100-continue'],
+          ['Content-Type', 'text/plain'],
+          ['Content-Length', '11'],
+        ]),
+      );
+      const interim = await c.next();
+      expect(interim.status).toBe(100);
+      c.write('hello world');
+      const r = await c.final();
+      expect(r.status).toBe(200);
+    } finally {
+      c.close();
+    }
+    const rec = pyDemo.last();
+    expect(rec.url).toBe('/expect');
+    expect(rec.body.toString()).toBe('hello world');
+    expect(rec.headers.authorization).toBeUndefined();
+  });
+});
+
+describe('path forms never reach a deployment the key does not grant', () => {
+  // The key grants project "demo" only; "other/y" must never see a request.
+  const paths = [
+    '/v1/demo/x/../../other/y/secret',
+    '/v1/demo/x/%2e%2e/%2e%2e/other/y/secret',
+    '/v1/demo/x/%2E%2E/%2E%2E/other/y/secret',
+    '/v1/demo/x/..%2f..%2fother%2fy%2fsecret',
+    '/v1/demo/x/..%2F..%2Fother/y/secret',
+    '/v1/demo/x%2f..%2f..%2fother/y/secret',
+    '/v1/demo%2fx/../../other/y/secret',
+    '/v1/demo/x/..\\..\\other\\y\\secret',
+    '/v1/demo/x/..%5c..%5cother%5cy%5csecret',
+    '/v1/demo/x/%252e%252e/%252e%252e/other/y/secret',
+    '//v1/demo/x/../../other/y/secret',
+    '/v1//demo/x/../../../other/y/secret',
+    '/v1/demo//x/../../other/y/secret',
+    '/v1/demo/x/%00/../../../other/y/secret',
+    '/v1/demo/x%00/../../other/y/secret',
+    '/v1/demo/./x/.././../other/y/secret',
+    '/v1/demo/x/.%2e/.%2e/other/y/secret',
+    '/v1/demo/x/..;/..;/other/y/secret',
+    '/v1/demo/x/?/../../other/y/secret',
+    '/v1/demo/x/#/../../other/y/secret',
+    '/v1/other/y/../../demo/x/secret',
+    '/v1/demo/../other/y/secret',
+    '/v1/demo/x/../../OTHER/y/secret',
+  ];
+
+  test.each(paths)('%s', async (path) => {
+    const beforeDemo = pyDemo.requests.length;
+    const r = await rawRequest(gw.port, rawHttp('GET', path, [host(), authz(), ['Connection', 'close']]));
+    expect(pyOther.requests.map((q) => q.url)).toEqual([]);
+    if (r.status === 200) {
+      // Served: then only by the authorised deployment.
+      expect(pyDemo.requests.length).toBe(beforeDemo + 1);
+      expect(r.text).toContain('"backend":"python"');
+    } else {
+      expect(r.status).toBeGreaterThanOrEqual(400);
+      expect(r.status).toBeLessThan(500);
+    }
+  });
+
+  test('an absolute-form request target naming another deployment is not served with this key', async () => {
+    const r = await rawRequest(
+      gw.port,
+      rawHttp('GET', `http://127.0.0.1:${gw.port}/v1/other/y/secret`, [host(), authz(), ['Connection', 'close']]),
+    );
+    expect(r.status).toBeGreaterThanOrEqual(400);
+    expect(pyOther.requests.length).toBe(0);
+  });
+
+  test('what the authorised backend receives is a normalised path without dot-segments', async () => {
+    const r = await rawRequest(gw.port, rawHttp('GET', '/v1/demo/x/a/./b/../c', [host(), authz(), ['Connection', 'close']]));
+    if (r.status === 200) expect(pyDemo.last().url).toBe('/a/c');
+    else expect(r.status).toBe(400);
+    for (const q of pyDemo.requests) {
+      const segments = q.url.split('?')[0].split('/').map((s) => s.toLowerCase());
+      for (const dot of ['.', '..', '%2e', '%2e%2e', '.%2e', '%2e.']) expect(segments, q.url).not.toContain(dot);
+    }
+  });
+});

@@ -1,0 +1,94 @@
+// Live reload of the files source: deployments added, edited and deleted in the manifest folder are served or
+// gone within about a second, without a restart; a bad document is reported while the others keep serving.
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { startPythonBackend, startV1Backend, type RecordingBackend } from '../support/backends.js';
+import { eventually, send, startGateway, type Gateway } from '../support/harness.js';
+
+let v1a: RecordingBackend;
+let v1b: RecordingBackend;
+let py: RecordingBackend;
+let gw: Gateway;
+let key: string;
+const auth = () => ({ authorization: `ApiKey ${key}` });
+const predict = (dep: string, model = dep, verb = 'predict') =>
+  send(`${gw.url}/v1/demo/${dep}/v1/models/${model}:${verb}`, { headers: auth(), body: { instances: [[1]] } });
+
+beforeAll(async () => {
+  [v1a, v1b, py] = await Promise.all([startV1Backend(), startV1Backend(), startPythonBackend()]);
+  gw = await startGateway({
+    deployments: [{ namespace: 'demo', name: 'iris', modelServer: 'sklearn', url: v1a.url }],
+    keys: [{ name: 'apikey-reload', projects: 'demo' }],
+  });
+  key = gw.keys['apikey-reload'];
+});
+
+afterAll(async () => {
+  await gw?.close();
+  await Promise.all([v1a, v1b, py].map((b) => b?.close()));
+});
+
+describe('live reload of the manifest folder', () => {
+  test('a new deployment manifest is served without a restart', async () => {
+    expect((await send(`${gw.url}/v1/demo/fresh/hello`, { headers: auth() })).status).toBe(404);
+    gw.writeDeployment({ namespace: 'demo', name: 'fresh', type: 'python', url: py.url });
+    await eventually(async () => expect((await send(`${gw.url}/v1/demo/fresh/hello`, { headers: auth() })).status).toBe(200));
+    expect(py.last().url).toBe('/hello');
+  });
+
+  test("an edited deployment's new backend takes the traffic", async () => {
+    expect((await predict('iris')).status).toBe(200);
+    expect(v1a.requests.length).toBeGreaterThan(0);
+    gw.writeDeployment({ namespace: 'demo', name: 'iris', modelServer: 'sklearn', url: v1b.url });
+    await eventually(async () => {
+      const before = v1b.requests.length;
+      expect((await predict('iris')).status).toBe(200);
+      expect(v1b.requests.length).toBe(before + 1);
+    });
+  });
+
+  test("an edited deployment's model server changes the verbs it offers", async () => {
+    expect((await predict('iris', 'iris', 'classify')).status).toBe(404);
+    gw.writeDeployment({ namespace: 'demo', name: 'iris', modelServer: 'tensorflow', url: v1b.url });
+    await eventually(async () => expect((await predict('iris', 'iris', 'classify')).status).toBe(200));
+  });
+
+  test('a deleted deployment manifest is 404', async () => {
+    gw.writeDeployment({ namespace: 'demo', name: 'doomed', type: 'python', url: py.url });
+    await eventually(async () => expect((await send(`${gw.url}/v1/demo/doomed/x`, { headers: auth() })).status).toBe(200));
+    gw.removeDeployment('demo', 'doomed');
+    await eventually(async () => expect((await send(`${gw.url}/v1/demo/doomed/x`, { headers: auth() })).status).toBe(404));
+  });
+
+  test('a bad document is reported while the other deployments keep serving', async () => {
+    gw.writeManifest('broken.yaml', 'apiVersion: serving.servegate.dev/v1alpha1\nkind: ServingDeployment\nmetadata: {name: [unclosed\n');
+    gw.writeDeployment({ namespace: 'demo', name: 'second', type: 'python', url: py.url });
+    gw.writeManifest('bad-spec.yaml', {
+      apiVersion: 'serving.servegate.dev/v1alpha1',
+      kind: 'ServingDeployment',
+      metadata: { name: 'badspec', namespace: 'demo' },
+      spec: { type: 'model', modelServer: 'not-a-server', backend: { url: py.url } },
+    });
+    // The good document written in the same moment is picked up...
+    await eventually(async () => expect((await send(`${gw.url}/v1/demo/second/x`, { headers: auth() })).status).toBe(200));
+    // ...the older ones keep serving...
+    expect((await predict('iris')).status).toBe(200);
+    expect((await send(`${gw.url}/v1/demo/fresh/x`, { headers: auth() })).status).toBe(200);
+    // ...the invalid one is not routed...
+    expect((await send(`${gw.url}/v1/demo/badspec/x`, { headers: auth() })).status).toBe(404);
+    // ...and both problems are reported: the YAML error in the log, the invalid spec on the admin page.
+    await eventually(() => expect(gw.logs.some((l) => l.includes('broken.yaml'))).toBe(true));
+    const page = await send(`${gw.adminUrl}/`);
+    expect(page.text).toContain('badspec');
+    expect(page.text).toContain('InvalidSpec');
+  });
+
+  test('a fixed document is served again', async () => {
+    gw.writeManifest('bad-spec.yaml', {
+      apiVersion: 'serving.servegate.dev/v1alpha1',
+      kind: 'ServingDeployment',
+      metadata: { name: 'badspec', namespace: 'demo' },
+      spec: { type: 'python', backend: { url: py.url } },
+    });
+    await eventually(async () => expect((await send(`${gw.url}/v1/demo/badspec/x`, { headers: auth() })).status).toBe(200));
+  });
+});
