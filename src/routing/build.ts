@@ -62,7 +62,7 @@ export function buildRouteTable(snapshot: Snapshot, options: BuildOptions): Buil
   candidates.sort((a, b) => compareAge(a.meta, b.meta));
   const byPath = new Map<string, Route>();
   const byHost = new Map<string, Route>();
-  const projectForms = new Map<string, string>(); // namespace form → project name as first written
+  const projectForms = new Map<string, Route>(); // namespace form → the oldest route that wrote the project this way
   const routes: Route[] = [];
   const statuses: DeploymentStatus[] = [];
 
@@ -71,9 +71,9 @@ export function buildRouteTable(snapshot: Snapshot, options: BuildOptions): Buil
     const form = projectNamespaceForm(route.project);
     const pathKeys = [...new Set([`${route.project}/${route.deployment}`, `${form}/${route.deployment}`])];
     let conflict: string | undefined;
-    const ownerProject = projectForms.get(form);
-    if (ownerProject !== undefined && ownerProject !== route.project) {
-      conflict = `project "${route.project}" and project "${ownerProject}" meet in the same form "${form}"`;
+    const owner = projectForms.get(form);
+    if (owner !== undefined && owner.project !== route.project) {
+      conflict = `project "${route.project}" and project "${owner.project}" meet in the same form "${form}"; project "${owner.project}" is already served by ${owner.resourceKind} ${owner.id}, which is older`;
     }
     for (const k of pathKeys) {
       const other = byPath.get(k);
@@ -88,7 +88,7 @@ export function buildRouteTable(snapshot: Snapshot, options: BuildOptions): Buil
       continue;
     }
     const full: Route = c.hostname ? { ...route, hostname: c.hostname } : { ...route };
-    projectForms.set(form, route.project);
+    if (!projectForms.has(form)) projectForms.set(form, full);
     for (const k of pathKeys) byPath.set(k, full);
     if (c.hostname) byHost.set(c.hostname, full);
     routes.push(full);
