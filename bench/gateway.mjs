@@ -9,7 +9,7 @@ import { deploymentObject, keySecretObject, makeKey } from './lib/manifests.mjs'
 import { BACKEND_BODY, backendConfig, proxyConfig, startNginx } from './lib/nginx.mjs';
 import { freePort, memoryOf, startProcess, stopProcess, waitFor } from './lib/procs.mjs';
 import { runAutocannon, runOpenLoop, runWrk, writeWrkScript } from './lib/load.mjs';
-import { goal, log, mb, ms, ratio, rps, table } from './lib/report.mjs';
+import { goal, log, mb, ms, ratio, rps, signedMs, table } from './lib/report.mjs';
 import { CLI, cliBuilt, startGatewayProcess } from './lib/servegate.mjs';
 import { fileURLToPath } from 'node:url';
 
@@ -66,6 +66,19 @@ export async function startBackend(ctx, dir) {
   return { child, port, kind: ctx.tools.nginx ? `nginx return 200, ${ctx.backendWorkers} workers` : `Node cluster, ${ctx.backendWorkers} workers` };
 }
 
+/** A measurement with failed requests is not a figure: no ratio or goal is computed from it. */
+function usable(r) {
+  return r && !r.errors && !r.non2xx ? r : undefined;
+}
+
+/** Says once, loudly, that the gateway process died, with the tail of its output. */
+function reportDeath(child, results) {
+  if (results.gatewayDied || (child.exitCode === null && child.signalCode === null)) return;
+  results.gatewayDied = { exit: child.exitCode ?? child.signalCode, output: child.output.slice(-3000) };
+  log(`  ERROR: the servegate process died (exit ${child.exitCode ?? child.signalCode}); its last output:`);
+  for (const line of child.output.trim().split('\n').slice(-30)) log(`    ${line}`);
+}
+
 export async function runGatewayBench(ctx) {
   const dir = join(ctx.dir, 'gateway');
   mkdirSync(dir, { recursive: true });
@@ -113,7 +126,7 @@ export async function runGatewayBench(ctx) {
         await waitFor('servegate route', async () => (await probe(url, ctx.headers)) !== undefined, { child: gateway.child, timeoutMs: 20_000 });
         await probe(url, { 'content-type': 'application/json' }, 401);
         gateway.url = url;
-        targets.push({ name: 'servegate', url });
+        targets.push({ name: 'servegate', url, child: gateway.child });
         log(`  servegate: node ${CLI.replace(ctx.root, '')} serve --manifests (1 process) on 127.0.0.1:${gateway.port}`);
       } catch (err) {
         log(`  servegate: FAILED to start or to route: ${err.message}`);
@@ -131,15 +144,16 @@ export async function runGatewayBench(ctx) {
       const r = await throughput(ctx, t.url);
       results.targets[t.name] = r;
       if (r.errors || r.non2xx) log(`  WARNING ${t.name}: ${r.errors} socket errors, ${r.non2xx} non-2xx responses`);
+      if (t.child) reportDeath(t.child, results);
       await sleep(500);
     }
     const rows = [['target', 'requests/s', 'p50', 'p99', 'errors']];
     for (const [name, r] of Object.entries(results.targets)) rows.push([name, rps(r.rps), ms(r.p50Ms), ms(r.p99Ms), String(r.errors + r.non2xx)]);
     log('');
     table(rows);
-    const gw = results.targets.servegate;
-    const ng = results.targets.nginx;
-    const di = results.targets.direct;
+    const gw = usable(results.targets.servegate);
+    const ng = usable(results.targets.nginx);
+    const di = usable(results.targets.direct);
     results.ratios = {
       gatewayOverNginx: gw && ng ? gw.rps / ng.rps : undefined,
       gatewayOverDirect: gw && di ? gw.rps / di.rps : undefined,
@@ -157,22 +171,23 @@ export async function runGatewayBench(ctx) {
     for (const [name, r] of Object.entries(results.openLoop)) {
       if (r.errors || r.non2xx) log(`  WARNING ${name}: ${r.errors} errors (${r.firstError ?? ''}), ${r.non2xx} non-2xx`);
     }
+    if (gateway) reportDeath(gateway.child, results);
     const lrows = [['target', 'achieved', 'p50', 'p90', 'p99', 'max', 'p50 service', 'p99 service']];
     for (const [name, r] of Object.entries(results.openLoop)) {
       lrows.push([name, rps(r.achievedRate), ms(r.fromSchedule.p50), ms(r.fromSchedule.p90), ms(r.fromSchedule.p99), ms(r.fromSchedule.max), ms(r.service.p50), ms(r.service.p99)]);
     }
     log('');
     table(lrows);
-    const gl = results.openLoop.servegate;
-    const dl = results.openLoop.direct;
+    const gl = usable(results.openLoop.servegate);
+    const dl = usable(results.openLoop.direct);
     results.added = gl && dl ? { p50Ms: gl.fromSchedule.p50 - dl.fromSchedule.p50, p99Ms: gl.fromSchedule.p99 - dl.fromSchedule.p99 } : undefined;
     if (results.added) {
       log('');
-      log(`  servegate added latency at ${ctx.rate} req/s: p50 +${ms(results.added.p50Ms)}, p99 +${ms(results.added.p99Ms)}`);
+      log(`  servegate added latency at ${ctx.rate} req/s: p50 ${signedMs(results.added.p50Ms)}, p99 ${signedMs(results.added.p99Ms)}`);
     }
 
     // Memory.
-    if (gateway) {
+    if (gateway && !results.gatewayDied) {
       results.memory = memoryOf(gateway.child.pid);
       log(`  servegate memory after the run: RSS ${mb(results.memory?.rss)} (peak ${mb(results.memory?.peak)})`);
     }
@@ -181,7 +196,7 @@ export async function runGatewayBench(ctx) {
     const g1 = results.ratios.gatewayOverNginx;
     results.goals.throughput = goal('servegate throughput >= 0.35x nginx', ratio(g1), g1 === undefined ? undefined : g1 >= 0.35);
     const g2 = results.added?.p99Ms;
-    results.goals.addedLatency = goal(`p99 added latency <= 1 ms at ${ctx.rate} req/s`, g2 === undefined ? 'n/a' : `+${ms(g2)}`, g2 === undefined ? undefined : g2 <= 1);
+    results.goals.addedLatency = goal(`p99 added latency <= 1 ms at ${ctx.rate} req/s`, signedMs(g2), g2 === undefined ? undefined : g2 <= 1);
     return results;
   } finally {
     for (const child of started.reverse()) await stopProcess(child);

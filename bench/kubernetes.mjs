@@ -1,10 +1,287 @@
-// Part B: the Kubernetes source at 10,000 ServingDeployments (waits for FakeApiServer and KubernetesSource).
-import { existsSync } from 'node:fs';
+// Part B: the gateway on the Kubernetes source with 10,000 ServingDeployments and 10,000 key Secrets, served by
+// the test suite's FakeApiServer (real HTTP, real @kubernetes/client-node in the gateway), in this process.
+// Measures: watch event → route served (p50/p99 over ~200 creates), throughput with 10k routes vs 1 route
+// (alternating rounds), start-up time and RSS.
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { log } from './lib/report.mjs';
+import { performance } from 'node:perf_hooks';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Pool } from 'undici';
+import { stringify } from 'yaml';
+import { startBackend } from './gateway.mjs';
+import { runAutocannon, runWrk, writeWrkScript } from './lib/load.mjs';
+import { deploymentObject, keySecretObject, makeKey } from './lib/manifests.mjs';
+import { memoryOf, stopProcess, waitFor } from './lib/procs.mjs';
+import { goal, log, mb, ms, rps, table } from './lib/report.mjs';
+import { CLI, startGatewayProcess } from './lib/servegate.mjs';
+
+const KEYS_NAMESPACE = 'servegate';
+const SERVICE_PORT = 8080;
+const BODY = '{"instances":[[6.8,2.8,4.8,1.4]]}';
+
+const predictPath = (ns, name) => `/v1/${ns}/${name}/v1/models/${name}:predict`;
+
+/** Compiles test/support/fake-apiserver.ts (self-contained) to .bench-tmp/ with the TypeScript API and imports it. */
+async function loadFakeApiServer(root) {
+  const { default: ts } = await import('typescript');
+  const source = readFileSync(join(root, 'test', 'support', 'fake-apiserver.ts'), 'utf8');
+  const out = ts.transpileModule(source, {
+    fileName: 'fake-apiserver.ts',
+    compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 },
+  });
+  const dir = join(root, '.bench-tmp');
+  mkdirSync(dir, { recursive: true });
+  const file = join(dir, 'fake-apiserver.mjs');
+  writeFileSync(file, out.outputText);
+  return (await import(file)).FakeApiServer;
+}
+
+/**
+ * Fills a fake API server: `count` ServingDeployments spread over up to 100 namespaces (= projects), one backend
+ * Service + EndpointSlice (→ 127.0.0.1:backendPort) per namespace, `count` key Secrets (one project each) and one
+ * load key granting every project. Returns the load key and the deployments' paths.
+ */
+function populate(fake, count, backendPort) {
+  const namespaces = Array.from({ length: Math.min(100, count) }, (_, i) => `p-${String(i).padStart(3, '0')}`);
+  for (const ns of namespaces) {
+    fake.create({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: ns } });
+    fake.create({
+      apiVersion: 'v1',
+      kind: 'Service',
+      metadata: { name: 'backend', namespace: ns },
+      spec: { ports: [{ name: 'http', port: SERVICE_PORT, targetPort: SERVICE_PORT, protocol: 'TCP' }] },
+    });
+    fake.create(endpointSlice(ns, backendPort));
+  }
+  fake.create({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: KEYS_NAMESPACE } });
+  const paths = [];
+  for (let i = 0; i < count; i++) {
+    const ns = namespaces[i % namespaces.length];
+    const name = `d-${String(i).padStart(5, '0')}`;
+    fake.create(deploymentObject({ namespace: ns, name, backend: { service: 'backend', port: SERVICE_PORT } }));
+    paths.push(predictPath(ns, name));
+    const k = makeKey();
+    fake.create(keySecretObject({ name: `key-${String(i).padStart(5, '0')}`, namespace: KEYS_NAMESPACE, prefix: k.prefix, sha256: k.sha256, projects: ns }));
+  }
+  const load = makeKey();
+  fake.create(keySecretObject({ name: 'bench-load', namespace: KEYS_NAMESPACE, prefix: load.prefix, sha256: load.sha256, projects: '*' }));
+  return { key: load.key, paths, namespaces };
+}
+
+function endpointSlice(ns, port) {
+  return {
+    apiVersion: 'discovery.k8s.io/v1',
+    kind: 'EndpointSlice',
+    metadata: { name: 'backend-bench', namespace: ns, labels: { 'kubernetes.io/service-name': 'backend' } },
+    addressType: 'IPv4',
+    ports: [{ name: 'http', port, protocol: 'TCP' }],
+    endpoints: [{ addresses: ['127.0.0.1'], conditions: { ready: true, serving: true, terminating: false } }],
+  };
+}
+
+function writeKubeconfig(dir, name, url) {
+  const file = join(dir, `kubeconfig-${name}.yaml`);
+  writeFileSync(
+    file,
+    stringify({
+      apiVersion: 'v1',
+      kind: 'Config',
+      clusters: [{ name: 'fake', cluster: { server: url, 'insecure-skip-tls-verify': true } }],
+      users: [{ name: 'fake', user: { token: 'fake-token' } }],
+      contexts: [{ name: 'fake', context: { cluster: 'fake', user: 'fake', namespace: KEYS_NAMESPACE } }],
+      'current-context': 'fake',
+    }),
+  );
+  return file;
+}
+
+/** Status writes the controller has made so far (PUT/PATCH on /status answered 2xx). */
+function statusWrites(fake) {
+  let n = 0;
+  for (const r of fake.requests) if (r.path.endsWith('/status') && (r.method === 'PATCH' || r.method === 'PUT') && r.status < 300) n++;
+  return n;
+}
+
+async function post(pool, path, headers) {
+  const res = await pool.request({ path, method: 'POST', headers, body: BODY });
+  await res.body.dump();
+  return res.statusCode;
+}
+
+/** Starts `serve --kubernetes` against a fake and waits until `probePath` is served. Resolves with timings. */
+async function startKubeGateway(dir, name, fake, probePath, headers) {
+  const kubeconfig = writeKubeconfig(dir, name, fake.url);
+  const t0 = performance.now();
+  const gw = await startGatewayProcess(join(dir, name), ['--kubernetes'], {
+    env: { KUBECONFIG: kubeconfig, POD_NAMESPACE: KEYS_NAMESPACE, POD_NAME: `bench-${name}` },
+  });
+  const pool = new Pool(`http://127.0.0.1:${gw.port}`, { connections: 1 });
+  try {
+    await waitFor(`servegate (${name}) serving ${probePath}`, async () => (await post(pool, probePath, headers)) === 200, {
+      child: gw.child,
+      timeoutMs: 90_000,
+      intervalMs: 100,
+    });
+  } finally {
+    await pool.close();
+  }
+  gw.readyMs = performance.now() - t0;
+  return gw;
+}
+
+/** Closed-loop run cycling through `paths`; `script` is the wrk Lua file for those paths. */
+async function closedLoop(ctx, base, script, paths, seconds) {
+  const opts = { connections: ctx.connections, threads: ctx.threads, seconds };
+  if (ctx.tools.wrk) return runWrk(ctx.tools.wrk, script, base + paths[0], opts);
+  return runAutocannon(base + paths[0], { method: 'POST', body: BODY, headers: ctx.headers, paths }, opts);
+}
 
 export async function runKubernetesBench(ctx) {
-  const need = ['test/support/fake-apiserver.ts', 'src/sources/kubernetes/index.ts'].filter((f) => !existsSync(join(ctx.root, f)));
-  log(`  SKIPPED: not written yet: ${need.join(', ')}`);
-  return { skipped: need };
+  const needed = ['test/support/fake-apiserver.ts', 'src/sources/kubernetes/index.ts', 'dist/cli/serve-kubernetes.js'];
+  const missing = needed.filter((f) => !existsSync(join(ctx.root, f)));
+  if (!existsSync(CLI)) missing.push('dist/cli/main.js');
+  if (missing.length) {
+    log(`  SKIPPED: not there yet: ${missing.join(', ')}`);
+    return { skipped: missing };
+  }
+  const count = ctx.deployments;
+  const dir = join(ctx.dir, 'kubernetes');
+  mkdirSync(join(dir, 'big'), { recursive: true });
+  mkdirSync(join(dir, 'one'), { recursive: true });
+  const results = { deployments: count, keySecrets: count + 1, goals: {} };
+  const started = [];
+  const fakes = [];
+  try {
+    const FakeApiServer = await loadFakeApiServer(ctx.root);
+    const backend = await startBackend(ctx, dir);
+    started.push(backend.child);
+    log(`  backend: ${backend.kind} on 127.0.0.1:${backend.port} (behind a Service + EndpointSlice in every namespace)`);
+
+    const t0 = performance.now();
+    const bigFake = await FakeApiServer.start();
+    fakes.push(bigFake);
+    const big = populate(bigFake, count, backend.port);
+    const oneFake = await FakeApiServer.start();
+    fakes.push(oneFake);
+    const one = populate(oneFake, 1, backend.port);
+    log(`  fake API server: ${count.toLocaleString('en-US')} ServingDeployments in ${big.namespaces.length} namespaces, ${(count + 1).toLocaleString('en-US')} key Secrets (${Math.round(performance.now() - t0)} ms to fill); a second one with 1 of each`);
+
+    const bigHeaders = { 'content-type': 'application/json', authorization: `ApiKey ${big.key}` };
+    const oneHeaders = { 'content-type': 'application/json', authorization: `ApiKey ${one.key}` };
+
+    // Start-up with 10k: first route served, then the controller's status writes.
+    const gwBig = await startKubeGateway(dir, 'big', bigFake, big.paths[big.paths.length - 1], bigHeaders);
+    started.push(gwBig.child);
+    results.startupMs = gwBig.readyMs;
+    const tStatus = performance.now();
+    let lastCount = -1;
+    let stableSince = performance.now();
+    while (performance.now() - tStatus < 90_000) {
+      const n = statusWrites(bigFake);
+      if (n >= count) break;
+      if (n !== lastCount) {
+        lastCount = n;
+        stableSince = performance.now();
+      } else if (performance.now() - stableSince > 3000) break;
+      await sleep(200);
+    }
+    results.statusWrites = statusWrites(bigFake);
+    results.statusesMs = gwBig.readyMs + (performance.now() - tStatus);
+    log(`  servegate (10k): serving after ${ms(results.startupMs)}; ${results.statusWrites.toLocaleString('en-US')} statuses written after ${ms(results.statusesMs)} from start`);
+    const gwOne = await startKubeGateway(dir, 'one', oneFake, one.paths[0], oneHeaders);
+    started.push(gwOne.child);
+    await sleep(500);
+
+    // 1. Watch event → route served.
+    const eventPool = new Pool(`http://127.0.0.1:${gwBig.port}`, { connections: 1, pipelining: 1 });
+    const latencies = [];
+    let timeouts = 0;
+    for (let i = 0; i < ctx.events; i++) {
+      const ns = big.namespaces[i % big.namespaces.length];
+      const name = `new-${String(i).padStart(4, '0')}`;
+      const path = predictPath(ns, name);
+      const start = performance.now();
+      bigFake.create(deploymentObject({ namespace: ns, name, backend: { service: 'backend', port: SERVICE_PORT } }));
+      let served = false;
+      while (performance.now() - start < 5000) {
+        if ((await post(eventPool, path, bigHeaders)) === 200) {
+          served = true;
+          break;
+        }
+      }
+      if (served) latencies.push(performance.now() - start);
+      else timeouts++;
+      await sleep(10);
+    }
+    await eventPool.close();
+    latencies.sort((a, b) => a - b);
+    const pct = (p) => latencies[Math.min(latencies.length - 1, Math.ceil((p / 100) * latencies.length) - 1)];
+    results.eventToRoute = { events: ctx.events, served: latencies.length, timeouts, p50Ms: pct(50), p99Ms: pct(99), maxMs: latencies[latencies.length - 1] };
+    log('');
+    log(`  watch event → route served (create a ServingDeployment in the API server, poll the gateway until 200), ${ctx.events} events:`);
+    log(`    p50 ${ms(results.eventToRoute.p50Ms)}, p99 ${ms(results.eventToRoute.p99Ms)}, max ${ms(results.eventToRoute.maxMs)}${timeouts ? `, ${timeouts} not served within 5 s` : ''}`);
+
+    // 2. Throughput with 10k routes vs 1 route, alternating rounds.
+    const bigPaths = [...big.paths];
+    const scripts = ctx.tools.wrk
+      ? {
+          big: writeWrkScript(dir, { method: 'POST', body: BODY, headers: bigHeaders, paths: bigPaths, name: 'wrk-10k' }),
+          one: writeWrkScript(dir, { method: 'POST', body: BODY, headers: oneHeaders, paths: one.paths, name: 'wrk-1' }),
+        }
+      : {};
+    const runs = {
+      one: { base: `http://127.0.0.1:${gwOne.port}`, paths: one.paths, script: scripts.one, headers: oneHeaders, rounds: [] },
+      big: { base: `http://127.0.0.1:${gwBig.port}`, paths: bigPaths, script: scripts.big, headers: bigHeaders, rounds: [] },
+    };
+    for (const r of Object.values(runs)) {
+      ctx.headers = r.headers;
+      if (ctx.warmupSeconds > 0) await closedLoop(ctx, r.base, r.script, r.paths, ctx.warmupSeconds);
+    }
+    const roundSeconds = Math.max(1, Math.round(ctx.seconds / 2));
+    for (let round = 0; round < 2; round++) {
+      for (const r of Object.values(runs)) {
+        ctx.headers = r.headers;
+        r.rounds.push(await closedLoop(ctx, r.base, r.script, r.paths, roundSeconds));
+        await sleep(300);
+      }
+    }
+    const summary = (r) => {
+      const requests = r.rounds.reduce((s, x) => s + x.requests, 0);
+      const seconds = r.rounds.reduce((s, x) => s + x.requests / x.rps, 0);
+      return {
+        rps: requests / seconds,
+        p50Ms: r.rounds.reduce((s, x) => s + x.p50Ms, 0) / r.rounds.length,
+        p99Ms: r.rounds.reduce((s, x) => s + x.p99Ms, 0) / r.rounds.length,
+        errors: r.rounds.reduce((s, x) => s + x.errors + x.non2xx, 0),
+        roundsRps: r.rounds.map((x) => x.rps),
+      };
+    };
+    results.throughput = { oneRoute: summary(runs.one), tenK: summary(runs.big) };
+    log('');
+    log(`  closed loop: ${ctx.tools.wrk ? `wrk -t${ctx.threads}` : 'autocannon'} -c${ctx.connections}, 2 alternating rounds of ${roundSeconds} s each; the 10k run cycles through all ${count.toLocaleString('en-US')} routes`);
+    table([
+      ['routes', 'requests/s', 'p50 (mean)', 'p99 (mean)', 'errors', 'rounds'],
+      ['1', rps(results.throughput.oneRoute.rps), ms(results.throughput.oneRoute.p50Ms), ms(results.throughput.oneRoute.p99Ms), String(results.throughput.oneRoute.errors), results.throughput.oneRoute.roundsRps.map((x) => Math.round(x)).join(' / ')],
+      [count.toLocaleString('en-US'), rps(results.throughput.tenK.rps), ms(results.throughput.tenK.p50Ms), ms(results.throughput.tenK.p99Ms), String(results.throughput.tenK.errors), results.throughput.tenK.roundsRps.map((x) => Math.round(x)).join(' / ')],
+    ]);
+    const ok = !results.throughput.oneRoute.errors && !results.throughput.tenK.errors;
+    results.throughput.ratio = ok ? results.throughput.tenK.rps / results.throughput.oneRoute.rps : undefined;
+
+    // 3. Memory.
+    results.memory = { tenK: memoryOf(gwBig.child.pid), oneRoute: memoryOf(gwOne.child.pid) };
+    log('');
+    log(`  RSS after the run: ${mb(results.memory.tenK?.rss)} with 10k routes (peak ${mb(results.memory.tenK?.peak)}); ${mb(results.memory.oneRoute?.rss)} with 1 route`);
+
+    log('');
+    const e = results.eventToRoute.p99Ms;
+    results.goals.eventToRoute = goal('event → route served p99 <= 50 ms', ms(e), timeouts ? false : e <= 50);
+    const r = results.throughput.ratio;
+    results.goals.throughput = goal('throughput 10k routes within 5% of 1 route', r === undefined ? 'n/a' : `${((r - 1) * 100).toFixed(1)}%`, r === undefined ? undefined : r >= 0.95);
+    const m = results.memory.tenK?.peak;
+    results.goals.memory = goal('RSS <= 200 MB with 10k deployments', mb(m) + ' peak', m === undefined ? undefined : m <= 200 * 1024 * 1024);
+    return results;
+  } finally {
+    for (const child of started.reverse()) await stopProcess(child);
+    for (const fake of fakes) await fake.stop().catch(() => undefined);
+  }
 }

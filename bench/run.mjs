@@ -1,6 +1,7 @@
 // `npm run bench`: builds, detects the tools, runs Part A (gateway data plane) and Part B (Kubernetes source).
 //   node bench/run.mjs [--only gateway|kubernetes] [--seconds 10] [--warmup 2] [--rate 1000] [--rate-seconds 10]
-//                      [--connections 64] [--threads 2] [--no-build] [--quick]
+//                      [--connections 64] [--threads 2] [--backend-workers 2] [--deployments 10000] [--events 200]
+//                      [--no-build] [--quick]   (--quick: 2 s runs, 1,000 deployments, 20 events: checks the harness)
 // Loopback only; every process it starts is killed at the end, on Ctrl-C, on error and at the time limit.
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -21,6 +22,8 @@ const { values: flags } = parseArgs({
     connections: { type: 'string', default: '64' },
     threads: { type: 'string', default: '2' },
     'backend-workers': { type: 'string', default: '2' },
+    deployments: { type: 'string', default: '10000' },
+    events: { type: 'string', default: '200' },
     'no-build': { type: 'boolean', default: false },
     quick: { type: 'boolean', default: false },
     help: { type: 'boolean', default: false },
@@ -29,7 +32,8 @@ const { values: flags } = parseArgs({
 
 if (flags.help) {
   log('usage: npm run bench -- [--only gateway|kubernetes] [--seconds 10] [--warmup 2] [--rate 1000] [--rate-seconds 10]');
-  log('                        [--connections 64] [--threads 2] [--backend-workers 2] [--no-build] [--quick]');
+  log('                        [--connections 64] [--threads 2] [--backend-workers 2] [--deployments 10000] [--events 200]');
+  log('                        [--no-build] [--quick]');
   process.exit(0);
 }
 if (flags.only && !['gateway', 'kubernetes'].includes(flags.only)) {
@@ -64,6 +68,8 @@ const ctx = {
   connections: num('connections'),
   threads: num('threads'),
   backendWorkers: num('backend-workers'),
+  deployments: flags.quick ? 1000 : num('deployments'),
+  events: flags.quick ? 20 : num('events'),
   quick: flags.quick,
 };
 
@@ -71,7 +77,7 @@ const started = Date.now();
 log(`servegate benchmark — ${new Date().toISOString()}`);
 log(`machine: ${cpus().length} × ${cpus()[0]?.model?.trim() ?? 'cpu'}, ${mb(totalmem())} RAM, ${platform()} ${release()}, node ${process.version}`);
 log(`nginx: ${tools.nginx ? `${tools.nginx} (${version(tools.nginx, ['-v'], /nginx\/[\d.]+/)})` : 'NOT FOUND — the nginx comparison is skipped and the backend is a Node cluster (apt-get install -y nginx-light)'}`);
-log(`wrk:   ${tools.wrk ? `${tools.wrk} (${version(tools.wrk, ['-v'], /wrk [\d.]+\S*/)})` : 'NOT FOUND — closed-loop load uses autocannon instead (apt-get install -y wrk)'}`);
+log(`wrk:   ${tools.wrk ? `${tools.wrk} (${version(tools.wrk, ['-v'], /wrk \S+/)})` : 'NOT FOUND — closed-loop load uses autocannon instead (apt-get install -y wrk)'}`);
 
 if (!flags['no-build']) {
   log('build: npx tsc -p . ...');

@@ -6,13 +6,33 @@ import { runToEnd } from './procs.mjs';
 
 const luaString = (s) => `"${s.replace(/\\/g, '\\\\').replace(/"/g, '\\"')}"`;
 
-/** The wrk Lua script: POST with body and headers; prints one JSON line when done. */
-export function writeWrkScript(dir, { method, body, headers }) {
-  const file = join(dir, 'wrk-post.lua');
+/**
+ * The wrk Lua script: POST with body and headers; prints one JSON line when done. With `paths`, the requests
+ * cycle through those paths (pre-formatted once per thread), otherwise they go to the URL's path.
+ */
+export function writeWrkScript(dir, { method, body, headers, paths, name = 'wrk-post' }) {
+  const file = join(dir, `${name}.lua`);
+  const cycle = paths
+    ? [
+        `local paths = {`,
+        ...paths.map((p) => `  ${luaString(p)},`),
+        `}`,
+        `local reqs = {}`,
+        `init = function(args)`,
+        `  for n, p in ipairs(paths) do reqs[n] = wrk.format(nil, p) end`,
+        `end`,
+        `local i = 0`,
+        `request = function()`,
+        `  i = i % #reqs + 1`,
+        `  return reqs[i]`,
+        `end`,
+      ]
+    : [];
   const lines = [
     `wrk.method = ${luaString(method)}`,
     `wrk.body = ${luaString(body)}`,
     ...Object.entries(headers).map(([k, v]) => `wrk.headers[${luaString(k)}] = ${luaString(v)}`),
+    ...cycle,
     `done = function(summary, latency, requests)`,
     `  local e = summary.errors`,
     `  io.write(string.format('\\nBENCH_JSON {"requests":%d,"duration_us":%d,"p50_us":%d,"p99_us":%d,"max_us":%d,` +
@@ -46,9 +66,11 @@ export async function runWrk(wrkBin, script, url, { connections, threads, second
 }
 
 /** Closed-loop throughput with autocannon (in this process) when wrk is not installed. Same result shape. */
-export async function runAutocannon(url, { method, body, headers }, { connections, seconds }) {
+export async function runAutocannon(url, { method, body, headers, paths }, { connections, seconds }) {
   const { default: autocannon } = await import('autocannon');
-  const result = await autocannon({ url, method, body, headers, connections, duration: seconds, timeout: 5 });
+  let i = 0;
+  const requests = paths ? [{ method, body, headers, setupRequest: (req) => ({ ...req, path: paths[i++ % paths.length] }) }] : undefined;
+  const result = await autocannon({ url, method, body, headers, requests, connections, duration: seconds, timeout: 5 });
   return {
     rps: result.requests.total / (result.duration || seconds),
     p50Ms: result.latency.p50,

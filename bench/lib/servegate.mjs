@@ -19,7 +19,7 @@ export async function startGatewayProcess(dir, sourceArgs, { env, config = {} } 
   const port = await freePort();
   const adminPort = await freePort();
   const configFile = join(dir, 'servegate-config.json');
-  writeFileSync(configFile, JSON.stringify({ logLevel: 'warn', ...config }, null, 2));
+  writeFileSync(configFile, JSON.stringify({ logLevel: 'warn', shutdown: { drainSeconds: 1 }, ...config }, null, 2));
   const args = [CLI, 'serve', ...sourceArgs, '--config', configFile, '--port', String(port), '--admin-port', String(adminPort)];
   const child = startProcess('servegate', process.execPath, args, { env: { ...process.env, ...env }, cwd: ROOT });
   return { child, port, adminPort };
