@@ -1,6 +1,5 @@
 // `servegate url <project>/<deployment>`: prints a deployment's URLs and legacy hostname, computed by the same
 // route builder the gateway uses (files mode) or read from the resource's status (cluster mode).
-import { readFile } from 'node:fs/promises';
 import { stringify } from 'yaml';
 import { loadConfigFile, ownNamespace, ConfigError } from '../config/load.js';
 import type { Config } from '../config/schema.js';
@@ -8,13 +7,13 @@ import { buildRouteTable } from '../routing/build.js';
 import { deploymentUrls, projectNamespaceForm } from '../routing/names.js';
 import type { DeploymentStatus, InferenceServiceResource, Route, ServingDeploymentResource, Snapshot } from '../routing/types.js';
 import { API_GROUP } from '../routing/types.js';
-import { combineManifests, parseManifests, KSERVE_GROUP, type ManifestResources } from '../sources/manifests.js';
+import { FilesSource } from '../sources/files.js';
+import { KSERVE_GROUP } from '../sources/manifests.js';
 import {
   apiMessage,
   apiStatus,
   CommandError,
   kubeClients,
-  manifestFiles,
   parseFlags,
   processIo,
   runCommand,
@@ -145,17 +144,18 @@ function buildOptions(config: Config) {
   };
 }
 
-/** Files mode: the same parse and build as `servegate serve --manifests`. */
+/** Files mode: the same reading (FilesSource) and build as `servegate serve --manifests`. */
 async function fromManifests(path: string, project: string, deployment: string, config: Config): Promise<UrlResult> {
-  const files = await manifestFiles(path);
-  if (files.length === 0) throw new CommandError(`no manifest files (.yaml, .yml, .json) at ${path}`);
-  const parts: ManifestResources[] = [];
-  for (const file of files) {
-    const parsed = parseManifests(await readFile(file, 'utf8'), { origin: file, keysNamespace: config.auth.keysNamespace });
-    if (!parsed.syntaxError) parts.push(parsed);
+  const source = new FilesSource(path, { keysNamespace: config.auth.keysNamespace, watch: false });
+  let snapshot: Snapshot | undefined;
+  try {
+    await source.start((s) => (snapshot = s));
+  } catch (err) {
+    throw new CommandError((err as Error).message);
+  } finally {
+    await source.stop();
   }
-  const combined = combineManifests(parts);
-  const snapshot: Snapshot = { source: 'files', deployments: combined.deployments, inferenceServices: combined.inferenceServices, keySecrets: [] };
+  if (!snapshot) throw new CommandError(`could not read manifests at ${path}`);
   return resolve(snapshot, project, deployment, config, path);
 }
 
