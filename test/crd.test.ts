@@ -162,9 +162,9 @@ const bad: Array<[string, Json, RegExp]> = [
   ['name of 64 characters', obj('n'.repeat(64), { type: 'python', backend: { service: 's', port: 80 } }), /DNS-1123 label/],
 ];
 
-/** ServingDeployment documents of examples/cluster (written alongside the chart). */
-function clusterExamples(): Array<[string, Json]> {
-  const dir = join(ROOT, 'examples', 'cluster');
+/** ServingDeployment documents under examples/ (examples/cluster for kubectl, the rest for the files source). */
+function examplesOf(): Array<[string, Json]> {
+  const dir = join(ROOT, 'examples');
   if (!existsSync(dir)) return [];
   const files = readdirSync(dir, { recursive: true, encoding: 'utf8' })
     .filter((f) => /\.ya?ml$/.test(f) && statSync(join(dir, f)).isFile())
@@ -174,7 +174,7 @@ function clusterExamples(): Array<[string, Json]> {
     parseAllDocuments(readFileSync(join(dir, f), 'utf8')).forEach((d, i) => {
       const doc = d.toJS();
       const docs = doc?.kind === 'List' ? doc.items : [doc];
-      for (const o of docs ?? []) if (o?.kind === 'ServingDeployment') out.push([`examples/cluster/${f}#${i + 1}`, o]);
+      for (const o of docs ?? []) if (o?.kind === 'ServingDeployment') out.push([`examples/${f}#${i + 1}`, o]);
     });
   }
   return out;
@@ -260,7 +260,11 @@ describe('the CRD', () => {
 });
 
 describe('kubectl apply', () => {
-  const examples = clusterExamples();
+  const examples = examplesOf();
+
+  test('examples/cluster has ServingDeployments for the checks below', () => {
+    expect(examples.filter(([f]) => f.startsWith('examples/cluster/')).length).toBeGreaterThan(0);
+  });
 
   test.each([...good, ...examples])('accepts %s', (_name, o) => {
     expect(admit(o)).toEqual([]);
@@ -273,7 +277,7 @@ describe('kubectl apply', () => {
 
   test('what the CRD accepts in a cluster the builder routes (no InvalidSpec surprises for service backends)', () => {
     const deployments = [...good, ...examples]
-      .map(([, o]) => o)
+      .map(([, o]) => o as Json)
       .filter((o) => o.spec.backend?.service)
       .map((o, i): ServingDeploymentResource => ({ ...(o as ServingDeploymentResource), metadata: { ...o.metadata, namespace: `ns${i}` } }));
     const services = deployments.map((d) => {
