@@ -209,6 +209,18 @@ export class FakeApiServer {
     this.faults.push({ remaining: n, status, match });
   }
 
+  /** Forgets the faults not yet used up. */
+  clearFaults(): void {
+    this.faults.length = 0;
+  }
+
+  /** Writes one raw line (an event object, or any text) to every open watch of a resource: for malformed input. */
+  injectWatchEvent(apiVersion: string, kind: string, event: unknown): void {
+    const def = this.defFor(apiVersion, kind);
+    const line = typeof event === 'string' ? event : JSON.stringify(event);
+    for (const w of this.watches) if (w.def === def && !w.closed) w.res.write(`${line}\n`);
+  }
+
   /** Ends every open watch abruptly (socket destroyed, no clean end of the chunked body). */
   dropWatches(): void {
     for (const w of [...this.watches]) {

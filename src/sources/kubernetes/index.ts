@@ -1,0 +1,286 @@
+// The kubernetes route source: reflectors (list + watch) for ServingDeployments, API-key Secrets, Services,
+// EndpointSlices and (optionally) KServe InferenceServices, folded into snapshots and an endpoint index.
+import type { KubeConfig } from '@kubernetes/client-node';
+import { silentLogger, type Logger } from '../../log.js';
+import type {
+  Backend,
+  InferenceServiceResource,
+  KeySecretResource,
+  ServiceResource,
+  ServingDeploymentResource,
+  Snapshot,
+} from '../../routing/types.js';
+import { KEY_LABEL } from '../../routing/types.js';
+import type { EndpointAddress, EndpointResolver, RouteSource, SourceHealth } from '../types.js';
+import { toInferenceService, toKeySecret, toService, toServingDeployment, toSlice } from './convert.js';
+import { EndpointIndex } from './endpoints.js';
+import { Reflector, type Backoff, type RawObject, type RestartReason } from './reflector.js';
+
+export type { RestartReason } from './reflector.js';
+
+export interface KubernetesSourceOptions {
+  /** Where API-key Secrets live (auth.keysNamespace). */
+  keysNamespace: string;
+  /** Namespaces to watch for ServingDeployments, Services, EndpointSlices and project keys; [] = all namespaces. */
+  namespaces: string[];
+  /** Also read serving.kserve.io/v1beta1 InferenceServices. */
+  kserve: boolean;
+  /** A watch with no event or bookmark for this long is restarted. Default 300 000 (5 min). */
+  watchIdleTimeoutMs?: number;
+  logger?: Logger;
+  /** Backoff for failing lists and watches. Default { initialMs: 200, maxMs: 30 000 }. */
+  backoff?: Backoff;
+  /** Items per list page. Default 500. */
+  pageSize?: number;
+  /** Called on every watch (re)start that was not the first: for servegate_watch_restarts_total{kind,reason}. */
+  onWatchRestart?: (kind: string, reason: RestartReason) => void;
+}
+
+/** The label selector of API-key Secrets. */
+export const KEY_SELECTOR = `${KEY_LABEL}=true`;
+
+interface Watched {
+  kind: string;
+  /** Collection path without the namespace part: /apis/<g>/<v> or /api/v1. */
+  prefix: string;
+  plural: string;
+  labelSelector?: string;
+  namespaces: (string | undefined)[];
+  handler: { upsert(obj: RawObject): void; delete(obj: RawObject): void };
+}
+
+type Part = 'deployments' | 'inferenceServices' | 'keySecrets' | 'services';
+
+export class KubernetesSource implements RouteSource, EndpointResolver {
+  private readonly logger: Logger;
+  private readonly deployments = new Map<string, ServingDeploymentResource>();
+  private readonly inferenceServices = new Map<string, InferenceServiceResource>();
+  private readonly keySecrets = new Map<string, KeySecretResource>();
+  private readonly services = new Map<string, ServiceResource>();
+  /** Snapshot arrays, rebuilt only for the parts that changed. */
+  private readonly arrays: Partial<Record<Part, unknown[]>> = {};
+  private readonly index: EndpointIndex;
+  private reflectors: Reflector[] = [];
+  private onSnapshot: ((s: Snapshot) => void) | undefined;
+  private synced = false;
+  private stopped = false;
+  private flushScheduled = false;
+  private dirty = false;
+  private readonly restarts = new Map<string, number>();
+  /** Objects that could not be used (no name, bad shape) or whose handling threw. */
+  malformedTotal = 0;
+  /** Snapshots delivered so far. */
+  snapshotsTotal = 0;
+
+  constructor(
+    private readonly kc: KubeConfig,
+    private readonly opts: KubernetesSourceOptions,
+  ) {
+    this.logger = opts.logger ?? silentLogger;
+    this.index = new EndpointIndex((key) => this.services.get(key));
+  }
+
+  async start(onSnapshot: (snapshot: Snapshot) => void): Promise<void> {
+    if (this.reflectors.length > 0) throw new Error('KubernetesSource.start() was already called');
+    this.onSnapshot = onSnapshot;
+    this.reflectors = this.watched().flatMap((w) =>
+      w.namespaces.map(
+        (ns) =>
+          new Reflector({
+            kc: this.kc,
+            kind: w.kind,
+            path: ns === undefined ? `${w.prefix}/${w.plural}` : `${w.prefix}/namespaces/${encodeURIComponent(ns)}/${w.plural}`,
+            scope: ns === undefined ? 'in all namespaces' : `in namespace ${ns}`,
+            labelSelector: w.labelSelector,
+            pageSize: this.opts.pageSize ?? 500,
+            idleTimeoutMs: this.opts.watchIdleTimeoutMs ?? 300_000,
+            backoff: this.opts.backoff ?? { initialMs: 200, maxMs: 30_000 },
+            logger: this.logger,
+            handler: w.handler,
+            onRestart: (kind, reason) => this.countRestart(kind, reason),
+            onMalformed: (kind, why) => this.malformed(kind, why),
+          }),
+      ),
+    );
+    for (const r of this.reflectors) r.start();
+    await Promise.all(this.reflectors.map((r) => r.synced));
+    if (this.stopped) throw new Error('KubernetesSource stopped before the first full list');
+    this.synced = true;
+    this.dirty = true; // the first snapshot is delivered even when everything is empty
+    this.logger.info({ watches: this.reflectors.length, deployments: this.deployments.size, keys: this.keySecrets.size }, 'kubernetes source synced');
+    this.flush();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    await Promise.all(this.reflectors.map((r) => r.stop()));
+  }
+
+  health(): SourceHealth {
+    const now = Date.now();
+    let stalenessMs = 0;
+    const problems: string[] = [];
+    for (const r of this.reflectors) {
+      stalenessMs = Math.max(stalenessMs, r.stalenessMs(now));
+      if (r.problem) problems.push(r.problem);
+      else if (!r.isSynced) problems.push(`list ${r.name}: waiting for the first list`);
+    }
+    return { synced: this.synced, stalenessMs, problems };
+  }
+
+  /** Watch restarts so far, per kind and reason: what servegate_watch_restarts_total reports. */
+  watchRestarts(): Array<{ kind: string; reason: RestartReason; count: number }> {
+    return [...this.restarts].map(([k, count]) => {
+      const [kind, reason] = k.split('|') as [string, RestartReason];
+      return { kind, reason, count };
+    });
+  }
+
+  endpoints(backend: Extract<Backend, { kind: 'service' }>): readonly EndpointAddress[] {
+    return this.index.resolve(backend);
+  }
+
+  // ---------- what is watched ----------
+
+  private watched(): Watched[] {
+    const { namespaces, keysNamespace, kserve } = this.opts;
+    const all = namespaces.length === 0;
+    const projectScopes: (string | undefined)[] = all ? [undefined] : [...new Set(namespaces)];
+    const keyScopes: (string | undefined)[] = all ? [undefined] : [...new Set([keysNamespace, ...namespaces])];
+    const list: Watched[] = [
+      {
+        kind: 'servingdeployments',
+        prefix: '/apis/serving.servegate.dev/v1alpha1',
+        plural: 'servingdeployments',
+        namespaces: projectScopes,
+        handler: this.partHandler('deployments', this.deployments, toServingDeployment),
+      },
+      {
+        kind: 'secrets',
+        prefix: '/api/v1',
+        plural: 'secrets',
+        labelSelector: KEY_SELECTOR,
+        namespaces: keyScopes,
+        handler: this.partHandler('keySecrets', this.keySecrets, toKeySecret),
+      },
+      {
+        kind: 'services',
+        prefix: '/api/v1',
+        plural: 'services',
+        namespaces: projectScopes,
+        handler: this.partHandler('services', this.services, toService, (ns, name) => this.index.serviceChanged(ns, name)),
+      },
+      {
+        kind: 'endpointslices',
+        prefix: '/apis/discovery.k8s.io/v1',
+        plural: 'endpointslices',
+        namespaces: projectScopes,
+        handler: {
+          upsert: (obj) => {
+            const slice = toSlice(obj);
+            if (!slice) return this.malformed('endpointslices', 'EndpointSlice without name or namespace');
+            this.index.upsertSlice(slice);
+          },
+          delete: (obj) => {
+            if (typeof obj.metadata.namespace === 'string') this.index.deleteSlice(obj.metadata.namespace, obj.metadata.name);
+          },
+        },
+      },
+    ];
+    if (kserve) {
+      list.push({
+        kind: 'inferenceservices',
+        prefix: '/apis/serving.kserve.io/v1beta1',
+        plural: 'inferenceservices',
+        namespaces: projectScopes,
+        handler: this.partHandler('inferenceServices', this.inferenceServices, toInferenceService),
+      });
+    }
+    return list;
+  }
+
+  private partHandler<T>(
+    part: Part,
+    map: Map<string, T>,
+    convert: (raw: unknown) => T | undefined,
+    after?: (namespace: string, name: string) => void,
+  ): Watched['handler'] {
+    return {
+      upsert: (obj) => {
+        const key = `${obj.metadata.namespace ?? ''}/${obj.metadata.name}`;
+        const res = convert(obj);
+        if (!res) {
+          this.malformed(part, `object ${key} without name or namespace`);
+          return;
+        }
+        map.set(key, res);
+        after?.(String(obj.metadata.namespace ?? ''), obj.metadata.name);
+        this.changed(part);
+      },
+      delete: (obj) => {
+        const key = `${obj.metadata.namespace ?? ''}/${obj.metadata.name}`;
+        if (!map.delete(key)) return;
+        after?.(String(obj.metadata.namespace ?? ''), obj.metadata.name);
+        this.changed(part);
+      },
+    };
+  }
+
+  // ---------- snapshots ----------
+
+  private changed(part: Part): void {
+    delete this.arrays[part];
+    this.dirty = true;
+    if (!this.synced || this.flushScheduled) return;
+    this.flushScheduled = true;
+    // Coalesce the events of one tick (a watch chunk often carries many) into one snapshot.
+    setImmediate(() => {
+      this.flushScheduled = false;
+      this.flush();
+    });
+  }
+
+  private flush(): void {
+    if (!this.dirty || this.stopped || !this.onSnapshot) return;
+    this.dirty = false;
+    const snapshot: Snapshot = {
+      source: 'kubernetes',
+      deployments: this.array('deployments', this.deployments),
+      inferenceServices: this.array('inferenceServices', this.inferenceServices),
+      keySecrets: this.array('keySecrets', this.keySecrets),
+      services: this.array('services', this.services),
+    };
+    this.snapshotsTotal++;
+    try {
+      this.onSnapshot(snapshot);
+    } catch (err) {
+      this.logger.error({ err }, 'the snapshot consumer threw; the source keeps running');
+    }
+  }
+
+  private array<T>(part: Part, map: Map<string, T>): T[] {
+    let a = this.arrays[part] as T[] | undefined;
+    if (!a) {
+      a = [...map.values()];
+      this.arrays[part] = a;
+    }
+    return a;
+  }
+
+  // ---------- counters ----------
+
+  private countRestart(kind: string, reason: RestartReason): void {
+    const k = `${kind}|${reason}`;
+    this.restarts.set(k, (this.restarts.get(k) ?? 0) + 1);
+    try {
+      this.opts.onWatchRestart?.(kind, reason);
+    } catch {
+      // a metrics callback must not break the watch loop
+    }
+  }
+
+  private malformed(kind: string, why: string): void {
+    this.malformedTotal++;
+    this.logger.warn({ kind, why }, 'skipped an unusable object from the API server');
+  }
+}

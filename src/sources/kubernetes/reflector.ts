@@ -1,0 +1,377 @@
+// A small reflector: list (paged) then watch from the list's resourceVersion, with the client's Watch class.
+// It never gives up: dropped or ended watches reopen with backoff and jitter, 410 relists, idle watches restart,
+// failing lists retry. It tells its handler about every change as upsert/delete, relists included (diffed).
+import { Watch, type KubeConfig } from '@kubernetes/client-node';
+import type { Logger } from '../../log.js';
+import { errorText, getJson, statusOf } from './http.js';
+
+/** Why a watch was (re)started: the `reason` label of servegate_watch_restarts_total. */
+export type RestartReason = 'closed' | 'error' | 'expired' | 'idle' | 'list_error';
+
+export interface Backoff {
+  initialMs: number;
+  maxMs: number;
+}
+
+export interface ReflectorHandler {
+  /** An object was added or changed (also for every object of a relist that is new or has a new resourceVersion). */
+  upsert(obj: RawObject): void;
+  /** An object is gone (also for objects missing from a relist). */
+  delete(obj: RawObject): void;
+}
+
+export interface RawObject {
+  metadata: { name: string; namespace?: string; resourceVersion?: string; [k: string]: unknown };
+  [k: string]: unknown;
+}
+
+export interface ReflectorOptions {
+  kc: KubeConfig;
+  /** Metric/log label: the resource plural, e.g. "servingdeployments". */
+  kind: string;
+  /** Collection path: /apis/<group>/<version>[/namespaces/<ns>]/<plural> or /api/v1[/namespaces/<ns>]/<plural>. */
+  path: string;
+  /** For messages: "in namespace x" or "in all namespaces". */
+  scope: string;
+  labelSelector?: string;
+  pageSize: number;
+  idleTimeoutMs: number;
+  backoff: Backoff;
+  logger: Logger;
+  handler: ReflectorHandler;
+  onRestart: (kind: string, reason: RestartReason) => void;
+  /** Objects that could not be used (no metadata.name); counted by the owner. */
+  onMalformed: (kind: string, why: string) => void;
+}
+
+type Outcome = { kind: 'closed' | 'error' | 'expired' | 'idle' | 'stopped'; err?: unknown; healthy: boolean };
+
+const LIST_TIMEOUT_MS = 60_000;
+
+export class Reflector {
+  /** namespace/name → resourceVersion of what the handler was last told. */
+  private readonly known = new Map<string, string | undefined>();
+  private rv: string | undefined;
+  private stopped = false;
+  private running: Promise<void> | undefined;
+  private watchAbort: (() => void) | undefined;
+  private listAbort: AbortController | undefined;
+  private wake: (() => void) | undefined;
+  private syncedResolve!: () => void;
+  private syncedReject!: (err: Error) => void;
+  /** Resolves after the first full list was handed to the handler. */
+  readonly synced: Promise<void>;
+  isSynced = false;
+  /** True while a watch is open and confirmed (connected). */
+  private healthy = false;
+  private lastOkAt = Date.now();
+  problem: string | undefined;
+  private readonly watch: Watch;
+
+  constructor(private readonly o: ReflectorOptions) {
+    this.watch = new Watch(o.kc);
+    this.synced = new Promise<void>((resolve, reject) => {
+      this.syncedResolve = resolve;
+      this.syncedReject = reject;
+    });
+    this.synced.catch(() => undefined);
+  }
+
+  get name(): string {
+    return `${this.o.kind} ${this.o.scope}`;
+  }
+
+  start(): void {
+    if (this.running) return;
+    this.running = this.run().catch((err) => {
+      // run() catches everything itself; this is a last line of defence.
+      this.o.logger.error({ err, watch: this.name }, 'reflector loop failed unexpectedly');
+    });
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.syncedReject(new Error('stopped before the first list'));
+    this.watchAbort?.();
+    this.listAbort?.abort();
+    this.wake?.();
+    await this.running;
+  }
+
+  /** 0 while a watch is open and current; else ms since the last successful list, event or bookmark. */
+  stalenessMs(now = Date.now()): number {
+    return this.healthy ? 0 : Math.max(0, now - this.lastOkAt);
+  }
+
+  private markOk(): void {
+    this.lastOkAt = Date.now();
+  }
+
+  private async run(): Promise<void> {
+    let attempt = 0;
+    while (!this.stopped) {
+      if (this.rv === undefined) {
+        try {
+          await this.list();
+          attempt = 0;
+        } catch (err) {
+          if (this.stopped) break;
+          const delay = this.delay(attempt++);
+          this.fail('list_error', `list ${this.name}: ${errorText(err)}; retrying in ${fmt(delay)}`, err);
+          await this.sleep(delay);
+          continue;
+        }
+      }
+      const out = await this.watchOnce();
+      this.healthy = false;
+      if (this.stopped || out.kind === 'stopped') break;
+      if (out.healthy) attempt = 0;
+      const status = statusOf(out.err);
+      if (out.kind === 'expired' || status === 410) {
+        // Our resourceVersion is too old: list again (the diff tells the handler what changed meanwhile).
+        this.rv = undefined;
+        this.restart('expired', `watch ${this.name}: resourceVersion expired (410), relisting`);
+        continue;
+      }
+      if (out.kind === 'idle') {
+        this.restart('idle', `watch ${this.name}: no event or bookmark for ${fmt(this.o.idleTimeoutMs)}, restarting`);
+        continue;
+      }
+      if (out.kind === 'closed' && out.healthy) {
+        this.restart('closed');
+        continue;
+      }
+      const delay = this.delay(attempt++);
+      const why = out.kind === 'closed' ? 'closed by the API server' : errorText(out.err);
+      this.fail(out.kind === 'closed' ? 'closed' : 'error', `watch ${this.name}: ${why}; retrying in ${fmt(delay)}`, out.err);
+      await this.sleep(delay);
+    }
+  }
+
+  private restart(reason: RestartReason, message?: string): void {
+    this.o.onRestart(this.o.kind, reason);
+    if (message) this.o.logger.info({ watch: this.name, reason }, message);
+  }
+
+  private fail(reason: RestartReason, message: string, err: unknown): void {
+    this.problem = message;
+    this.o.onRestart(this.o.kind, reason);
+    this.o.logger.warn({ watch: this.name, reason, err: errorText(err) }, message);
+  }
+
+  /** Exponential backoff with jitter: base·2^attempt capped at max, then a random value in [half, full]. */
+  private delay(attempt: number): number {
+    const base = Math.min(this.o.backoff.maxMs, this.o.backoff.initialMs * 2 ** Math.min(attempt, 30));
+    return Math.round(base / 2 + (Math.random() * base) / 2);
+  }
+
+  private sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const t = setTimeout(done, ms);
+      function done() {
+        clearTimeout(t);
+        resolve();
+      }
+      this.wake = () => {
+        this.wake = undefined;
+        done();
+      };
+    });
+  }
+
+  /** Lists every page, then hands the differences to the handler; sets the resourceVersion to watch from. */
+  private async list(): Promise<void> {
+    let items: RawObject[] = [];
+    let rv = '';
+    let cont: string | undefined;
+    let restarts = 0;
+    for (;;) {
+      this.listAbort = new AbortController();
+      let page: unknown;
+      try {
+        page = await getJson(
+          this.o.kc,
+          this.o.path,
+          { labelSelector: this.o.labelSelector, limit: this.o.pageSize, continue: cont },
+          { signal: this.listAbort.signal, timeoutMs: LIST_TIMEOUT_MS },
+        );
+      } catch (err) {
+        // A continue token that expired mid-list: start the list over (a few times), as client-go does.
+        if (cont !== undefined && statusOf(err) === 410 && restarts++ < 3) {
+          items = [];
+          cont = undefined;
+          continue;
+        }
+        throw err;
+      } finally {
+        this.listAbort = undefined;
+      }
+      if (this.stopped) return;
+      const p = page as { metadata?: { resourceVersion?: unknown; continue?: unknown }; items?: unknown };
+      if (!p || typeof p !== 'object' || !Array.isArray(p.items)) throw new Error(`list ${this.name}: the answer has no items array`);
+      if (cont === undefined) rv = typeof p.metadata?.resourceVersion === 'string' ? p.metadata.resourceVersion : '';
+      for (const it of p.items as unknown[]) {
+        if (isRaw(it)) items.push(it);
+        else this.o.onMalformed(this.o.kind, 'list item without metadata.name');
+      }
+      cont = typeof p.metadata?.continue === 'string' && p.metadata.continue !== '' ? p.metadata.continue : undefined;
+      if (!cont) break;
+    }
+    this.replace(items);
+    this.rv = rv;
+    this.markOk();
+    this.problem = undefined;
+    if (!this.isSynced) {
+      this.isSynced = true;
+      this.syncedResolve();
+    }
+  }
+
+  private replace(items: RawObject[]): void {
+    const seen = new Set<string>();
+    for (const obj of items) {
+      const key = keyOf(obj);
+      seen.add(key);
+      const rv = obj.metadata.resourceVersion;
+      if (this.known.has(key) && rv !== undefined && this.known.get(key) === rv) continue;
+      this.known.set(key, rv);
+      this.call('upsert', obj);
+    }
+    for (const key of [...this.known.keys()]) {
+      if (seen.has(key)) continue;
+      this.known.delete(key);
+      const [namespace, name] = splitKey(key);
+      this.call('delete', { metadata: namespace === '' ? { name } : { name, namespace } });
+    }
+  }
+
+  private call(op: 'upsert' | 'delete', obj: RawObject): void {
+    try {
+      this.o.handler[op](obj);
+    } catch (err) {
+      this.o.onMalformed(this.o.kind, `handler failed: ${errorText(err)}`);
+      this.o.logger.warn({ watch: this.name, err: errorText(err), object: keyOf(obj) }, 'handling a watched object failed; skipped');
+    }
+  }
+
+  /** One watch from this.rv until it ends; resolves with why it ended. */
+  private watchOnce(): Promise<Outcome> {
+    return new Promise<Outcome>((resolve) => {
+      let finished = false;
+      let events = 0;
+      let controller: AbortController | undefined;
+      const openedAt = Date.now();
+      const idle = setTimeout(() => finish({ kind: 'idle', healthy: true }), this.o.idleTimeoutMs);
+      const finish = (out: Omit<Outcome, 'healthy'> & { healthy?: boolean }) => {
+        if (finished) return;
+        finished = true;
+        clearTimeout(idle);
+        // An open watch kept us current until this moment (an idle one may not have: it proves nothing).
+        if (this.healthy && out.kind !== 'idle') this.markOk();
+        this.watchAbort = undefined;
+        try {
+          controller?.abort();
+        } catch {
+          // already aborted
+        }
+        // A watch that delivered something or stayed open a while was a good one: reset the backoff.
+        const healthy = out.healthy ?? (events > 0 || Date.now() - openedAt >= 2_000);
+        resolve({ ...out, healthy });
+      };
+      this.watchAbort = () => finish({ kind: 'stopped' });
+      const onEvent = (type: string, obj: unknown) => {
+        if (finished) return;
+        events++;
+        idle.refresh();
+        this.markOk();
+        try {
+          this.onWatchEvent(type, obj, finish);
+        } catch (err) {
+          this.o.onMalformed(this.o.kind, `watch event failed: ${errorText(err)}`);
+        }
+      };
+      // Server-side end of the watch after 5-10 minutes, randomised (as client-go does) so watches do not restart together.
+      const timeoutSeconds = Math.round(300 + Math.random() * 300);
+      let opening: Promise<AbortController>;
+      try {
+        opening = this.watch.watch(
+          this.o.path,
+          { resourceVersion: this.rv, allowWatchBookmarks: true, labelSelector: this.o.labelSelector, timeoutSeconds },
+          onEvent,
+          (err: unknown) => finish({ kind: err ? 'error' : 'closed', err }),
+        );
+      } catch (err) {
+        finish({ kind: 'error', err });
+        return;
+      }
+      opening.then(
+        (c) => {
+          controller = c;
+          if (finished) {
+            c.abort();
+            return;
+          }
+          // Connected: the API server accepted the watch from our resourceVersion.
+          this.healthy = true;
+          this.problem = undefined;
+          this.markOk();
+        },
+        (err: unknown) => finish({ kind: 'error', err }),
+      );
+    });
+  }
+
+  private onWatchEvent(type: string, obj: unknown, finish: (o: Omit<Outcome, 'healthy'>) => void): void {
+    if (type === 'ERROR') {
+      const code = obj && typeof obj === 'object' ? (obj as { code?: unknown }).code : undefined;
+      if (code === 410) finish({ kind: 'expired' });
+      else finish({ kind: 'error', err: new Error(`watch ERROR event: ${errorText(obj)}`) });
+      return;
+    }
+    const rv = resourceVersionOf(obj);
+    if (type === 'BOOKMARK') {
+      if (rv) this.rv = rv;
+      return;
+    }
+    if (type !== 'ADDED' && type !== 'MODIFIED' && type !== 'DELETED') return;
+    if (!isRaw(obj)) {
+      this.o.onMalformed(this.o.kind, `${type} event without metadata.name`);
+      if (rv) this.rv = rv;
+      return;
+    }
+    const key = keyOf(obj);
+    if (type === 'DELETED') {
+      if (this.known.delete(key)) this.call('delete', obj);
+    } else {
+      this.known.set(key, obj.metadata.resourceVersion);
+      this.call('upsert', obj);
+    }
+    if (rv) this.rv = rv;
+  }
+}
+
+function isRaw(v: unknown): v is RawObject {
+  if (!v || typeof v !== 'object') return false;
+  const m = (v as { metadata?: unknown }).metadata;
+  return !!m && typeof m === 'object' && typeof (m as { name?: unknown }).name === 'string' && (m as { name: string }).name !== '';
+}
+
+function resourceVersionOf(v: unknown): string | undefined {
+  if (!v || typeof v !== 'object') return undefined;
+  const m = (v as { metadata?: { resourceVersion?: unknown } }).metadata;
+  return m && typeof m.resourceVersion === 'string' && m.resourceVersion !== '' ? m.resourceVersion : undefined;
+}
+
+function keyOf(o: RawObject): string {
+  const ns = typeof o.metadata.namespace === 'string' ? o.metadata.namespace : '';
+  return `${ns}/${o.metadata.name}`;
+}
+
+function splitKey(key: string): [string, string] {
+  const i = key.indexOf('/');
+  return [key.slice(0, i), key.slice(i + 1)];
+}
+
+function fmt(ms: number): string {
+  return ms >= 1000 ? `${(ms / 1000).toFixed(1)}s` : `${ms}ms`;
+}
