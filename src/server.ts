@@ -1,7 +1,7 @@
 // Assembles one servegate process: a route source feeding the store, the gateway listener and the admin listener,
 // and the graceful shutdown that drains them.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { Server as NetServer, type AddressInfo } from 'node:net';
 import type { Config } from './config/schema.js';
 import { adminHandler } from './gateway/admin.js';
 import { Gateway } from './gateway/gateway.js';
@@ -148,13 +148,19 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
     draining = true;
     gateway.draining = true;
     logger.info({ inflight, drainMs }, 'shutting down: draining requests');
-    // No new connections; keep-alive connections get "Connection: close" on their next answer, idle ones are closed.
-    const stopped = closeServer(server);
-    server.closeIdleConnections();
+    const deadline = Date.now() + drainMs;
+    // Every answer from now on carries "Connection: close"; for a short while new connections are still accepted
+    // (load balancers take a moment to stop sending), then the listener closes.
     for (const res of responses) if (!res.headersSent) res.setHeader('connection', 'close');
-    if (inflight > 0) {
+    const acceptMs = Math.min(config.shutdown.acceptSeconds * 1000, drainMs);
+    if (acceptMs > 0) await new Promise((r) => setTimeout(r, acceptMs));
+    // net.Server's close stops listening without touching open connections (http.Server's would drop idle keep-alive
+    // connections, racing clients that are just sending on them).
+    const stopped = new Promise<void>((resolve) => NetServer.prototype.close.call(server, () => resolve()));
+    const remaining = deadline - Date.now();
+    if (inflight > 0 && remaining > 0) {
       await new Promise<void>((resolve) => {
-        const t = setTimeout(resolve, drainMs);
+        const t = setTimeout(resolve, remaining);
         idleWaiters.push(() => {
           clearTimeout(t);
           resolve();

@@ -85,9 +85,11 @@ export const configSchema = z
       .object({
         /** After SIGTERM, how long in-flight requests and streams may run before they are ended. */
         drainSeconds: seconds.default(25),
+        /** After SIGTERM, how long new connections are still accepted (each answered with Connection: close). */
+        acceptSeconds: z.number().min(0).default(1),
       })
       .strict()
-      .default({ drainSeconds: 25 }),
+      .default({ drainSeconds: 25, acceptSeconds: 1 }),
     logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   })
   .strict();
