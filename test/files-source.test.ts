@@ -9,7 +9,7 @@ import { parseConfig } from '../src/config/load.js';
 import { createLogger } from '../src/log.js';
 import { buildRouteTable } from '../src/routing/build.js';
 import type { Snapshot } from '../src/routing/types.js';
-import { FilesSource, type FilesSourceOptions } from '../src/sources/files.js';
+import { FilesSource, listManifestFiles, type FilesSourceOptions } from '../src/sources/files.js';
 import { parseManifests } from '../src/sources/manifests.js';
 
 /** The reload contract: a change shows up in a snapshot within one second. */
@@ -403,6 +403,14 @@ describe('examples/', () => {
       'demo/iris:predictive',
       'demo/mnist:predictive',
     ]);
+  });
+
+  test('listManifestFiles gives the CLI the same files the source reads', async () => {
+    expect(await listManifestFiles(EXAMPLES)).toEqual(
+      ['config.yaml', 'deployments.yaml', join('keys', 'demo-key.yaml')].map((f) => join(EXAMPLES, f)),
+    );
+    expect(await listManifestFiles(join(EXAMPLES, 'deployments.yaml'))).toEqual([join(EXAMPLES, 'deployments.yaml')]);
+    expect(await listManifestFiles(join(EXAMPLES, 'missing'))).toEqual([]);
   });
 
   test('the cluster variant parses with no read error, uses Services only, and every deployment is ready', async () => {

@@ -2,11 +2,12 @@
 // fs.watch gives speed, a stat poll gives certainty; a file that stops parsing keeps its last good documents.
 import { createHash } from 'node:crypto';
 import { watch, type FSWatcher } from 'node:fs';
-import { readdir, readFile, stat } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { silentLogger, type Logger } from '../log.js';
 import type { ReadError, Snapshot } from '../routing/types.js';
-import { IGNORE_FILE, isManifestName, isWalkedDirName, NO_IGNORES, parseIgnoreFile, type IgnoreRules } from './files/ignore.js';
+import { IGNORE_FILE, NO_IGNORES, parseIgnoreFile, type IgnoreRules } from './files/ignore.js';
+import { walkManifestDir, type ListedFile } from './files/walk.js';
 import { combineManifests, emptyResources, parseManifests, type ManifestResources } from './manifests.js';
 import type { RouteSource, SourceHealth } from './types.js';
 
@@ -22,9 +23,10 @@ export interface FilesSourceOptions {
   watch?: boolean;
 }
 
+export { listManifestFiles } from './files/walk.js';
+
 /** Files larger than this are reported and not read. */
 export const MAX_FILE_BYTES = 8 * 1024 * 1024;
-const MAX_DEPTH = 32;
 
 interface FileState {
   origin: string;
@@ -41,11 +43,6 @@ interface FileState {
   syntaxError?: ReadError;
   /** The file could not be read at all (permissions, too large). */
   readError?: ReadError;
-}
-
-interface Listed {
-  abs: string;
-  origin: string;
 }
 
 export class FilesSource implements RouteSource {
@@ -212,7 +209,7 @@ export class FilesSource implements RouteSource {
     if (!this.stopped) this.publish();
   }
 
-  private async list(): Promise<Listed[]> {
+  private async list(): Promise<ListedFile[]> {
     this.rootProblem = undefined;
     let st;
     try {
@@ -234,10 +231,7 @@ export class FilesSource implements RouteSource {
     }
     this.rootKind = 'dir';
     await this.loadIgnoreFile();
-    const out: Listed[] = [];
-    await this.walk(this.abs, '', 0, new Set([`${st.dev}:${st.ino}`]), out);
-    out.sort((a, b) => (a.origin < b.origin ? -1 : a.origin > b.origin ? 1 : 0));
-    return out;
+    return walkManifestDir(this.abs, this.path, this.ignore);
   }
 
   private async loadIgnoreFile(): Promise<void> {
@@ -254,52 +248,7 @@ export class FilesSource implements RouteSource {
     }
   }
 
-  private async walk(absDir: string, relDir: string, depth: number, seenDirs: Set<string>, out: Listed[]): Promise<void> {
-    let entries;
-    try {
-      entries = await readdir(absDir, { withFileTypes: true });
-    } catch (err) {
-      if (relDir) this.log.debug({ dir: absDir, err: (err as Error).message }, 'cannot list manifests folder');
-      else throw err;
-      return;
-    }
-    for (const e of entries) {
-      const rel = relDir ? `${relDir}/${e.name}` : e.name;
-      const abs = join(absDir, e.name);
-      let isDir = e.isDirectory();
-      let isFile = e.isFile();
-      let dirId: string | undefined;
-      if (e.isSymbolicLink()) {
-        // ConfigMap volumes are symlinks into a hidden ..data folder: follow them.
-        try {
-          const st = await stat(abs);
-          isDir = st.isDirectory();
-          isFile = st.isFile();
-          dirId = `${st.dev}:${st.ino}`;
-        } catch {
-          continue; // dangling link (e.g. an emacs lock file)
-        }
-      }
-      if (isDir) {
-        if (!isWalkedDirName(e.name) || this.ignore.ignores(rel, true) || depth >= MAX_DEPTH) continue;
-        if (!dirId) {
-          try {
-            const st = await stat(abs);
-            dirId = `${st.dev}:${st.ino}`;
-          } catch {
-            continue;
-          }
-        }
-        if (seenDirs.has(dirId)) continue; // symlink loop
-        seenDirs.add(dirId);
-        await this.walk(abs, rel, depth + 1, seenDirs, out);
-      } else if (isFile && isManifestName(e.name) && !this.ignore.ignores(rel, false)) {
-        out.push({ abs, origin: join(this.path, ...rel.split('/')) });
-      }
-    }
-  }
-
-  private async readFile(f: Listed, force: boolean): Promise<void> {
+  private async readFile(f: ListedFile, force: boolean): Promise<void> {
     const prev = this.files.get(f.abs);
     let st;
     try {
