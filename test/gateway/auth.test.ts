@@ -26,6 +26,7 @@ beforeAll(async () => {
       { name: 'apikey-b64', projects: 'demo', base64: true },
       { name: 'apikey-nons', projects: 'demo', namespace: null },
       { name: 'apikey-scoped', projects: '*', namespace: 'demo' },
+      { name: 'apikey-scoped-other', projects: 'other', namespace: 'demo' },
     ],
     files: {
       'key-broken.yaml': {
@@ -121,7 +122,8 @@ describe('authentication', () => {
     ['apikey-demo', '/v1/other/app/x'],
     ['apikey-demo', '/v1/fraud_detection/fraud/x'],
     ['apikey-fraud', '/v1/demo/app/x'],
-    ["apikey-scoped", '/v1/other/app/x'],
+    ['apikey-scoped', '/v1/other/app/x'],
+    ['apikey-scoped-other', '/v1/other/app/x'],
   ])('a valid key %s on a project it does not grant (%s) is 403 and never forwarded', async (name, path) => {
     const before = py.requests.length;
     const r = await get(path, `ApiKey ${k(name)}`);
@@ -204,6 +206,36 @@ describe('what the backend receives', () => {
   });
 });
 
+describe('trusted forwarding headers (trustForwardedHeaders: true)', () => {
+  let trusting: Gateway;
+  beforeAll(async () => {
+    trusting = await startGateway({
+      config: { trustForwardedHeaders: true },
+      deployments: [{ namespace: 'demo', name: 'app', type: 'python', url: py.url }],
+      keys: [{ name: 'apikey-lb', projects: 'demo' }],
+    });
+  });
+  afterAll(async () => {
+    await trusting?.close();
+  });
+
+  test("the client's X-Forwarded-* are kept and the client address is appended", async () => {
+    const r = await send(`${trusting.url}/v1/demo/app/lb`, {
+      headers: {
+        authorization: `ApiKey ${trusting.keys['apikey-lb']}`,
+        'x-forwarded-for': '203.0.113.7',
+        'x-forwarded-proto': 'https',
+        'x-forwarded-host': 'models.example.com',
+      },
+    });
+    expect(r.status).toBe(200);
+    const h = py.last().headers;
+    expect(h['x-forwarded-for']).toBe('203.0.113.7, 127.0.0.1');
+    expect(h['x-forwarded-proto']).toBe('https');
+    expect(h['x-forwarded-host']).toBe('models.example.com');
+  });
+});
+
 describe('keys change without a restart', () => {
   test('a deleted key Secret stops working', async () => {
     const key = gw.writeKey({ name: 'apikey-temp', projects: 'demo' });
@@ -226,6 +258,14 @@ describe('keys change without a restart', () => {
     const newOne = gw.writeKey({ name: 'apikey-rot', projects: 'demo' });
     await eventually(async () => expect((await get('/v1/demo/app/r', `ApiKey ${newOne}`)).status).toBe(200));
     expect((await get('/v1/demo/app/r', `ApiKey ${oldKey}`)).status).toBe(401);
+  });
+
+  test('a key stops working when its expiresAt passes, without any change to the folder', async () => {
+    const expiresAt = new Date(Date.now() + 1500).toISOString();
+    const key = gw.writeKey({ name: 'apikey-short', projects: 'demo', expiresAt });
+    await eventually(async () => expect((await get('/v1/demo/app/s', `ApiKey ${key}`)).status).toBe(200), 1000);
+    await eventually(async () => expect((await get('/v1/demo/app/s', `ApiKey ${key}`)).status).toBe(401), 4000);
+    expect(Date.now()).toBeGreaterThanOrEqual(Date.parse(expiresAt));
   });
 
   test('a key whose projects are edited loses the project it no longer grants', async () => {

@@ -37,7 +37,7 @@ beforeAll(async () => {
   hangup = await new RecordingBackend((req) => void req.socket.destroy()).listen();
   const refused = `http://127.0.0.1:${await closedPort()}`;
   gw = await startGateway({
-    config: { limits: { maxRequestBodyBytes: LIMIT, requestTimeoutSeconds: 1, streamIdleTimeoutSeconds: 1 } },
+    config: { limits: { maxRequestBodyBytes: LIMIT, requestTimeoutSeconds: 1, streamIdleTimeoutSeconds: 1, headersTimeoutSeconds: 1 } },
     deployments: [
       { namespace: 'demo', name: 'app', type: 'python', url: py.url },
       { namespace: 'demo', name: 'chat', modelServer: 'llm', url: llm.url },
@@ -269,5 +269,53 @@ describe('hang-ups', () => {
     const closed = await Promise.race([rec.closed.then(() => true), sleep(1500).then(() => false)]);
     expect(closed).toBe(true);
     expect(rec.aborted).toBe(true);
+  });
+});
+
+describe('429 rate limited', () => {
+  let limited: Gateway;
+  beforeAll(async () => {
+    limited = await startGateway({
+      config: { limits: { rateLimitPerKey: 1, rateLimitBurst: 2 } },
+      deployments: [
+        { namespace: 'demo', name: 'app', type: 'python', url: py.url },
+        { namespace: 'demo', name: 'chat', modelServer: 'llm', url: llm.url },
+      ],
+      keys: [
+        { name: 'apikey-busy', projects: 'demo' },
+        { name: 'apikey-quiet', projects: 'demo' },
+      ],
+    });
+  });
+  afterAll(async () => {
+    await limited?.close();
+  });
+
+  test('a key over its rate gets 429 that never reaches the backend, while another key is unaffected', async () => {
+    const busy = { authorization: `ApiKey ${limited.keys['apikey-busy']}` };
+    const before = py.requests.length;
+    const statuses: number[] = [];
+    const replies: Reply[] = [];
+    for (let i = 0; i < 6; i++) {
+      const r = await send(`${limited.url}/v1/demo/app/rl`, { headers: busy });
+      statuses.push(r.status);
+      replies.push(r);
+    }
+    const ok = statuses.filter((s) => s === 200).length;
+    expect(ok).toBeGreaterThanOrEqual(1);
+    expect(ok).toBeLessThanOrEqual(3);
+    expect(statuses.filter((s) => s === 429).length).toBe(6 - ok);
+    expectKServeError(replies.find((r) => r.status === 429)!, 429);
+    expect(py.requests.length - before).toBe(ok);
+
+    const quiet = await send(`${limited.url}/v1/demo/app/rl`, { headers: { authorization: `ApiKey ${limited.keys['apikey-quiet']}` } });
+    expect(quiet.status).toBe(200);
+  });
+
+  test('429 on an OpenAI route is an OpenAI error object', async () => {
+    const busy = { authorization: `ApiKey ${limited.keys['apikey-busy']}` };
+    let last: Reply | undefined;
+    for (let i = 0; i < 5; i++) last = await send(`${limited.url}/v1/demo/chat/v1/models`, { headers: busy });
+    expectOpenAIError(last!, 429);
   });
 });

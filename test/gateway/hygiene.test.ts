@@ -119,6 +119,66 @@ describe('hop-by-hop headers', () => {
   });
 });
 
+describe('connection reuse', () => {
+  test('pipelined requests on one keep-alive connection are each forwarded with their own body', async () => {
+    const c = await RawClient.connect(gw.port);
+    const before = pyDemo.requests.length;
+    try {
+      c.write(
+        Buffer.concat([
+          rawHttp('POST', '/v1/demo/x/first', [host(), authz(), ['Content-Type', 'text/plain']], 'one'),
+          rawHttp('POST', '/v1/demo/x/second', [host(), authz(), ['Content-Type', 'text/plain']], 'two-two'),
+        ]),
+      );
+      const a = await c.final();
+      const b = await c.final();
+      expect([a.status, b.status]).toEqual([200, 200]);
+      expect(JSON.parse(a.text).path).toBe('/first');
+      expect(JSON.parse(b.text).path).toBe('/second');
+    } finally {
+      c.close();
+    }
+    const seen = pyDemo.requests.slice(before).map((q) => [q.url, q.body.toString()]);
+    expect(seen).toEqual([
+      ['/first', 'one'],
+      ['/second', 'two-two'],
+    ]);
+  });
+
+  test('the body of a refused request is never taken for a request of its own', async () => {
+    const c = await RawClient.connect(gw.port);
+    const inner = rawHttp('GET', '/v1/demo/x/smuggled', [host(), authz()]);
+    try {
+      c.write(rawHttp('POST', '/v1/demo/x/refused', [host(), ['Authorization', 'ApiKey nope'], ['Content-Type', 'text/plain']], inner));
+      const first = await c.final();
+      expect(first.status).toBe(401);
+      // Whatever the gateway does with the connection now, it must not run the embedded request.
+      const next = await c.final({ timeoutMs: 500 }).catch(() => undefined);
+      if (next) expect(next.text).not.toContain('/smuggled');
+    } finally {
+      c.close();
+    }
+    expect(pyDemo.matching('/smuggled')).toEqual([]);
+    expect(pyDemo.matching('/refused')).toEqual([]);
+  });
+
+  test('after a refused request with a body, the next request on the connection is served', async () => {
+    const c = await RawClient.connect(gw.port);
+    try {
+      c.write(rawHttp('POST', '/v1/demo/x/refused2', [host(), ['Authorization', 'ApiKey nope'], ['Content-Type', 'text/plain']], 'x'.repeat(300)));
+      const first = await c.final();
+      expect(first.status).toBe(401);
+      if (/close/i.test(first.headers.connection ?? '')) return; // the gateway chose to close: fine
+      c.write(rawHttp('GET', '/v1/demo/x/after', [host(), authz()]));
+      const second = await c.final();
+      expect(second.status).toBe(200);
+      expect(JSON.parse(second.text).path).toBe('/after');
+    } finally {
+      c.close();
+    }
+  });
+});
+
 describe('path forms never reach a deployment the key does not grant', () => {
   // The key grants project "demo" only; "other/y" must never see a request.
   const paths = [

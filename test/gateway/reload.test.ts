@@ -82,6 +82,12 @@ describe('live reload of the manifest folder', () => {
     expect(page.text).toContain('InvalidSpec');
   });
 
+  test('a broken manifest added on its own is reported in the log, naming the file', async () => {
+    gw.writeManifest('lonely-broken.yaml', 'kind: ServingDeployment\nmetadata: {name: [oops\n');
+    await eventually(() => expect(gw.logs.some((l) => l.includes('lonely-broken.yaml'))).toBe(true));
+    expect((await predict('iris')).status).toBe(200);
+  });
+
   test('a fixed document is served again', async () => {
     gw.writeManifest('bad-spec.yaml', {
       apiVersion: 'serving.servegate.dev/v1alpha1',

@@ -4,6 +4,7 @@ import { startOpenAIBackend, startV1Backend, type OpenAIBackend, type RecordingB
 import { send, startGateway, type Gateway } from '../support/harness.js';
 
 let v1: RecordingBackend;
+let secretBackend: RecordingBackend;
 let llm: OpenAIBackend;
 let gw: Gateway;
 let key: string;
@@ -11,6 +12,7 @@ const auth = () => ({ authorization: `ApiKey ${key}` });
 
 beforeAll(async () => {
   v1 = await startV1Backend();
+  secretBackend = await startV1Backend();
   llm = await startOpenAIBackend();
   gw = await startGateway({
     config: { publicUrl: 'https://models.example.com', serverlessDomain: 'serving.example.com' },
@@ -20,6 +22,8 @@ beforeAll(async () => {
       { namespace: 'demo', name: 'pymodel', modelServer: 'python', modelName: 'pym', url: v1.url },
       { namespace: 'demo', name: 'tf', modelServer: 'tensorflow', modelName: 'flowers', url: v1.url },
       { namespace: 'demo', name: 'chat', modelServer: 'llm', url: llm.url },
+      { namespace: 'demo', name: 'prefixed', modelServer: 'sklearn', url: `${v1.url}/serving/base` },
+      { namespace: 'other', name: 'secret', modelServer: 'sklearn', url: secretBackend.url },
     ],
     keys: [{ name: 'apikey-routing', projects: 'fraud_detection,demo' }],
   });
@@ -29,6 +33,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await gw?.close();
   await v1?.close();
+  await secretBackend?.close();
   await llm?.close();
 });
 
@@ -135,6 +140,12 @@ describe('predictive deployments', () => {
     });
     expect(r.status).toBe(200);
     expect(v1.last().url).toBe('/v1/models/iris:predict?trace=1&x=a%20b&y=%2F');
+  });
+
+  test('a backend.url with a path prefix keeps it in front of the forwarded path', async () => {
+    const r = await send(`${gw.url}/v1/demo/prefixed/v1/models/prefixed:predict?a=1`, { headers: auth(), body: { instances: [[1]] } });
+    expect(r.status).toBe(200);
+    expect(v1.last().url).toBe('/serving/base/v1/models/prefixed:predict?a=1');
   });
 
   test.each(['fraud_detection', 'fraud-detection'])('project written as %s routes to the same deployment', async (project) => {
@@ -268,6 +279,26 @@ describe('legacy host routing', () => {
     });
     expect(r.status).toBe(404);
     expect(v1.requests.length).toBe(before);
+  });
+
+  test('a legacy Host naming a deployment the key does not grant is 403, whatever the path says', async () => {
+    const before = v1.requests.length;
+    const r = await send(`${gw.url}/v1/demo/iris/v1/models/iris:predict`, {
+      headers: { ...auth(), host: 'secret.other.serving.example.com' },
+      body: { instances: [[1]] },
+    });
+    expect(r.status).toBe(403);
+    expect(secretBackend.requests.length).toBe(0);
+    expect(v1.requests.length).toBe(before);
+  });
+
+  test('a Host outside the serverless domain leaves path routing alone', async () => {
+    const r = await send(`${gw.url}/v1/demo/iris/v1/models/iris:predict`, {
+      headers: { ...auth(), host: 'models.example.com' },
+      body: { instances: [[1]] },
+    });
+    expect(r.status).toBe(200);
+    expect(v1.last().url).toBe('/v1/models/iris:predict');
   });
 
   test('an unknown hostname under the serverless domain is not routed anywhere', async () => {

@@ -285,6 +285,7 @@ export async function startOpenAIBackend(): Promise<OpenAIBackend> {
  * A user's Python server: any method and path answers
  * `{backend:'python', method, path, bodyLength, bodySha256, headers}`;
  * `/bytes...` streams the request body back as application/octet-stream; `/status/<n>` answers status n;
+ * `/cookies` sets two cookies;
  * websocket upgrades on any path echo every message (and record the upgrade request).
  */
 export async function startPythonBackend(): Promise<RecordingBackend> {
@@ -293,6 +294,11 @@ export async function startPythonBackend(): Promise<RecordingBackend> {
     if (path.startsWith('/bytes')) {
       res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': rec.body.length });
       res.end(rec.body);
+      return;
+    }
+    if (path === '/cookies') {
+      res.setHeader('set-cookie', ['a=1; Path=/; HttpOnly', 'b=2; Path=/; Expires=Wed, 21 Oct 2037 07:28:00 GMT']);
+      json(res, 200, { backend: 'python', cookies: 2 });
       return;
     }
     const st = /^\/status\/(\d{3})$/.exec(path);
