@@ -7,9 +7,9 @@ import { request } from 'undici';
 import { stringify } from 'yaml';
 import { deploymentObject, keySecretObject, makeKey } from './lib/manifests.mjs';
 import { BACKEND_BODY, backendConfig, proxyConfig, startNginx } from './lib/nginx.mjs';
-import { freePort, memoryOf, startProcess, stopProcess, waitFor } from './lib/procs.mjs';
+import { freePort, groupCpuSeconds, memoryOf, startProcess, stopProcess, waitFor } from './lib/procs.mjs';
 import { runAutocannon, runOpenLoop, runWrk, writeWrkScript } from './lib/load.mjs';
-import { goal, log, mb, ms, ratio, rps, signedMs, table } from './lib/report.mjs';
+import { goal, log, mb, ms, pct, ratio, rps, signedMs, table, us } from './lib/report.mjs';
 import { CLI, cliBuilt, startGatewayProcess } from './lib/servegate.mjs';
 import { fileURLToPath } from 'node:url';
 
@@ -26,17 +26,26 @@ export async function probe(url, headers, status = 200) {
   return text;
 }
 
-/** Closed-loop throughput: warm-up, then the measured run. */
-export async function throughput(ctx, url) {
+/**
+ * Closed-loop throughput: warm-up, then the measured run. With `child`, also the CPU time that process group
+ * (the server the client talks to) used during the measured run: share of one core and µs per request.
+ */
+export async function throughput(ctx, url, child) {
   const load = { method: 'POST', body: BODY, headers: ctx.headers };
   const warm = { connections: ctx.connections, threads: ctx.threads, seconds: ctx.warmupSeconds };
   const run = { ...warm, seconds: ctx.seconds };
+  const measure = async (fn) => {
+    const cpu0 = child ? groupCpuSeconds(child.pid) : undefined;
+    const r = await fn();
+    const cpu = child ? groupCpuSeconds(child.pid) - cpu0 : NaN;
+    return { ...r, serverCpuShare: cpu / (r.requests / r.rps), serverCpuUsPerRequest: (cpu * 1e6) / r.requests };
+  };
   if (ctx.tools.wrk) {
     if (ctx.warmupSeconds > 0) await runWrk(ctx.tools.wrk, ctx.wrkScript, url, warm);
-    return runWrk(ctx.tools.wrk, ctx.wrkScript, url, run);
+    return measure(() => runWrk(ctx.tools.wrk, ctx.wrkScript, url, run));
   }
   if (ctx.warmupSeconds > 0) await runAutocannon(url, load, warm);
-  return runAutocannon(url, load, run);
+  return measure(() => runAutocannon(url, load, run));
 }
 
 /** Fixed-rate load on every target in alternating 1 s slices, after a short warm-up of each. */
@@ -93,7 +102,7 @@ export async function runGatewayBench(ctx) {
     started.push(backend.child);
     results.backend = backend.kind;
     log(`  backend: ${backend.kind} on 127.0.0.1:${backend.port}`);
-    const targets = [{ name: 'direct', url: `http://127.0.0.1:${backend.port}${MODEL_PATH}` }];
+    const targets = [{ name: 'direct', url: `http://127.0.0.1:${backend.port}${MODEL_PATH}`, child: backend.child }];
 
     // nginx reverse proxy.
     if (ctx.tools.nginx) {
@@ -103,7 +112,7 @@ export async function runGatewayBench(ctx) {
       const child = await startNginx(ctx.tools.nginx, dir, 'proxy', conf, port, { path: url.slice(url.indexOf('/v1/')), method: 'POST', headers: ctx.headers, body: BODY });
       started.push(child);
       await probe(url, { 'content-type': 'application/json' }, 401);
-      targets.push({ name: 'nginx', url });
+      targets.push({ name: 'nginx', url, child });
       log(`  nginx: worker_processes 1, path strip + API-key map, on 127.0.0.1:${port}`);
     } else {
       log('  nginx: SKIPPED (not installed; apt-get install -y nginx-light)');
@@ -120,7 +129,7 @@ export async function runGatewayBench(ctx) {
       ];
       writeFileSync(join(manifests, 'bench.yaml'), docs.map((d) => stringify(d)).join('---\n'));
       try {
-        gateway = await startGatewayProcess(dir, ['--manifests', manifests]);
+        gateway = await startGatewayProcess(dir, ['--manifests', manifests], { profileDir: ctx.profileDir });
         started.push(gateway.child);
         const url = `http://127.0.0.1:${gateway.port}/v1/${PROJECT}/${DEPLOYMENT}${MODEL_PATH}`;
         await waitFor('servegate route', async () => (await probe(url, ctx.headers)) !== undefined, { child: gateway.child, timeoutMs: 20_000 });
@@ -141,14 +150,16 @@ export async function runGatewayBench(ctx) {
     log('');
     log(`  closed loop: ${ctx.tools.wrk ? `wrk -t${ctx.threads}` : 'autocannon'} -c${ctx.connections}, ${ctx.warmupSeconds} s warm-up + ${ctx.seconds} s, POST ${MODEL_PATH} (${BODY.length} B JSON, valid key)`);
     for (const t of targets) {
-      const r = await throughput(ctx, t.url);
+      const r = await throughput(ctx, t.url, t.child);
       results.targets[t.name] = r;
       if (r.errors || r.non2xx) log(`  WARNING ${t.name}: ${r.errors} socket errors, ${r.non2xx} non-2xx responses`);
-      if (t.child) reportDeath(t.child, results);
+      if (t.name === 'servegate') reportDeath(t.child, results);
       await sleep(500);
     }
-    const rows = [['target', 'requests/s', 'p50', 'p99', 'errors']];
-    for (const [name, r] of Object.entries(results.targets)) rows.push([name, rps(r.rps), ms(r.p50Ms), ms(r.p99Ms), String(r.errors + r.non2xx)]);
+    const rows = [['target', 'requests/s', 'p50', 'p99', 'errors', 'server CPU', 'CPU/request']];
+    for (const [name, r] of Object.entries(results.targets)) {
+      rows.push([name, rps(r.rps), ms(r.p50Ms), ms(r.p99Ms), String(r.errors + r.non2xx), pct(r.serverCpuShare), us(r.serverCpuUsPerRequest)]);
+    }
     log('');
     table(rows);
     const gw = usable(results.targets.servegate);
@@ -163,6 +174,11 @@ export async function runGatewayBench(ctx) {
     log(`  servegate / nginx  = ${ratio(results.ratios.gatewayOverNginx)}`);
     log(`  servegate / direct = ${ratio(results.ratios.gatewayOverDirect)}`);
     log(`  nginx / direct     = ${ratio(results.ratios.nginxOverDirect)}`);
+    if (gw && ng) {
+      results.ratios.cpuPerRequestNginxOverGateway = ng.serverCpuUsPerRequest / gw.serverCpuUsPerRequest;
+      log(`  per core (nginx CPU/request ÷ servegate CPU/request) = ${ratio(results.ratios.cpuPerRequestNginxOverGateway)}`);
+      log('  (server CPU: CPU time of the process group the client talks to, in cores; direct = the backend itself)');
+    }
 
     // 2. Added latency at a fixed rate.
     log('');

@@ -1,7 +1,9 @@
 // `npm run bench`: builds, detects the tools, runs Part A (gateway data plane) and Part B (Kubernetes source).
 //   node bench/run.mjs [--only gateway|kubernetes] [--seconds 10] [--warmup 2] [--rate 1000] [--rate-seconds 10]
 //                      [--connections 64] [--threads 2] [--backend-workers 2] [--deployments 10000] [--events 200]
-//                      [--no-build] [--quick]   (--quick: 2 s runs, 1,000 deployments, 20 events: checks the harness)
+//                      [--no-build] [--quick] [--profile]
+//   --quick: 2 s runs, 1,000 deployments, 20 events (checks the harness); --profile: gateway CPU profiles in
+//   .bench-tmp/profiles (summarise with node bench/profile-summary.mjs <file>).
 // Loopback only; every process it starts is killed at the end, on Ctrl-C, on error and at the time limit.
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -25,6 +27,7 @@ const { values: flags } = parseArgs({
     deployments: { type: 'string', default: '10000' },
     events: { type: 'string', default: '200' },
     'no-build': { type: 'boolean', default: false },
+    profile: { type: 'boolean', default: false },
     quick: { type: 'boolean', default: false },
     help: { type: 'boolean', default: false },
   },
@@ -33,7 +36,8 @@ const { values: flags } = parseArgs({
 if (flags.help) {
   log('usage: npm run bench -- [--only gateway|kubernetes] [--seconds 10] [--warmup 2] [--rate 1000] [--rate-seconds 10]');
   log('                        [--connections 64] [--threads 2] [--backend-workers 2] [--deployments 10000] [--events 200]');
-  log('                        [--no-build] [--quick]');
+  log('                        [--no-build] [--quick] [--profile]');
+  log('  --profile: the gateway runs with --cpu-prof into .bench-tmp/profiles (read with node bench/profile-summary.mjs)');
   process.exit(0);
 }
 if (flags.only && !['gateway', 'kubernetes'].includes(flags.only)) {
@@ -71,6 +75,7 @@ const ctx = {
   deployments: flags.quick ? 1000 : num('deployments'),
   events: flags.quick ? 20 : num('events'),
   quick: flags.quick,
+  profileDir: flags.profile ? join(ROOT, '.bench-tmp', 'profiles') : undefined,
 };
 
 const started = Date.now();

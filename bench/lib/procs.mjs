@@ -1,7 +1,7 @@
 // Child processes for the benchmark: started in their own process group, all killed at the end,
 // on Ctrl-C, on an uncaught error, and when the global time limit expires.
-import { spawn } from 'node:child_process';
-import { accessSync, constants, readFileSync } from 'node:fs';
+import { execFileSync, spawn } from 'node:child_process';
+import { accessSync, constants, readdirSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { delimiter, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -192,5 +192,40 @@ export function memoryOf(pid) {
     return { rss: kb('VmRSS'), peak: kb('VmHWM') };
   } catch {
     return undefined;
+  }
+}
+
+let clockTicks;
+/** CPU seconds (user + system) used so far by every live process in a process group (Linux /proc). */
+export function groupCpuSeconds(pgid) {
+  clockTicks ??= Number(spawnSyncText('getconf', ['CLK_TCK'])) || 100;
+  let ticks = 0;
+  let entries = [];
+  try {
+    entries = readdirSync('/proc');
+  } catch {
+    return undefined;
+  }
+  for (const entry of entries) {
+    if (!/^\d+$/.test(entry)) continue;
+    let stat;
+    try {
+      stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+    } catch {
+      continue;
+    }
+    // Fields after the command name "(...)": state ppid pgrp ... utime(14) stime(15), counted from 1 overall.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    if (Number(fields[2]) !== pgid) continue;
+    ticks += Number(fields[11]) + Number(fields[12]);
+  }
+  return ticks / clockTicks;
+}
+
+function spawnSyncText(command, args) {
+  try {
+    return execFileSync(command, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'], timeout: 2000 }).trim();
+  } catch {
+    return '';
   }
 }

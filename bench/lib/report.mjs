@@ -6,6 +6,8 @@ export const ms = (v) => (Number.isFinite(v) ? `${v.toFixed(2)} ms` : 'n/a');
 export const signedMs = (v) => (Number.isFinite(v) ? `${v >= 0 ? '+' : '−'}${Math.abs(v).toFixed(2)} ms` : 'n/a');
 export const rps = (v) => (Number.isFinite(v) ? `${Math.round(v).toLocaleString('en-US')}/s` : 'n/a');
 export const mb = (bytes) => (Number.isFinite(bytes) ? `${(bytes / 1024 / 1024).toFixed(1)} MB` : 'n/a');
+export const pct = (v) => (Number.isFinite(v) ? `${(v * 100).toFixed(0)}%` : 'n/a');
+export const us = (v) => (Number.isFinite(v) ? `${v.toFixed(0)} µs` : 'n/a');
 export const ratio = (v) => (Number.isFinite(v) ? `${v.toFixed(2)}×` : 'n/a');
 
 /** Prints rows (arrays of strings) with columns padded; the first row is the header. */

@@ -15,12 +15,14 @@ export function cliBuilt() {
  * `node dist/cli/main.js serve <sourceArgs> --config <tmp> --port P --admin-port A`, logLevel warn.
  * Resolves { child, port, adminPort } once started (readiness is for the caller to probe).
  */
-export async function startGatewayProcess(dir, sourceArgs, { env, config = {} } = {}) {
+export async function startGatewayProcess(dir, sourceArgs, { env, config = {}, profileDir } = {}) {
   const port = await freePort();
   const adminPort = await freePort();
   const configFile = join(dir, 'servegate-config.json');
   writeFileSync(configFile, JSON.stringify({ logLevel: 'warn', shutdown: { drainSeconds: 1 }, ...config }, null, 2));
   const args = [CLI, 'serve', ...sourceArgs, '--config', configFile, '--port', String(port), '--admin-port', String(adminPort)];
-  const child = startProcess('servegate', process.execPath, args, { env: { ...process.env, ...env }, cwd: ROOT });
+  // --cpu-prof writes the profile when the process exits normally (servegate exits 0 after SIGTERM).
+  const nodeArgs = profileDir ? ['--cpu-prof', '--cpu-prof-dir', profileDir] : [];
+  const child = startProcess('servegate', process.execPath, [...nodeArgs, ...args], { env: { ...process.env, ...env }, cwd: ROOT });
   return { child, port, adminPort };
 }
