@@ -200,6 +200,19 @@ describe('FilesSource', () => {
     await rec.until((s) => urlOf(s, 'a') === 'http://127.0.0.1:9003', 'the edit');
   });
 
+  test('fs.watch alone (poll slowed to a minute) follows files in a folder created after start', async () => {
+    const dir = await tempDir();
+    await writeFile(join(dir, 'a.yaml'), sdepYaml('a'));
+    const { rec } = await startSource(dir, { pollIntervalMs: 60_000 });
+    await mkdir(join(dir, 'later'));
+    await writeFile(join(dir, 'later', 'b.yaml'), sdepYaml('b'));
+    await rec.until((s) => names(s).join() === 'a,b', 'the file in the new folder');
+    await writeFile(join(dir, 'later', 'b.yaml'), sdepYaml('b', { port: 9300 }));
+    await rec.until((s) => urlOf(s, 'b') === 'http://127.0.0.1:9300', 'the edit in the new folder');
+    await rm(join(dir, 'later'), { recursive: true });
+    await rec.until((s) => names(s).join() === 'a', 'the folder removed');
+  });
+
   test('two edits of the same size in quick succession end on the last content', async () => {
     const dir = await tempDir();
     await writeFile(join(dir, 'a.yaml'), sdepYaml('a', { port: 9000 }));

@@ -61,7 +61,10 @@ export class FilesSource implements RouteSource {
   private problems: string[] = [];
   private synced = false;
   private stopped = false;
-  private watcher: FSWatcher | undefined;
+  private watchers = new Map<string, FSWatcher>();
+  private unwatchable = new Set<string>();
+  /** Folders to watch, as found by the last listing. */
+  private watchDirs: string[] = [];
   private pollTimer: NodeJS.Timeout | undefined;
   private debounceTimer: NodeJS.Timeout | undefined;
   private firstEventAt = 0;
@@ -96,15 +99,14 @@ export class FilesSource implements RouteSource {
     await this.scan();
     this.synced = true;
     if (this.stopped) return;
-    this.startWatcher();
+    this.syncWatchers(this.watchDirs);
     this.pollTimer = setInterval(() => this.requestScan(false), this.pollMs);
     this.pollTimer.unref();
   }
 
   async stop(): Promise<void> {
     this.stopped = true;
-    this.watcher?.close();
-    this.watcher = undefined;
+    this.closeWatchers();
     if (this.pollTimer) clearInterval(this.pollTimer);
     if (this.debounceTimer) clearTimeout(this.debounceTimer);
     this.pollTimer = this.debounceTimer = undefined;
@@ -123,38 +125,52 @@ export class FilesSource implements RouteSource {
 
   // ---- change detection ----
 
-  private startWatcher(): void {
-    if (this.stopped || this.watcher || !this.useWatch) return;
-    try {
-      // A directory is watched recursively; a single file through its parent, because editors replace files by rename.
-      const target = this.rootIsDir() ? this.abs : dirname(this.abs);
-      const w = watch(target, { recursive: this.rootIsDir(), persistent: false }, (_event, filename) => {
-        if (filename === null || filename === undefined) this.forceAll = true;
-        else this.forced.add(resolve(target, filename.toString()));
-        this.requestScan(true);
-      });
-      w.on('error', (err) => {
-        this.log.debug({ err: err.message, path: this.path }, 'manifests watcher failed; the poll keeps reloading');
+  /**
+   * One non-recursive watcher per folder walked (or the parent folder of a single file, because editors save by
+   * renaming a new file over the old one). Kept in step with the tree after every scan. A folder that cannot be
+   * watched (e.g. inotify limit) is left to the poll.
+   */
+  private syncWatchers(dirs: readonly string[]): void {
+    if (!this.useWatch || this.stopped) return;
+    const want = new Set(dirs);
+    for (const [dir, w] of this.watchers) {
+      if (!want.has(dir)) {
         w.close();
-        if (this.watcher === w) this.watcher = undefined;
-      });
-      this.watcher = w;
-    } catch (err) {
-      this.log.debug({ err: (err as Error).message, path: this.path }, 'fs.watch unavailable; polling only');
+        this.watchers.delete(dir);
+      }
+    }
+    for (const dir of want) {
+      if (this.watchers.has(dir) || this.unwatchable.has(dir)) continue;
+      try {
+        const w = watch(dir, { persistent: false }, (_event, filename) => {
+          if (filename === null || filename === undefined) this.forceAll = true;
+          else this.forced.add(resolve(dir, filename.toString()));
+          this.requestScan(true);
+        });
+        w.on('error', (err) => {
+          // The folder went away or the watch broke: drop it; the next scan re-adds it if the folder is back.
+          this.log.debug({ err: err.message, dir }, 'manifests watcher ended; the poll keeps reloading');
+          w.close();
+          if (this.watchers.get(dir) === w) this.watchers.delete(dir);
+        });
+        this.watchers.set(dir, w);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'ENOENT') continue; // gone already; the next scan decides
+        this.unwatchable.add(dir);
+        this.log.warn({ err: (err as Error).message, dir }, `cannot watch folder; changes in it are seen by the ${this.pollMs} ms poll`);
+      }
     }
   }
 
-  private rootKind: 'dir' | 'file' | 'missing' = 'missing';
-
-  private rootIsDir(): boolean {
-    return this.rootKind === 'dir';
+  private closeWatchers(): void {
+    for (const w of this.watchers.values()) w.close();
+    this.watchers.clear();
   }
 
   /** A watch event waits for a short quiet time (bounded); a poll tick scans at once. */
   private requestScan(fromWatch: boolean): void {
     if (this.stopped) return;
     if (!fromWatch) {
-      if (!this.watcher && this.useWatch && this.rootKind !== 'missing') this.startWatcher();
       void this.scan();
       return;
     }
@@ -206,32 +222,34 @@ export class FilesSource implements RouteSource {
       await this.readFile(f, forceAll || forced.has(f.abs));
     }
     for (const abs of [...this.files.keys()]) if (!seen.has(abs)) this.files.delete(abs);
-    if (!this.stopped) this.publish();
+    if (this.stopped) return;
+    if (this.synced) this.syncWatchers(this.watchDirs);
+    this.publish();
   }
 
   private async list(): Promise<ListedFile[]> {
     this.rootProblem = undefined;
+    // A missing root (or a single file, which editors replace by rename) shows up as an event in its parent folder.
+    this.watchDirs = [dirname(this.abs)];
     let st;
     try {
       st = await stat(this.abs);
     } catch (err) {
-      this.rootKind = 'missing';
       const why = (err as NodeJS.ErrnoException).code === 'ENOENT' ? 'the path does not exist any more' : (err as Error).message;
       this.rootProblem = `${why}; nothing is served from it`;
       return [];
     }
     if (st.isFile()) {
-      this.rootKind = 'file';
       return [{ abs: this.abs, origin: this.path }];
     }
     if (!st.isDirectory()) {
-      this.rootKind = 'missing';
       this.rootProblem = 'not a file or directory; nothing is served from it';
       return [];
     }
-    this.rootKind = 'dir';
     await this.loadIgnoreFile();
-    return walkManifestDir(this.abs, this.path, this.ignore);
+    const { files, dirs } = await walkManifestDir(this.abs, this.path, this.ignore);
+    this.watchDirs = dirs;
+    return files;
   }
 
   private async loadIgnoreFile(): Promise<void> {

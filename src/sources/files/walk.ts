@@ -13,15 +13,21 @@ export interface ListedFile {
 }
 
 /**
- * Walks `absRoot` (a directory). `displayRoot` is the root as given by the user, for origins. Sorted by origin.
- * A sub-folder that cannot be listed is skipped; the root that cannot be listed throws.
+ * Walks `absRoot` (a directory): the manifest files sorted by origin, and every folder walked (the root first), which
+ * is what a watcher must watch. `displayRoot` is the root as given by the user, for origins.
+ * A sub-folder that cannot be listed is skipped; a root that cannot be listed throws.
  */
-export async function walkManifestDir(absRoot: string, displayRoot: string, ignore: IgnoreRules): Promise<ListedFile[]> {
+export async function walkManifestDir(
+  absRoot: string,
+  displayRoot: string,
+  ignore: IgnoreRules,
+): Promise<{ files: ListedFile[]; dirs: string[] }> {
   const out: ListedFile[] = [];
+  const dirs: string[] = [];
   const st = await stat(absRoot);
   await walk(absRoot, '', 0, new Set([`${st.dev}:${st.ino}`]));
   out.sort((a, b) => (a.origin < b.origin ? -1 : a.origin > b.origin ? 1 : 0));
-  return out;
+  return { files: out, dirs };
 
   async function walk(absDir: string, relDir: string, depth: number, seenDirs: Set<string>): Promise<void> {
     let entries;
@@ -31,6 +37,7 @@ export async function walkManifestDir(absRoot: string, displayRoot: string, igno
       if (!relDir) throw err;
       return;
     }
+    dirs.push(absDir);
     for (const e of entries) {
       const rel = relDir ? `${relDir}/${e.name}` : e.name;
       const abs = join(absDir, e.name);
@@ -86,6 +93,6 @@ export async function listManifestFiles(path: string): Promise<string[]> {
   }
   if (st.isFile()) return [path];
   if (!st.isDirectory()) return [];
-  const files = await walkManifestDir(path, path, await readIgnoreRules(path));
+  const { files } = await walkManifestDir(path, path, await readIgnoreRules(path));
   return files.map((f) => f.origin);
 }
