@@ -1,7 +1,8 @@
 // The kubernetes source with the real @kubernetes/client-node against the fake API server over real HTTP.
 import { afterEach, beforeEach, describe, expect, test } from 'vitest';
 import type { Snapshot } from '../src/routing/types.js';
-import { KubernetesSource, type KubernetesSourceOptions } from '../src/sources/kubernetes/index.js';
+import { parseConfig } from '../src/config/load.js';
+import { KubernetesSource, kubernetesSourceOptions, type KubernetesSourceOptions } from '../src/sources/kubernetes/index.js';
 import type { RestartReason } from '../src/sources/kubernetes/reflector.js';
 import { FakeApiServer } from './support/fake-apiserver.js';
 import { apiKey } from './support/fixtures.js';
@@ -305,6 +306,22 @@ describe('endpoints', () => {
     expect(h.source.endpoints(backend)).toEqual([{ host: '10.1.0.1', port }]);
   });
 
+  test('the same array instance is returned until that Service\'s endpoints really change', async () => {
+    fake.create(serviceRaw('demo/s', [{ port: 80, name: 'http' }]));
+    const slice = fake.create(sliceRaw('demo/s-1', 's', [{ name: 'http', port: 8080 }], [{ ip: '10.0.0.1' }]));
+    const h = startSource();
+    await h.started;
+    const b = svcBackend('demo', 's', 80, 'http');
+    const first = h.source.endpoints(b);
+    fake.create(sliceRaw('demo/other-1', 'other', [{ name: 'http', port: 8080 }], [{ ip: '10.9.0.1' }]));
+    await until(() => h.source.endpoints(svcBackend('demo', 'other', 80, 'http')).length === 1, 'other service endpoints');
+    expect(h.source.endpoints(b)).toBe(first);
+    fake.update({ ...slice, metadata: { ...slice.metadata, annotations: { touched: 'yes' } } }); // same addresses
+    fake.update({ ...slice, endpoints: [{ addresses: ['10.0.0.1'] }, { addresses: ['10.0.0.5'] }] });
+    await until(() => h.source.endpoints(b).length === 2, 'new endpoint');
+    expect(h.source.endpoints(b)).not.toBe(first);
+  });
+
   test('no ready endpoint gives [] (the gateway answers 503), also for an unknown Service', async () => {
     fake.create(serviceRaw('demo/s', [{ port: 80, name: 'http' }]));
     fake.create(sliceRaw('demo/s-1', 's', [{ name: 'http', port: 8080 }], [{ ip: '10.0.0.1', ready: false }]));
@@ -449,4 +466,12 @@ describe('malformed input never throws', () => {
     fake.create(sdepRaw('demo/a'));
     await until(() => seen.at(-1) === 1, 'snapshot after a throwing consumer');
   });
+});
+
+test('the source options follow the configuration', () => {
+  const config = parseConfig(
+    { auth: { keysNamespace: 'keys' }, kubernetes: { namespaces: ['a', 'b'], kserve: { enabled: true }, watchIdleTimeoutSeconds: 120 } },
+    { port: 8080, namespace: 'servegate' },
+  );
+  expect(kubernetesSourceOptions(config)).toEqual({ keysNamespace: 'keys', namespaces: ['a', 'b'], kserve: true, watchIdleTimeoutMs: 120_000 });
 });

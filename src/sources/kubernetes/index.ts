@@ -1,6 +1,7 @@
 // The kubernetes route source: reflectors (list + watch) for ServingDeployments, API-key Secrets, Services,
 // EndpointSlices and (optionally) KServe InferenceServices, folded into snapshots and an endpoint index.
 import type { KubeConfig } from '@kubernetes/client-node';
+import type { Config } from '../../config/schema.js';
 import { silentLogger, type Logger } from '../../log.js';
 import type {
   Backend,
@@ -34,6 +35,20 @@ export interface KubernetesSourceOptions {
   pageSize?: number;
   /** Called on every watch (re)start that was not the first: for servegate_watch_restarts_total{kind,reason}. */
   onWatchRestart?: (kind: string, reason: RestartReason) => void;
+}
+
+/** The source options that follow from the configuration (`kubernetes:` and `auth:` keys). */
+export function kubernetesSourceOptions(
+  config: Pick<Config, 'auth' | 'kubernetes'>,
+  extra: Pick<KubernetesSourceOptions, 'logger' | 'onWatchRestart' | 'backoff' | 'pageSize'> = {},
+): KubernetesSourceOptions {
+  return {
+    keysNamespace: config.auth.keysNamespace,
+    namespaces: config.kubernetes.namespaces,
+    kserve: config.kubernetes.kserve.enabled,
+    watchIdleTimeoutMs: config.kubernetes.watchIdleTimeoutSeconds * 1000,
+    ...extra,
+  };
 }
 
 /** The label selector of API-key Secrets. */
