@@ -236,6 +236,39 @@ describe('trusted forwarding headers (trustForwardedHeaders: true)', () => {
   });
 });
 
+describe('a configured keys namespace (auth.keysNamespace)', () => {
+  let custom: Gateway;
+  beforeAll(async () => {
+    custom = await startGateway({
+      config: { auth: { keysNamespace: 'platform-keys' } },
+      deployments: [{ namespace: 'demo', name: 'app', type: 'python', url: py.url }],
+      keys: [
+        { name: 'apikey-platform', projects: 'demo', namespace: 'platform-keys' },
+        { name: 'apikey-default-ns', projects: 'demo', namespace: null },
+        { name: 'apikey-elsewhere', projects: 'demo', namespace: 'servegate' },
+      ],
+    });
+  });
+  afterAll(async () => {
+    await custom?.close();
+  });
+  const call = (name: string) => send(`${custom.url}/v1/demo/app/kns`, { headers: { authorization: `ApiKey ${custom.keys[name]}` } });
+
+  test('a key Secret in the keys namespace grants its projects', async () => {
+    expect((await call('apikey-platform')).status).toBe(200);
+  });
+
+  test('a key Secret without a namespace belongs to the keys namespace', async () => {
+    expect((await call('apikey-default-ns')).status).toBe(200);
+  });
+
+  test('a key Secret in another namespace cannot grant a project outside that namespace', async () => {
+    const before = py.requests.length;
+    expect([401, 403]).toContain((await call('apikey-elsewhere')).status);
+    expect(py.requests.length).toBe(before);
+  });
+});
+
 describe('keys change without a restart', () => {
   test('a deleted key Secret stops working', async () => {
     const key = gw.writeKey({ name: 'apikey-temp', projects: 'demo' });

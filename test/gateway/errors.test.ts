@@ -258,6 +258,26 @@ describe('streams', () => {
 });
 
 describe('hang-ups', () => {
+  test.each([
+    ['Content-Length', (k: string) => rawHttp('POST', '/v1/demo/app/truncated-cl', [['Host', 'x'], ['Authorization', `ApiKey ${k}`], ['Content-Length', '1000']]), 'a'.repeat(500)],
+    [
+      'chunked',
+      (k: string) => rawHttp('POST', '/v1/demo/app/truncated-chunked', [['Host', 'x'], ['Authorization', `ApiKey ${k}`], ['Transfer-Encoding', 'chunked']]),
+      `1f4\r\n${'a'.repeat(500)}\r\n`,
+    ],
+  ])('a client that hangs up mid-upload (%s) never has a truncated body delivered as complete', async (framing, head, part) => {
+    const c = await RawClient.connect(gw.port);
+    c.write(head(key));
+    c.write(part);
+    await sleep(150);
+    c.close();
+    await sleep(300);
+    const path = framing === 'chunked' ? '/truncated-chunked' : '/truncated-cl';
+    for (const q of py.matching(path)) {
+      expect(q.complete && !q.aborted, `backend got a complete ${q.body.length}-byte body`).toBe(false);
+    }
+  });
+
   test('a client that hangs up ends the upstream request at once', async () => {
     const before = slow.requests.length;
     const req = http.request({ host: '127.0.0.1', port: gw.port, path: '/v1/demo/patient/hang', method: 'GET', agent: false, headers: auth() });

@@ -170,6 +170,46 @@ describe('predictive deployments', () => {
   });
 });
 
+describe('conflicts', () => {
+  let a: RecordingBackend;
+  let b: RecordingBackend;
+  let c: RecordingBackend;
+  let d: RecordingBackend;
+  let conflicted: Gateway;
+  beforeAll(async () => {
+    [a, b, c, d] = await Promise.all([startV1Backend(), startV1Backend(), startV1Backend(), startV1Backend()]);
+    conflicted = await startGateway({
+      deployments: [
+        // Two projects that meet in one form ("team-a").
+        { namespace: 'ns-one', name: 'model', project: 'team_a', modelServer: 'sklearn', url: a.url },
+        { namespace: 'ns-two', name: 'model', project: 'team-a', modelServer: 'sklearn', url: b.url },
+        // Two resources claiming the same project/deployment.
+        { namespace: 'ns-three', name: 'dup', project: 'shared', modelServer: 'sklearn', url: c.url },
+        { namespace: 'ns-four', name: 'dup', project: 'shared', modelServer: 'sklearn', url: d.url },
+      ],
+      keys: [{ name: 'apikey-conflicts', projects: '*' }],
+    });
+  });
+  afterAll(async () => {
+    await conflicted?.close();
+    await Promise.all([a, b, c, d].map((x) => x?.close()));
+  });
+  const hit = (path: string) =>
+    send(`${conflicted.url}${path}`, { headers: { authorization: `ApiKey ${conflicted.keys['apikey-conflicts']}` }, body: { instances: [[1]] } });
+
+  test('two projects meeting in one form never split traffic between two backends', async () => {
+    for (const p of ['team_a', 'team-a', 'team_a', 'team-a']) expect((await hit(`/v1/${p}/model/v1/models/model:predict`)).status).toBe(200);
+    const counts = [a.requests.length, b.requests.length];
+    expect(counts.sort()).toEqual([0, 4]);
+  });
+
+  test('two resources claiming one project/deployment: exactly one serves it', async () => {
+    for (let i = 0; i < 3; i++) expect((await hit('/v1/shared/dup/v1/models/dup:predict')).status).toBe(200);
+    const counts = [c.requests.length, d.requests.length];
+    expect(counts.sort()).toEqual([0, 3]);
+  });
+});
+
 describe('LLM deployments', () => {
   const base = () => `${gw.url}/v1/demo/chat`;
 
