@@ -48,9 +48,16 @@ export function verifyKey(
   return { record: found };
 }
 
-/** Does the key grant this project (as written in the path, either form) — and namespace, for scoped keys? */
+/**
+ * Does the key grant this project (as written in the path, either form) — and namespace, for scoped keys?
+ * A scoped key (Secret outside the keys namespace) grants routes of its own namespace only; with no route
+ * (unknown deployment) it grants only the project named like its namespace, so it answers 403, not 404, elsewhere.
+ */
 export function grantsProject(record: ApiKeyRecord, projectSegment: string, routeNamespace?: string): boolean {
-  if (record.scopeNamespace !== undefined && routeNamespace !== undefined && routeNamespace !== record.scopeNamespace) return false;
+  if (record.scopeNamespace !== undefined) {
+    const ns = routeNamespace ?? projectNamespaceForm(projectSegment);
+    if (ns !== record.scopeNamespace) return false;
+  }
   if (record.projects === '*') return true;
   return record.projects.has(projectNamespaceForm(projectSegment));
 }
