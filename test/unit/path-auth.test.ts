@@ -184,6 +184,8 @@ describe('grantsProject', () => {
     ['a scoped key on a route in another namespace', rec(['demo'], 'demo'), 'demo', 'other', false],
     ['a scoped "*" key on a route in another namespace', rec('*', 'team-a'), 'fraud_detection', 'fraud-detection', false],
     ['a scoped "*" key on a route in its namespace', rec('*', 'team-a'), 'team-a', 'team-a', true],
+    ['a scoped key, no route, the project of its namespace', rec(['team-a'], 'team-a'), 'team_a', undefined, true],
+    ['a scoped "*" key, no route, another project', rec('*', 'team-a'), 'other', undefined, false],
   ])('%s → %s', (_what, record, project, ns, ok) => {
     expect(grantsProject(record, project, ns)).toBe(ok);
   });
