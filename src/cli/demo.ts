@@ -87,8 +87,7 @@ export async function startDemo(opts: DemoOptions): Promise<Demo> {
   const baseUrl = config.publicUrl === `http://localhost:${opts.port}` ? `http://localhost:${server.port}` : config.publicUrl;
   const lines = server.store
     .current()
-    .routes.filter((r) => r.namespace === 'demo' || r.project === 'demo')
-    .map((r) => `${`${r.project}/${r.deployment}`.padEnd(12)} ${(r.modelServer ?? 'python').padEnd(11)} ${curlFor(r, baseUrl)}`);
+    .routes.map((r) => `${`${r.project}/${r.deployment}`.padEnd(12)} ${(r.modelServer ?? 'python').padEnd(11)} ${curlFor(r, baseUrl)}`);
   let stopped = false;
   return {
     server,

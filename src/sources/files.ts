@@ -370,15 +370,15 @@ export class FilesSource implements RouteSource {
     const before = new Set(this.problems);
     const after = new Set(next);
     for (const e of errors) {
-      if (!before.has(`${e.origin}: ${e.message}`)) this.log.warn({ origin: e.origin, file: fileOf(e.origin), reason: e.message }, 'manifest problem');
+      if (!before.has(`${e.origin}: ${e.message}`)) this.log.warn({ origin: e.origin, ...placeOf(e.origin), reason: e.message }, 'manifest problem');
     }
     for (const p of this.problems) if (!after.has(p)) this.log.info({ problem: p }, 'manifest problem resolved');
     this.problems = next;
   }
 }
 
-/** "dir/a.yaml#2.items[0]" → "dir/a.yaml". */
-function fileOf(origin: string): string {
-  const i = origin.lastIndexOf('#');
-  return i > 0 ? origin.slice(0, i) : origin;
+/** "dir/a.yaml#2.items[0]" → { file: "dir/a.yaml", document: 2 }. */
+function placeOf(origin: string): { file: string; document?: number } {
+  const m = /^(.*)#(\d+)(?:\.items\[\d+\])?$/.exec(origin);
+  return m ? { file: m[1], document: Number(m[2]) } : { file: origin };
 }
