@@ -1,0 +1,70 @@
+{{/* Names, labels and small computed values shared by the templates. */}}
+
+{{- define "servegate.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "servegate.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "servegate.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "servegate.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "servegate.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "servegate.labels" -}}
+helm.sh/chart: {{ include "servegate.chart" . }}
+{{ include "servegate.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: servegate
+{{- end }}
+
+{{- define "servegate.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "servegate.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "servegate.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* The namespace of the API-key Secrets: gateway.auth.keysNamespace, else the release namespace. */}}
+{{- define "servegate.keysNamespace" -}}
+{{- default .Release.Namespace .Values.gateway.auth.keysNamespace }}
+{{- end }}
+
+{{/* The configuration file: .Values.gateway as it is (the same schema as `servegate serve --config`). */}}
+{{- define "servegate.config" -}}
+{{ toYaml .Values.gateway }}
+{{- end }}
+
+{{/* Whole seconds the pod may take to stop: preStop sleep + drain + 5 s for the process to exit. */}}
+{{- define "servegate.terminationGracePeriodSeconds" -}}
+{{- add (int .Values.preStopSleepSeconds) (int (ceil .Values.gateway.shutdown.drainSeconds)) 5 }}
+{{- end }}
+
+{{- define "servegate.replicasAboveOne" -}}
+{{- if or .Values.autoscaling.enabled (gt (int .Values.replicaCount) 1) }}true{{ end }}
+{{- end }}
