@@ -1,0 +1,41 @@
+# syntax=docker/dockerfile:1
+# servegate: one image running the gateway and the status controller (`serve --kubernetes`), and the CLI.
+# Build: docker build -t servegate .        Run: docker run -p 8080:8080 -p 9090:9090 servegate demo
+
+# ---- build: compile TypeScript with the dev dependencies -----------------------------------------------------
+FROM node:22-bookworm-slim AS build
+WORKDIR /app
+COPY package.json package-lock.json ./
+# --ignore-scripts: `prepare` (tsc) would run before the sources are here.
+RUN npm ci --ignore-scripts --no-audit --no-fund
+COPY tsconfig.json ./
+COPY src ./src
+RUN npx tsc -p tsconfig.json && chmod 0755 dist/cli/main.js
+
+# ---- deps: production dependencies only ------------------------------------------------------------------------
+FROM node:22-bookworm-slim AS deps
+WORKDIR /app
+COPY package.json package-lock.json ./
+# No typescript here, so `prepare` must not run.
+RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund && npm cache clean --force
+
+# ---- runtime ---------------------------------------------------------------------------------------------------
+FROM node:22-bookworm-slim AS runtime
+LABEL org.opencontainers.image.title="servegate" \
+      org.opencontainers.image.description="Gateway and operator for model serving on Kubernetes" \
+      org.opencontainers.image.licenses="Apache-2.0"
+ENV NODE_ENV=production
+WORKDIR /app
+COPY --from=deps /app/node_modules ./node_modules
+COPY --from=build /app/dist ./dist
+COPY package.json ./
+COPY crds ./crds
+COPY examples ./examples
+# `servegate ...` on the PATH, e.g. kubectl exec deploy/servegate -- servegate keys create ... -o yaml
+RUN ln -s /app/dist/cli/main.js /usr/local/bin/servegate
+# Non-root, numeric so that runAsNonRoot can verify it (the chart runs it as 65532 too).
+USER 65532:65532
+EXPOSE 8080 9090
+# Exec form: node is PID 1 and receives SIGTERM itself (graceful drain); no shell, no npm in between.
+ENTRYPOINT ["node", "dist/cli/main.js"]
+CMD ["serve", "--kubernetes"]
