@@ -350,6 +350,18 @@ describe('restarts', () => {
     expect(h.restarts.filter((r) => r.reason === 'error').map((r) => r.kind).sort()).toEqual(['endpointslices', 'secrets', 'services', 'servingdeployments']);
   });
 
+  test('a watch the server ends cleanly (its timeout) is reopened at once and misses nothing', async () => {
+    const h = startSource();
+    await h.started;
+    await until(() => fake.openWatches() === 4, 'four watches');
+    fake.endWatches();
+    fake.create(sdepRaw('demo/after-end'));
+    await until(() => names(h.last()).includes('demo/after-end'), 'event after a clean end');
+    await until(() => fake.openWatches() === 4, 'watches reopened');
+    expect(h.restarts.filter((r) => r.reason === 'closed').map((r) => r.kind).sort()).toEqual(['endpointslices', 'secrets', 'services', 'servingdeployments']);
+    await until(() => h.source.health().problems.length === 0 && h.source.health().stalenessMs === 0, 'healthy again');
+  });
+
   test('410 after compaction relists and converges: objects deleted meanwhile are gone, new ones present', async () => {
     fake.create(sdepRaw('demo/keep'));
     fake.create(sdepRaw('demo/gone'));

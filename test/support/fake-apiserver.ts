@@ -221,6 +221,14 @@ export class FakeApiServer {
     for (const w of this.watches) if (w.def === def && !w.closed) w.res.write(`${line}\n`);
   }
 
+  /** Ends every open watch cleanly (end of the chunked body), as the real server does when timeoutSeconds is up. */
+  endWatches(): void {
+    for (const w of [...this.watches]) {
+      this.closeWatch(w);
+      w.res.end();
+    }
+  }
+
   /** Ends every open watch abruptly (socket destroyed, no clean end of the chunked body). */
   dropWatches(): void {
     for (const w of [...this.watches]) {
