@@ -290,6 +290,18 @@ describe('watch with the real Watch class', () => {
     expect(w.events).toEqual([{ type: 'ERROR', object: expect.objectContaining({ kind: 'Status', code: 410, reason: 'Expired' }) }]);
   });
 
+  test('events beyond the history window are compacted: a watch from before it gets 410', async () => {
+    await fake.stop();
+    fake = await FakeApiServer.start({ historyLimit: 10 });
+    const first = fake.create(sdepObj('a', 'iris'));
+    for (let i = 0; i < 20; i++) fake.update({ ...first, spec: { ...first.spec, timeoutSeconds: i + 1 } });
+    const w = await openWatch(fake, path, { resourceVersion: first.metadata.resourceVersion });
+    await w.ended;
+    expect(w.events[0]).toMatchObject({ type: 'ERROR', object: { code: 410 } });
+    const recent = await openWatch(fake, path, { resourceVersion: String(Number(fake.resourceVersion()) - 3) });
+    await until(() => recent.events.length === 3, 'recent events replayed');
+  });
+
   test('a label-selected watch sees an object leave the selection as DELETED', async () => {
     const s = fake.create(secretObj('s', 'k'));
     const w = await openWatch(fake, '/api/v1/secrets', { resourceVersion: s.metadata.resourceVersion, labelSelector: 'serving.servegate.dev/api-key=true' });

@@ -35,6 +35,15 @@ export const DEFAULT_RESOURCES: ResourceDef[] = [
   { apiVersion: 'events.k8s.io/v1', kind: 'Event', plural: 'events', namespaced: true, statusSubresource: false, generation: false, custom: false },
 ];
 
+export interface FakeApiServerOptions {
+  /** BOOKMARK interval on watches that allow bookmarks; default 60 000 (the real server: about a minute); 0 = none. */
+  bookmarkIntervalMs?: number;
+  /** Port to listen on; default ephemeral. */
+  port?: number;
+  /** Watch events kept for replay (the etcd compaction window); older resourceVersions get 410. Default 100 000. */
+  historyLimit?: number;
+}
+
 export interface RecordedRequest {
   method: string;
   path: string;
@@ -117,9 +126,11 @@ export class FakeApiServer {
   private port = 0;
   private isUp = false;
   private readonly bookmarkIntervalMs: number;
+  private readonly historyLimit: number;
 
-  private constructor(opts: { bookmarkIntervalMs?: number }) {
+  private constructor(opts: FakeApiServerOptions) {
     this.bookmarkIntervalMs = opts.bookmarkIntervalMs ?? 60_000;
+    this.historyLimit = opts.historyLimit ?? 100_000;
     this.server = http.createServer((req, res) => this.handle(req, res));
     this.server.keepAliveTimeout = 5_000;
     this.server.on('connection', (s: Socket) => {
@@ -128,7 +139,7 @@ export class FakeApiServer {
     });
   }
 
-  static async start(opts: { bookmarkIntervalMs?: number; port?: number } = {}): Promise<FakeApiServer> {
+  static async start(opts: FakeApiServerOptions = {}): Promise<FakeApiServer> {
     const s = new FakeApiServer(opts);
     s.port = opts.port ?? 0;
     await s.up();
@@ -318,6 +329,11 @@ export class FakeApiServer {
   private record(def: ResourceDef, type: StoredEvent['type'], obj: Obj, old?: Obj): void {
     const ev: StoredEvent = { rv: Number(obj.metadata.resourceVersion), def, type, obj, old, json: JSON.stringify(obj) };
     this.events.push(ev);
+    if (this.events.length > this.historyLimit * 1.1) {
+      // Like etcd compaction: watches from before the kept window get 410.
+      const dropped = this.events.splice(0, this.events.length - this.historyLimit);
+      this.compactedRv = Math.max(this.compactedRv, dropped[dropped.length - 1].rv);
+    }
     for (const w of this.watches) if (w.def === def) this.deliver(w, ev);
   }
 
