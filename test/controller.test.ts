@@ -344,6 +344,7 @@ describe('two replicas with leader election', () => {
     follower.store.apply(snapshotNow());
     const until = Date.now() + 3000;
     while (sdepStatus('demo', 'b')?.observedGeneration !== 2 && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+    await follower.handle.controller.idle(); // the fake has stored the write; let the client see the answer too
     expect(follower.handle.isLeader()).toBe(true);
     expect(sdepStatus('demo', 'b')).toMatchObject({ observedGeneration: 2, inferenceUrl: 'https://models.example.com/v1/demo/b/v1/models/renamed:predict' });
     expect(follower.handle.controller.stats.writes).toBe(1);

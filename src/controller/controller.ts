@@ -262,7 +262,7 @@ export class StatusController {
   /** The status as the API server has it now, as far as we know. */
   private currentStatus(key: string, resource: ServingDeploymentResource): unknown {
     const w = this.written.get(key);
-    if (w && w.uid === resource.metadata.uid && w.resourceVersion === resource.metadata.resourceVersion) return w.status;
+    if (w && w.resourceVersion !== undefined && w.uid === resource.metadata.uid && w.resourceVersion === resource.metadata.resourceVersion) return w.status;
     if (w) this.written.delete(key);
     return resource.status;
   }
