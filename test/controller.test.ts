@@ -1,8 +1,9 @@
 // The status controller against a fake kube-apiserver over real HTTP, with the real @kubernetes/client-node:
 // it writes status through the status subresource, only when it changed, only while leader, and retries failures.
+import { Registry } from 'prom-client';
 import { afterEach, beforeEach, describe, expect, test } from 'vitest';
 import { kubeStatusWriter, StatusController, type StatusWriter } from '../src/controller/controller.js';
-import { startStatusController, type ControllerHandle } from '../src/controller/index.js';
+import { registerControllerMetrics, startStatusController, type ControllerHandle } from '../src/controller/index.js';
 import { RouteStore } from '../src/routing/store.js';
 import { API_VERSION, type Snapshot } from '../src/routing/types.js';
 import { buildOptions } from './support/fixtures.js';
@@ -300,6 +301,24 @@ describe('status controller', () => {
     expect(c.stats).toMatchObject({ writes: 1, failures: 2 });
     expect(statusWrites()).toHaveLength(1);
   });
+});
+
+test('the counters are exported as Prometheus metrics', async () => {
+  fake.create(svcObj('demo', 'a', 80));
+  fake.create(sdepObj('demo', 'a', { type: 'python', backend: { service: 'a', port: 80 } }));
+  fake.failNext(1, 409, (m, p) => m === 'PATCH' && p.endsWith('/status'));
+  const { store, c } = controller();
+  const registry = new Registry();
+  registerControllerMetrics(registry, { controller: c, isLeader: () => true });
+  store.apply(snapshotNow());
+  await c.idle();
+  const text = await registry.metrics();
+  expect(text).toMatch(/^servegate_status_writes_total 1$/m);
+  expect(text).toMatch(/^servegate_status_write_failures_total 1$/m);
+  expect(text).toMatch(/^servegate_status_write_conflicts_total 1$/m);
+  expect(text).toMatch(/^servegate_status_queue_depth 0$/m);
+  expect(text).toMatch(/^servegate_leader 1$/m);
+  expect(text).toMatch(/^servegate_leader_transitions_total 0$/m);
 });
 
 describe('two replicas with leader election', () => {
