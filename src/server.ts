@@ -46,6 +46,7 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
     keysNamespace: config.auth.keysNamespace,
     defaultTimeoutMs: config.limits.requestTimeoutSeconds * 1000,
   });
+  let loggedProblems = new Set<string>();
   store.onBuild(({ changed, result }, snapshot) => {
     metrics.reloads.inc({ result: changed ? 'changed' : 'unchanged' });
     metrics.routes.set(result.table.routes.length);
@@ -55,11 +56,20 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
     const byReason: Record<string, number> = { InvalidSpec: 0, Conflict: 0, BackendNotFound: 0, InvalidKey: result.keyProblems.length, ReadError: snapshot.readErrors?.length ?? 0 };
     for (const s of result.statuses) if (!s.ready) byReason[s.reason] = (byReason[s.reason] ?? 0) + 1;
     for (const [reason, n] of Object.entries(byReason)) metrics.invalidResources.set({ reason }, n);
-    if (!changed) return;
-    logger.info({ routes: result.table.routes.length, keys: keyCount, hash: result.table.hash }, 'route table updated');
-    for (const s of result.statuses) if (!s.ready) logger.warn({ resource: `${s.resourceKind} ${s.id}`, reason: s.reason }, s.message);
-    for (const p of result.keyProblems) logger.warn({ secret: p.id, origin: p.origin }, `API-key Secret ignored: ${p.message}`);
-    for (const e of snapshot.readErrors ?? []) logger.warn({ origin: e.origin }, e.message);
+    if (changed) logger.info({ routes: result.table.routes.length, keys: keyCount, hash: result.table.hash }, 'route table updated');
+    // Problems are logged when they appear, even when the table itself did not change (a bad key adds no route).
+    const problems = [
+      ...result.statuses.filter((s) => !s.ready).map((s) => ({ at: { resource: `${s.resourceKind} ${s.id}`, reason: s.reason }, msg: s.message })),
+      ...result.keyProblems.map((p) => ({ at: { secret: p.id, origin: p.origin }, msg: `API-key Secret ignored: ${p.message}` })),
+      ...(snapshot.readErrors ?? []).map((e) => ({ at: { origin: e.origin }, msg: e.message })),
+    ];
+    const seen = new Set<string>();
+    for (const p of problems) {
+      const sig = JSON.stringify(p);
+      seen.add(sig);
+      if (!loggedProblems.has(sig)) logger.warn(p.at, p.msg);
+    }
+    loggedProblems = seen;
   });
 
   const gateway = new Gateway({ config, store, metrics, logger, endpoints: opts.endpoints });
@@ -114,6 +124,8 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
     keepAlive: true,
     requestTimeout: 0, // uploads and streams may be long; slow clients are bounded by headersTimeout
     headersTimeout: config.limits.headersTimeoutSeconds * 1000,
+    // How often Node checks the headers timeout (its default, 30 s, would let a slow client hold a socket that long).
+    connectionsCheckingInterval: Math.min(1000, config.limits.headersTimeoutSeconds * 500),
     keepAliveTimeout: 75_000,
   });
   server.on('request', (req: IncomingMessage, res: ServerResponse) => {

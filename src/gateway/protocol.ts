@@ -83,7 +83,7 @@ export function validateBody(check: BodyCheck, body: Buffer): GatewayError | und
   }
   const o = doc as Record<string, unknown>;
   const hasInstances = Array.isArray(o.instances);
-  const hasInputs = o.inputs !== undefined && o.inputs !== null && typeof o.inputs === 'object';
+  const hasInputs = o.inputs !== undefined && o.inputs !== null; // TF Serving's columnar format allows a scalar, list or object
   const hasExamples = Array.isArray(o.examples);
   if (check === 'predict' && !hasInstances && !hasInputs) {
     return gatewayError('invalid_body', 'a :predict body needs "instances" (a list) or "inputs"');
