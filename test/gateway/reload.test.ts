@@ -1,7 +1,7 @@
 // Live reload of the files source: deployments added, edited and deleted in the manifest folder are served or
 // gone within about a second, without a restart; a bad document is reported while the others keep serving.
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { startPythonBackend, startV1Backend, type RecordingBackend } from '../support/backends.js';
+import { startOpenAIBackend, startPythonBackend, startV1Backend, type OpenAIBackend, type RecordingBackend } from '../support/backends.js';
 import { eventually, send, startGateway, type Gateway } from '../support/harness.js';
 
 let v1a: RecordingBackend;
@@ -57,6 +57,26 @@ describe('live reload of the manifest folder', () => {
     await eventually(async () => expect((await send(`${gw.url}/v1/demo/doomed/x`, { headers: auth() })).status).toBe(200));
     gw.removeDeployment('demo', 'doomed');
     await eventually(async () => expect((await send(`${gw.url}/v1/demo/doomed/x`, { headers: auth() })).status).toBe(404));
+  });
+
+  test('a stream in flight finishes when its deployment is deleted meanwhile', async () => {
+    const llm: OpenAIBackend = await startOpenAIBackend();
+    try {
+      llm.stream = { chunks: 8, delayMs: 100 };
+      gw.writeDeployment({ namespace: 'demo', name: 'chat', modelServer: 'llm', url: llm.url });
+      const body = { model: 'tiny-llm', messages: [{ role: 'user', content: 'x' }], stream: true };
+      await eventually(async () => expect((await send(`${gw.url}/v1/demo/chat/v1/models`, { headers: auth() })).status).toBe(200));
+      const streaming = send(`${gw.url}/v1/demo/chat/v1/chat/completions`, { headers: auth(), body });
+      await eventually(() => expect(llm.requests.filter((r) => r.sent.length > 0).length).toBe(1), 2000, 10);
+      gw.removeDeployment('demo', 'chat');
+      await eventually(async () => expect((await send(`${gw.url}/v1/demo/chat/v1/models`, { headers: auth() })).status).toBe(404));
+      const r = await streaming;
+      expect(r.status).toBe(200);
+      expect(r.text).toContain('tok7');
+      expect(r.text).toContain('data: [DONE]');
+    } finally {
+      await llm.close();
+    }
   });
 
   test('a bad document is reported while the other deployments keep serving', async () => {

@@ -133,6 +133,24 @@ describe('predictive deployments', () => {
     expect(v1.requests.length).toBe(before);
   });
 
+  test('many concurrent requests each get their own answer', async () => {
+    const deps = [
+      ['iris', 'iris'],
+      ['pymodel', 'pym'],
+      ['tf', 'flowers'],
+    ];
+    const replies = await Promise.all(
+      Array.from({ length: 30 }, (_, i) => {
+        const [dep, model] = deps[i % 3];
+        return send(`${gw.url}/v1/demo/${dep}/v1/models/${model}:predict?i=${i}`, { headers: auth(), body: { instances: [[i]] } }).then((r) => ({ i, model, r }));
+      }),
+    );
+    for (const { i, model, r } of replies) {
+      expect(r.status).toBe(200);
+      expect(r.json()).toMatchObject({ model, path: `/v1/models/${model}:predict?i=${i}`, received: { instances: [[i]] } });
+    }
+  });
+
   test('the query string is forwarded unchanged', async () => {
     const r = await send(`${gw.url}/v1/demo/iris/v1/models/iris:predict?trace=1&x=a%20b&y=%2F`, {
       headers: auth(),
