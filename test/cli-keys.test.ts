@@ -256,6 +256,33 @@ describe('keys in files mode (--manifests DIR)', () => {
     expect(Array.isArray(docs) && docs.map((d) => d.toJS())).toEqual([other]);
   });
 
+  test('with a single manifests file, create appends the key as one more document and revoke takes it out', async () => {
+    const dir = tempDir();
+    const file = join(dir, 'all.yaml');
+    const other = { apiVersion: 'serving.servegate.dev/v1alpha1', kind: 'ServingDeployment', metadata: { name: 'iris', namespace: 'demo' }, spec: { type: 'python', backend: { url: 'http://127.0.0.1:9' } } };
+    writeFileSync(file, JSON.stringify(other) + '\n');
+    const r = await keys(['create', '--name', 'ci-bot', '--projects', 'demo', '--manifests', file]);
+    expect(r.code, r.err).toBe(0);
+    expect(readdirSync(dir)).toEqual(['all.yaml']);
+    const parsed = parseManifests(readFileSync(file, 'utf8'), { origin: file, keysNamespace: 'servegate' });
+    expect(parsed.errors).toEqual([]);
+    expect(parsed.deployments.map((d) => d.metadata.name)).toEqual(['iris']);
+    expect(parsed.keySecrets[0].data.sha256).toBe(hashKey(r.out.trim()));
+    expect((await keys(['create', '--name', 'ci-bot', '--projects', 'demo', '--manifests', file])).code).toBe(1);
+    expect((await keys(['revoke', '--name', 'ci-bot', '--manifests', file])).code).toBe(0);
+    const after = parseManifests(readFileSync(file, 'utf8'), { origin: file, keysNamespace: 'servegate' });
+    expect(after.keySecrets).toEqual([]);
+    expect(after.deployments).toHaveLength(1);
+  });
+
+  test('revoking the last key of a single served file leaves the file, empty', async () => {
+    const file = join(tempDir(), 'keys.yaml');
+    writeFileSync(file, '');
+    expect((await keys(['create', '--name', 'only', '--projects', 'demo', '--manifests', file])).code).toBe(0);
+    expect((await keys(['revoke', '--name', 'only', '--manifests', file])).code).toBe(0);
+    expect(readFileSync(file, 'utf8')).toBe('');
+  });
+
   test('revoke refuses a Secret without the key label', async () => {
     const dir = tempDir();
     writeFileSync(join(dir, 's.yaml'), 'apiVersion: v1\nkind: Secret\nmetadata: {name: db-password}\nstringData: {password: x}\n');

@@ -394,7 +394,8 @@ async function revokeKey(flags: Record<string, string | true>, io: CliIo): Promi
     });
     if (docs.length === 0) throw new CommandError(`no API key named "${name}" in ${manifests}`);
     const files = [...new Set(docs.map((d) => d.file))];
-    for (const file of files) await removeDocs(file, docs.filter((d) => d.file === file).map((d) => d.index));
+    const single = (await stat(manifests)).isFile();
+    for (const file of files) await removeDocs(file, docs.filter((d) => d.file === file).map((d) => d.index), single);
     io.stderr(`revoked API key "${name}" (${files.map((f) => relative(manifests, f) || f).join(', ')})\n`);
     return 0;
   }
@@ -486,22 +487,28 @@ function isList(doc: unknown): boolean {
   return !!doc && typeof doc === 'object' && (doc as { kind?: unknown }).kind === 'List';
 }
 
-async function writeKeyFile(dir: string, manifest: ReturnType<typeof keySecretManifest>, now: number): Promise<string> {
-  const st = await stat(dir).catch(() => undefined);
-  if (st && !st.isDirectory()) throw new CommandError(`--manifests ${dir} is a file: keys mode needs a folder to write the key's file into`);
-  if (!st) await mkdir(dir, { recursive: true });
+async function writeKeyFile(target: string, manifest: ReturnType<typeof keySecretManifest>, now: number): Promise<string> {
+  const st = await stat(target).catch(() => undefined);
+  if (!st) await mkdir(target, { recursive: true });
   const name = manifest.metadata.name;
   const ns = manifest.metadata.namespace;
-  for (const d of await readKeyDocs(dir)) {
+  for (const d of await readKeyDocs(target)) {
     const k = summarizeKeySecret(d.doc)!;
     if (k.name === name && (k.namespace === undefined || ns === undefined || k.namespace === ns)) {
-      throw new CommandError(`an API key named "${name}" already exists in ${relative(dir, d.file) || d.file}; revoke it first or choose another --name`);
+      throw new CommandError(`an API key named "${name}" already exists in ${relative(target, d.file) || d.file}; revoke it first or choose another --name`);
     }
   }
-  const fileName = name.startsWith('apikey-') ? `${name}.yaml` : `apikey-${name}.yaml`;
-  const file = join(dir, fileName);
-  if (existsSync(file)) throw new CommandError(`${file} already exists; choose another --name`);
   const header = `# API key "${name}" created by servegate keys create at ${new Date(now).toISOString()}. Only the key's SHA-256 is stored.\n`;
+  if (st?.isFile()) {
+    // A gateway serving one file: the key becomes one more document of it.
+    const text = await readFile(target, 'utf8');
+    const sep = text.trim() === '' ? '' : `${text.replace(/\s*$/, '')}\n---\n`;
+    await atomicWrite(target, sep + header + keySecretYaml(manifest));
+    return target;
+  }
+  const fileName = name.startsWith('apikey-') ? `${name}.yaml` : `apikey-${name}.yaml`;
+  const file = join(target, fileName);
+  if (existsSync(file)) throw new CommandError(`${file} already exists; choose another --name`);
   await atomicWrite(file, header + keySecretYaml(manifest));
   return file;
 }
@@ -509,7 +516,8 @@ async function writeKeyFile(dir: string, manifest: ReturnType<typeof keySecretMa
 /** Writes beside the target under a hidden name, then renames: a watching gateway never sees half a file. */
 async function atomicWrite(file: string, text: string): Promise<void> {
   const tmp = join(file, '..', `.${basename(file)}.${process.pid}.tmp`);
-  await writeFile(tmp, text, { mode: 0o644 });
+  const mode = (await stat(file).catch(() => undefined))?.mode ?? 0o644;
+  await writeFile(tmp, text, { mode: mode & 0o777 });
   try {
     await rename(tmp, file);
   } catch (err) {
@@ -518,14 +526,18 @@ async function atomicWrite(file: string, text: string): Promise<void> {
   }
 }
 
-/** Removes documents by index; a file left with no document is deleted. Other documents keep their text. */
-async function removeDocs(file: string, indexes: number[]): Promise<void> {
+/**
+ * Removes documents by index; other documents keep their text. A file left with no document is deleted, unless it is
+ * the single file a gateway serves (`keepFile`): then it is left empty.
+ */
+async function removeDocs(file: string, indexes: number[], keepFile: boolean): Promise<void> {
   const text = await readFile(file, 'utf8');
   const docs = parseAllDocuments(text);
   if (!Array.isArray(docs)) return;
   const keep = docs.filter((d, i) => !indexes.includes(i) && d.contents !== null);
   if (keep.length === 0) {
-    await unlink(file);
+    if (keepFile) await atomicWrite(file, '');
+    else await unlink(file);
     return;
   }
   await atomicWrite(file, keep.map((d) => d.toString().replace(/^---[ \t]*\n/, '')).join('---\n'));
