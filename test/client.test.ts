@@ -17,6 +17,8 @@ describe('URL helpers', () => {
     ['sklearn with a model name', { modelServer: 'sklearn', modelName: 'fraud-v2' }, `${base}/v1/models/fraud-v2:predict`, null, null],
     ['llm', { modelServer: 'llm' }, null, `${base}/v1`, null],
     ['python deployment', { type: 'python' }, null, null, base],
+    ['"scikit-learn" (another spelling)', { modelServer: 'scikit-learn' as never }, `${base}/v1/models/fraud:predict`, null, null],
+    ['"TensorFlow" (any case)', { modelServer: 'TensorFlow' as never }, `${base}/v1/models/fraud:predict`, null, null],
   ])('%s: inference, OpenAI and endpoint URLs', (_, opts, inference, openai, endpoint) => {
     const d = new Deployment({ gatewayUrl: GW, project: 'fraud_detection', deployment: 'fraud', apiKey: KEY, ...opts });
     expect(d.getInferenceUrl()).toBe(inference);

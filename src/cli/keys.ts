@@ -198,7 +198,8 @@ Commands:
          Delete a key; the gateway refuses it at once.
 
 Where the Secret goes (one of):
-  --manifests DIR      files mode: write/remove a YAML file in DIR (a running "serve --manifests DIR" reloads it)
+  --manifests DIR|FILE files mode: write/remove apikey-<name>.yaml in DIR, or a document in FILE
+                       (a running "servegate serve --manifests" picks the change up without a restart)
   -o, --output yaml    create only: print the Secret manifest to stdout (for kubectl apply / GitOps), the key to stderr
   (default)            the cluster: KUBECONFIG, ~/.kube/config or in-cluster config
 

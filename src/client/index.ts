@@ -7,6 +7,14 @@ export type { ModelServer, RouteKind };
 export type DeploymentType = 'model' | 'python';
 
 const MODEL_SERVERS: readonly ModelServer[] = ['python', 'sklearn', 'tensorflow', 'llm'];
+/** Other spellings of the model servers (the interface description's names, KServe's formats). */
+const SERVER_ALIASES: Record<string, ModelServer> = { 'scikit-learn': 'sklearn', scikit_learn: 'sklearn', tf: 'tensorflow', vllm: 'llm' };
+
+function normalizeServer(s: unknown): ModelServer | undefined {
+  if (typeof s !== 'string') return undefined;
+  const k = s.trim().toLowerCase();
+  return MODEL_SERVERS.includes(k as ModelServer) ? (k as ModelServer) : SERVER_ALIASES[k];
+}
 
 export interface DeploymentOptions {
   /** The gateway's public URL, e.g. https://models.example.com (a trailing slash is ignored). */
@@ -139,9 +147,10 @@ export class Deployment {
     }
     const type: DeploymentType = o.type ?? 'model';
     if (type !== 'model' && type !== 'python') throw new TypeError(`type must be "model" or "python", got "${String(type)}"`);
+    const modelServer = normalizeServer(o.modelServer);
     if (type === 'model') {
-      if (!o.modelServer || !MODEL_SERVERS.includes(o.modelServer)) {
-        throw new TypeError(`a model deployment needs modelServer: one of ${MODEL_SERVERS.join(', ')} (or type: "python")`);
+      if (!modelServer) {
+        throw new TypeError(`a model deployment needs modelServer: one of ${MODEL_SERVERS.join(', ')} (or type: "python"), got ${JSON.stringify(o.modelServer)}`);
       }
     } else if (o.modelServer !== undefined) {
       throw new TypeError('modelServer is only for type "model"');
@@ -154,7 +163,7 @@ export class Deployment {
     this.project = o.project;
     this.deployment = o.deployment;
     this.type = type;
-    this.modelServer = type === 'model' ? o.modelServer : undefined;
+    this.modelServer = type === 'model' ? modelServer : undefined;
     this.kind = routeKindOf(type, this.modelServer);
     this.modelName = this.kind === 'predictive' ? (o.modelName || o.deployment) : undefined;
     this.apiKey = o.apiKey.trim();
