@@ -283,6 +283,17 @@ describe('keys in files mode (--manifests DIR)', () => {
     expect(readFileSync(file, 'utf8')).toBe('');
   });
 
+  test('a key inside a kind: List is listed, and revoke asks for a hand edit instead of rewriting the List', async () => {
+    const dir = tempDir();
+    const key = keySecretManifest({ name: 'in-list', prefix: 'C'.repeat(16), sha256: 'c'.repeat(64), projects: ['demo'] });
+    writeFileSync(join(dir, 'list.yaml'), JSON.stringify({ apiVersion: 'v1', kind: 'List', items: [key] }));
+    expect((await keys(['list', '--manifests', dir])).out).toMatch(/in-list\s+C{16}\s+demo/);
+    const r = await keys(['revoke', '--name', 'in-list', '--manifests', dir]);
+    expect(r.code).toBe(1);
+    expect(r.err).toContain('item of a List');
+    expect(readdirSync(dir)).toEqual(['list.yaml']);
+  });
+
   test('revoke refuses a Secret without the key label', async () => {
     const dir = tempDir();
     writeFileSync(join(dir, 's.yaml'), 'apiVersion: v1\nkind: Secret\nmetadata: {name: db-password}\nstringData: {password: x}\n');

@@ -18,6 +18,7 @@ import {
   type KeySummary,
 } from '../keys/index.js';
 import { KEY_LABEL } from '../routing/types.js';
+import { isManifestName, isWalkedDirName } from '../sources/files/ignore.js';
 
 /** Where a command writes; tests pass their own. */
 export interface CliIo {
@@ -394,6 +395,8 @@ async function revokeKey(flags: Record<string, string | true>, io: CliIo): Promi
       return k && k.name === name && (ns === undefined || k.namespace === undefined || k.namespace === ns);
     });
     if (docs.length === 0) throw new CommandError(`no API key named "${name}" in ${manifests}`);
+    const listed = docs.find((d) => d.inList);
+    if (listed) throw new CommandError(`API key "${name}" is an item of a List in ${listed.file}: remove it from that file by hand`);
     const files = [...new Set(docs.map((d) => d.file))];
     const single = (await stat(manifests)).isFile();
     for (const file of files) await removeDocs(file, docs.filter((d) => d.file === file).map((d) => d.index), single);
@@ -430,9 +433,7 @@ function formatTable(rows: string[][]): string {
 // ---------------------------------------------------------------------------------------------------------------
 // Files mode.
 
-const MANIFEST_EXT = /\.(ya?ml|json)$/i;
-
-/** Manifest files under `dir` (recursive, hidden entries skipped), sorted. A file path is a folder of one. */
+/** Manifest files under `dirOrFile` by the files source's own rules (hidden files and node_modules skipped), sorted. */
 export async function manifestFiles(dirOrFile: string): Promise<string[]> {
   let st;
   try {
@@ -443,13 +444,13 @@ export async function manifestFiles(dirOrFile: string): Promise<string[]> {
   if (st.isFile()) return [dirOrFile];
   const out: string[] = [];
   const walk = async (dir: string, depth: number): Promise<void> => {
-    if (depth > 8) return;
+    if (depth > 32) return;
     const entries = await readdir(dir, { withFileTypes: true });
     for (const e of entries) {
-      if (e.name.startsWith('.')) continue;
       const p = join(dir, e.name);
-      if (e.isDirectory()) await walk(p, depth + 1);
-      else if (e.isFile() && MANIFEST_EXT.test(e.name)) out.push(p);
+      if (e.isDirectory()) {
+        if (isWalkedDirName(e.name)) await walk(p, depth + 1);
+      } else if (e.isFile() && isManifestName(e.name)) out.push(p);
     }
   };
   await walk(dirOrFile, 0);
@@ -460,6 +461,8 @@ interface KeyDoc {
   file: string;
   index: number;
   doc: unknown;
+  /** An item of a `kind: List` document: listed, but not removed by revoke. */
+  inList?: boolean;
 }
 
 /** Every Secret document carrying the key label in the manifests folder. Unparsable files are skipped. */
@@ -477,8 +480,10 @@ async function readKeyDocs(dir: string): Promise<KeyDoc[]> {
     docs.forEach((d, index) => {
       if (d.errors.length > 0) return;
       const doc = d.toJS() as unknown;
-      const items = isList(doc) ? [] : [doc];
-      for (const item of items) if (summarizeKeySecret(item)) out.push({ file, index, doc: item });
+      if (isList(doc)) {
+        const items = (doc as { items?: unknown }).items;
+        if (Array.isArray(items)) for (const item of items) if (summarizeKeySecret(item)) out.push({ file, index, doc: item, inList: true });
+      } else if (summarizeKeySecret(doc)) out.push({ file, index, doc });
     });
   }
   return out;
