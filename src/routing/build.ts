@@ -37,39 +37,70 @@ export interface BuildOptions {
   defaultTimeoutMs: number;
 }
 
-type Candidate = { route: Omit<Route, 'hostname'>; meta: ObjectMeta; hostname?: string; hostnameMessage?: string };
+type Candidate = {
+  route: Route;
+  meta: ObjectMeta;
+  hostnameMessage?: string;
+  /** Precomputed for the age sort, the path index and the table hash. */
+  age: number;
+  ref: string;
+  pathKeys: string[];
+  form: string;
+  digest: string;
+  /** The status written when this candidate wins. */
+  routed: DeploymentStatus;
+};
 type Rejection = { meta: ObjectMeta; resourceKind: Route['resourceKind']; reason: ReadyReason; message: string };
+
+/**
+ * Memo of the per-resource work, keyed by the resource object: sources hand unchanged resources over as the same
+ * object, so a rebuild after one event re-evaluates one resource, not ten thousand. An entry is reused only when
+ * everything else it depended on (options, source kind, the backend Service object) is the same, so the output is
+ * exactly what a fresh evaluation would give.
+ */
+type Evaluated = { deps: string; service: ServiceResource | undefined | null; value: Candidate | Rejection };
+const evaluated = new WeakMap<object, Evaluated>();
 
 const MODEL_SERVERS: readonly ModelServer[] = ['python', 'sklearn', 'tensorflow', 'llm'];
 
 export function buildRouteTable(snapshot: Snapshot, options: BuildOptions): BuildResult {
   const servicesById = snapshot.services ? indexServices(snapshot.services) : undefined;
+  const deps = `${snapshot.source}|${options.publicUrl}|${options.serverlessDomain}|${options.defaultTimeoutMs}`;
   const candidates: Candidate[] = [];
   const rejections: Rejection[] = [];
 
+  const evaluate = (res: ServingDeploymentResource | InferenceServiceResource, serviceName: unknown, compute: () => RouteOrError): void => {
+    const service = servicesById ? (typeof serviceName === 'string' ? servicesById.get(`${res.metadata.namespace}/${serviceName}`) : undefined) : null;
+    let e = evaluated.get(res);
+    if (!e || e.deps !== deps || e.service !== service) {
+      const r = compute();
+      const value: Candidate | Rejection =
+        'reason' in r ? { meta: res.metadata, resourceKind: res.kind, ...r } : candidate(r, res.metadata, options);
+      e = { deps, service, value };
+      evaluated.set(res, e);
+    }
+    if ('reason' in e.value) rejections.push(e.value);
+    else candidates.push(e.value);
+  };
   for (const res of snapshot.deployments) {
-    const r = servingDeploymentRoute(res, snapshot.source, servicesById, options);
-    if ('reason' in r) rejections.push({ meta: res.metadata, resourceKind: 'ServingDeployment', ...r });
-    else candidates.push(withHostname(r, res.metadata, options));
+    const spec = res.spec as { backend?: { service?: unknown } } | undefined;
+    evaluate(res, spec?.backend?.service, () => servingDeploymentRoute(res, snapshot.source, servicesById, options));
   }
   for (const res of snapshot.inferenceServices) {
-    const r = inferenceServiceRoute(res, servicesById, options);
-    if ('reason' in r) rejections.push({ meta: res.metadata, resourceKind: 'InferenceService', ...r });
-    else candidates.push(withHostname(r, res.metadata, options));
+    evaluate(res, `${res.metadata.name}-predictor`, () => inferenceServiceRoute(res, servicesById, options));
   }
 
   // Oldest wins: creationTimestamp, then namespace/name.
-  candidates.sort((a, b) => compareAge(a.meta, b.meta));
+  candidates.sort((a, b) => (a.age !== b.age ? (a.age < b.age ? -1 : 1) : cmp(a.ref, b.ref)));
   const byPath = new Map<string, Route>();
   const byHost = new Map<string, Route>();
   const projectForms = new Map<string, Route>(); // namespace form → the oldest route that wrote the project this way
   const routes: Route[] = [];
   const statuses: DeploymentStatus[] = [];
+  const digests: string[] = [];
 
   for (const c of candidates) {
-    const { route } = c;
-    const form = projectNamespaceForm(route.project);
-    const pathKeys = [...new Set([`${route.project}/${route.deployment}`, `${form}/${route.deployment}`])];
+    const { route, form, pathKeys } = c;
     let conflict: string | undefined;
     const owner = projectForms.get(form);
     if (owner !== undefined && owner.project !== route.project) {
@@ -79,40 +110,28 @@ export function buildRouteTable(snapshot: Snapshot, options: BuildOptions): Buil
       const other = byPath.get(k);
       if (!conflict && other) conflict = `${route.project}/${route.deployment} is already served by ${other.resourceKind} ${other.id}, which is older`;
     }
-    if (!conflict && c.hostname) {
-      const other = byHost.get(c.hostname);
-      if (other) conflict = `hostname ${c.hostname} is already served by ${other.resourceKind} ${other.id}, which is older`;
+    if (!conflict && route.hostname) {
+      const other = byHost.get(route.hostname);
+      if (other) conflict = `hostname ${route.hostname} is already served by ${other.resourceKind} ${other.id}, which is older`;
     }
     if (conflict) {
       statuses.push(rejectedStatus({ meta: c.meta, resourceKind: route.resourceKind, reason: 'Conflict', message: conflict }));
       continue;
     }
-    const full: Route = c.hostname ? { ...route, hostname: c.hostname } : { ...route };
-    if (!projectForms.has(form)) projectForms.set(form, full);
-    for (const k of pathKeys) byPath.set(k, full);
-    if (c.hostname) byHost.set(c.hostname, full);
-    routes.push(full);
-    const urls = deploymentUrls(options.publicUrl, full.project, full.deployment, full.kind, full.modelName);
-    statuses.push({
-      id: full.id,
-      namespace: full.namespace,
-      name: full.name,
-      resourceKind: full.resourceKind,
-      generation: c.meta.generation,
-      ...urls,
-      hostname: full.hostname,
-      ready: true,
-      reason: 'Routed',
-      message: '',
-      hostnameMessage: c.hostnameMessage,
-    });
+    if (!projectForms.has(form)) projectForms.set(form, route);
+    for (const k of pathKeys) byPath.set(k, route);
+    if (route.hostname) byHost.set(route.hostname, route);
+    routes.push(route);
+    statuses.push(c.routed);
   }
   for (const r of rejections) statuses.push(rejectedStatus(r));
 
-  const { keys, problems } = buildKeys(snapshot.keySecrets, options.keysNamespace);
+  const { keys, problems, digests: keyDigests } = buildKeysWithDigests(snapshot.keySecrets, options.keysNamespace);
   routes.sort((a, b) => cmp(a.id, b.id));
-  statuses.sort((a, b) => cmp(`${a.resourceKind}/${a.id}`, `${b.resourceKind}/${b.id}`));
-  const table: RouteTable = { byPath, byHost, keys, routes, hash: hashTable(routes, keys) };
+  const routeDigest = new Map(candidates.map((c) => [c.route, c.digest]));
+  for (const r of routes) digests.push(routeDigest.get(r)!);
+  statuses.sort((a, b) => (a.resourceKind !== b.resourceKind ? (a.resourceKind === 'InferenceService' ? -1 : 1) : cmp(a.id, b.id)));
+  const table: RouteTable = { byPath, byHost, keys, routes, hash: hashDigests(digests, keyDigests) };
   return { table, statuses, keyProblems: problems };
 }
 
@@ -133,9 +152,35 @@ function rejectedStatus(r: Rejection): DeploymentStatus {
   };
 }
 
-function withHostname(route: Omit<Route, 'hostname'>, meta: ObjectMeta, options: BuildOptions): Candidate {
+function candidate(route: Omit<Route, 'hostname'>, meta: ObjectMeta, options: BuildOptions): Candidate {
   const h = legacyHostname(route.project, route.deployment, options.serverlessDomain);
-  return 'hostname' in h ? { route, meta, hostname: h.hostname } : { route, meta, hostnameMessage: h.error };
+  const full: Route = 'hostname' in h ? { ...route, hostname: h.hostname } : { ...route };
+  const form = projectNamespaceForm(full.project);
+  const t = meta.creationTimestamp ? Date.parse(meta.creationTimestamp) : Number.NaN;
+  const hostnameMessage = 'error' in h ? h.error : undefined;
+  return {
+    route: full,
+    meta,
+    hostnameMessage,
+    age: Number.isNaN(t) ? Number.POSITIVE_INFINITY : t,
+    ref: `${meta.namespace}/${meta.name}`,
+    form,
+    pathKeys: [...new Set([`${full.project}/${full.deployment}`, `${form}/${full.deployment}`])],
+    digest: createHash('sha1').update(JSON.stringify(full)).digest('base64'),
+    routed: {
+      id: full.id,
+      namespace: full.namespace,
+      name: full.name,
+      resourceKind: full.resourceKind,
+      generation: meta.generation,
+      ...deploymentUrls(options.publicUrl, full.project, full.deployment, full.kind, full.modelName),
+      hostname: full.hostname,
+      ready: true,
+      reason: 'Routed',
+      message: '',
+      hostnameMessage,
+    },
+  };
 }
 
 type RouteOrError = Omit<Route, 'hostname'> | { reason: ReadyReason; message: string };
@@ -323,21 +368,48 @@ export function buildKeys(
   secrets: readonly KeySecretResource[],
   keysNamespace: string,
 ): { keys: Map<string, ApiKeyRecord[]>; problems: KeyProblem[] } {
+  const { keys, problems } = buildKeysWithDigests(secrets, keysNamespace);
+  return { keys, problems };
+}
+
+type ParsedKey = { keysNamespace: string; id: string; value: ApiKeyRecord | string; digest: string };
+const parsedKeys = new WeakMap<KeySecretResource, ParsedKey>();
+
+function buildKeysWithDigests(
+  secrets: readonly KeySecretResource[],
+  keysNamespace: string,
+): { keys: Map<string, ApiKeyRecord[]>; problems: KeyProblem[]; digests: string[] } {
   const keys = new Map<string, ApiKeyRecord[]>();
   const problems: KeyProblem[] = [];
-  const sorted = [...secrets].sort((a, b) => cmp(`${a.metadata.namespace}/${a.metadata.name}`, `${b.metadata.namespace}/${b.metadata.name}`));
-  for (const s of sorted) {
-    const id = `${s.metadata.namespace}/${s.metadata.name}`;
-    const r = parseKeySecret(s, keysNamespace);
-    if (typeof r === 'string') {
-      problems.push({ id, origin: s.origin, message: r });
+  const parsed: Array<{ s: KeySecretResource; p: ParsedKey }> = [];
+  for (const s of secrets) {
+    let p = parsedKeys.get(s);
+    if (!p || p.keysNamespace !== keysNamespace) {
+      const value = parseKeySecret(s, keysNamespace);
+      const digest =
+        typeof value === 'string'
+          ? ''
+          : createHash('sha1')
+              .update(JSON.stringify([value.name, value.namespace, value.prefix, value.sha256.toString('hex'), value.projects === '*' ? '*' : [...value.projects].sort(), value.expiresAt ?? null, value.scopeNamespace ?? null]))
+              .digest('base64');
+      p = { keysNamespace, id: `${s.metadata.namespace}/${s.metadata.name}`, value, digest };
+      parsedKeys.set(s, p);
+    }
+    parsed.push({ s, p });
+  }
+  parsed.sort((a, b) => cmp(a.p.id, b.p.id));
+  const digests: string[] = [];
+  for (const { s, p } of parsed) {
+    if (typeof p.value === 'string') {
+      problems.push({ id: p.id, origin: s.origin, message: p.value });
       continue;
     }
-    const list = keys.get(r.prefix);
-    if (list) list.push(r);
-    else keys.set(r.prefix, [r]);
+    digests.push(p.digest);
+    const list = keys.get(p.value.prefix);
+    if (list) list.push(p.value);
+    else keys.set(p.value.prefix, [p.value]);
   }
-  return { keys, problems };
+  return { keys, problems, digests };
 }
 
 function parseKeySecret(s: KeySecretResource, keysNamespace: string): ApiKeyRecord | string {
@@ -379,29 +451,14 @@ function indexServices(services: readonly ServiceResource[]): Map<string, Servic
   return m;
 }
 
-function compareAge(a: ObjectMeta, b: ObjectMeta): number {
-  const ta = a.creationTimestamp ? Date.parse(a.creationTimestamp) : Number.POSITIVE_INFINITY;
-  const tb = b.creationTimestamp ? Date.parse(b.creationTimestamp) : Number.POSITIVE_INFINITY;
-  const na = Number.isNaN(ta) ? Number.POSITIVE_INFINITY : ta;
-  const nb = Number.isNaN(tb) ? Number.POSITIVE_INFINITY : tb;
-  if (na !== nb) return na < nb ? -1 : 1;
-  return cmp(`${a.namespace}/${a.name}`, `${b.namespace}/${b.name}`);
-}
-
 function cmp(a: string, b: string): number {
   return a < b ? -1 : a > b ? 1 : 0;
 }
 
-function hashTable(routes: readonly Route[], keys: ReadonlyMap<string, readonly ApiKeyRecord[]>): string {
+function hashDigests(routeDigests: readonly string[], keyDigests: readonly string[]): string {
   const h = createHash('sha256');
-  h.update(JSON.stringify(routes));
-  const prefixes = [...keys.keys()].sort();
-  for (const p of prefixes) {
-    for (const k of keys.get(p)!) {
-      h.update(
-        JSON.stringify([k.name, k.namespace, k.prefix, k.sha256.toString('hex'), k.projects === '*' ? '*' : [...k.projects].sort(), k.expiresAt ?? null, k.scopeNamespace ?? null]),
-      );
-    }
-  }
+  h.update(routeDigests.join(','));
+  h.update('|');
+  h.update(keyDigests.join(','));
   return h.digest('hex').slice(0, 16);
 }
