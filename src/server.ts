@@ -22,6 +22,11 @@ export interface ServeOptions {
   logger?: Logger;
   /** Default true; tests with many servers in one process may turn process metrics off. */
   processMetrics?: boolean;
+  /**
+   * Called with the store and metrics before the source starts (so it sees the first build): the Kubernetes mode
+   * attaches the status controller here. Its stop() runs when the server stops.
+   */
+  attach?: (ctx: { store: RouteStore; metrics: Metrics; logger: Logger }) => { stop(): Promise<void> };
 }
 
 export interface Servegate {
@@ -87,7 +92,9 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
     metrics.sourceStaleness.set(h.stalenessMs / 1000);
   }, 1000).unref();
 
+  let attached: { stop(): Promise<void> } | undefined;
   try {
+    attached = opts.attach?.({ store, metrics, logger });
     await source.start((snapshot) => {
       try {
         store.apply(snapshot);
@@ -97,6 +104,7 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
     });
   } catch (err) {
     clearInterval(health);
+    await attached?.stop().catch(() => undefined);
     await closeServer(admin);
     throw err;
   }
@@ -152,6 +160,7 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
     closed = true;
     clearInterval(health);
     server.closeAllConnections();
+    await attached?.stop().catch((err: unknown) => logger.warn({ err }, 'stopping the controller failed'));
     await Promise.all([closeServer(server), closeServer(admin), source.stop().catch(() => undefined), gateway.close()]);
   };
 

@@ -70,6 +70,14 @@ export const configSchema = z
             retryPeriodSeconds: positiveInt.default(2),
           })
           .strict()
+          .refine((le) => le.leaseDurationSeconds > le.renewDeadlineSeconds, {
+            message: 'leaseDurationSeconds must be greater than renewDeadlineSeconds',
+            path: ['leaseDurationSeconds'],
+          })
+          .refine((le) => le.renewDeadlineSeconds > le.retryPeriodSeconds, {
+            message: 'renewDeadlineSeconds must be greater than retryPeriodSeconds',
+            path: ['renewDeadlineSeconds'],
+          })
           .default({ enabled: true, leaseName: 'servegate-controller', leaseDurationSeconds: 15, renewDeadlineSeconds: 10, retryPeriodSeconds: 2 }),
         /** Watches with no event (bookmarks included) for this long are restarted. */
         watchIdleTimeoutSeconds: positiveInt.default(300),

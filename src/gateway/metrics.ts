@@ -48,6 +48,12 @@ export class Metrics {
     help: 'Seconds since the route source last confirmed it is current (0 = healthy)',
     registers: [this.registry],
   });
+  readonly watchRestarts = new Counter({
+    name: 'servegate_watch_restarts_total',
+    help: 'Kubernetes watches re-opened, by kind and reason (closed, error, expired, idle, list_error)',
+    labelNames: ['kind', 'reason'] as const,
+    registers: [this.registry],
+  });
   readonly inflight = new Gauge({ name: 'servegate_inflight_requests', help: 'Requests being forwarded now', registers: [this.registry] });
 
   constructor(defaults = true) {
