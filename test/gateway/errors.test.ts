@@ -292,6 +292,22 @@ describe('hang-ups', () => {
   });
 });
 
+describe('slow clients', () => {
+  test('a client that never finishes its request headers is cut off after headersTimeoutSeconds', async () => {
+    const before = py.requests.length;
+    const c = await RawClient.connect(gw.port);
+    c.write(`GET /v1/demo/app/slowloris HTTP/1.1\r\nHost: x\r\nAuthorization: ApiKey ${key}\r\n`);
+    // headersTimeoutSeconds is 1: allow generous slack, but not the 30 s of Node's default check interval.
+    const outcome = await c.next({ timeoutMs: 4000 }).then(
+      (r) => `status ${r.status}`,
+      (e: Error) => (/closed/.test(e.message) ? 'closed' : 'still open'),
+    );
+    c.close();
+    expect(['status 408', 'closed']).toContain(outcome);
+    expect(py.requests.length).toBe(before);
+  });
+});
+
 describe('429 rate limited', () => {
   let limited: Gateway;
   beforeAll(async () => {

@@ -108,6 +108,20 @@ describe('live reload of the manifest folder', () => {
     expect((await predict('iris')).status).toBe(200);
   });
 
+  test('a key Secret with bad fields is ignored and reported (log and metric); the other keys keep working', async () => {
+    gw.writeManifest('key-bad-runtime.yaml', {
+      apiVersion: 'v1',
+      kind: 'Secret',
+      metadata: { name: 'apikey-bad-runtime', namespace: 'servegate', labels: { 'serving.servegate.dev/api-key': 'true' } },
+      stringData: { prefix: 'tooShort', sha256: 'zz', projects: 'demo' },
+    });
+    await eventually(() => expect(gw.logs.some((l) => l.includes('apikey-bad-runtime'))).toBe(true));
+    const metrics = (await send(`${gw.adminUrl}/metrics`)).text.split('\n').filter((l) => l && !l.startsWith('#'));
+    const reported = metrics.filter((l) => /key/i.test(l) && /invalid|problem|error|bad/i.test(l) && Number(l.split(' ').at(-1)) >= 1);
+    expect(reported.length, metrics.join('\n')).toBeGreaterThan(0);
+    expect((await predict('iris')).status).toBe(200);
+  });
+
   test('a fixed document is served again', async () => {
     gw.writeManifest('bad-spec.yaml', {
       apiVersion: 'serving.servegate.dev/v1alpha1',
