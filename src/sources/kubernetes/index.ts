@@ -60,6 +60,7 @@ interface Watched {
   prefix: string;
   plural: string;
   labelSelector?: string;
+  optional?: boolean;
   namespaces: (string | undefined)[];
   handler: { upsert(obj: RawObject): void; delete(obj: RawObject): void };
 }
@@ -107,6 +108,7 @@ export class KubernetesSource implements RouteSource, EndpointResolver {
             path: ns === undefined ? `${w.prefix}/${w.plural}` : `${w.prefix}/namespaces/${encodeURIComponent(ns)}/${w.plural}`,
             scope: ns === undefined ? 'in all namespaces' : `in namespace ${ns}`,
             labelSelector: w.labelSelector,
+            optional: w.optional,
             pageSize: this.opts.pageSize ?? 500,
             idleTimeoutMs: this.opts.watchIdleTimeoutMs ?? 300_000,
             backoff: this.opts.backoff ?? { initialMs: 200, maxMs: 30_000 },
@@ -176,7 +178,7 @@ export class KubernetesSource implements RouteSource, EndpointResolver {
         plural: 'secrets',
         labelSelector: KEY_SELECTOR,
         namespaces: keyScopes,
-        handler: this.partHandler('keySecrets', this.keySecrets, toKeySecret),
+        handler: this.partHandler('keySecrets', this.keySecrets, toKeySecret, undefined, (obj) => obj.metadata.labels?.[KEY_LABEL] === 'true'),
       },
       {
         kind: 'services',
@@ -207,6 +209,7 @@ export class KubernetesSource implements RouteSource, EndpointResolver {
         kind: 'inferenceservices',
         prefix: '/apis/serving.kserve.io/v1beta1',
         plural: 'inferenceservices',
+        optional: true,
         namespaces: projectScopes,
         handler: this.partHandler('inferenceServices', this.inferenceServices, toInferenceService),
       });
@@ -219,9 +222,12 @@ export class KubernetesSource implements RouteSource, EndpointResolver {
     map: Map<string, T>,
     convert: (raw: unknown) => T | undefined,
     after?: (namespace: string, name: string) => void,
+    accept?: (obj: { metadata: { labels?: Record<string, string> } }) => boolean,
   ): Watched['handler'] {
-    return {
+    const handler: Watched['handler'] = {
       upsert: (obj) => {
+        // Objects outside the selection (an API server that ignored the label selector) count as absent.
+        if (accept && !accept(obj as { metadata: { labels?: Record<string, string> } })) return handler.delete(obj);
         const key = `${obj.metadata.namespace ?? ''}/${obj.metadata.name}`;
         const res = convert(obj);
         if (!res) {
@@ -239,6 +245,7 @@ export class KubernetesSource implements RouteSource, EndpointResolver {
         this.changed(part);
       },
     };
+    return handler;
   }
 
   // ---------- snapshots ----------

@@ -34,6 +34,8 @@ export interface ReflectorOptions {
   /** For messages: "in namespace x" or "in all namespaces". */
   scope: string;
   labelSelector?: string;
+  /** A kind whose API may not be installed (KServe): a 404 on list counts as synced-and-empty while retrying. */
+  optional?: boolean;
   pageSize: number;
   idleTimeoutMs: number;
   backoff: Backoff;
@@ -201,6 +203,11 @@ export class Reflector {
           items = [];
           cont = undefined;
           continue;
+        }
+        if (this.o.optional && statusOf(err) === 404 && !this.isSynced) {
+          // The API is not installed: do not hold readiness hostage; keep retrying in the background.
+          this.isSynced = true;
+          this.syncedResolve();
         }
         throw err;
       } finally {
