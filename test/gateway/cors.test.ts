@@ -3,11 +3,12 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { startPythonBackend, type RecordingBackend } from '../support/backends.js';
+import { startOpenAIBackend, startPythonBackend, type OpenAIBackend, type RecordingBackend } from '../support/backends.js';
 import { browserDisabled, launchChromium } from '../support/browser.js';
 import { send, startGateway, type Gateway } from '../support/harness.js';
 
 let py: RecordingBackend;
+let llm: OpenAIBackend;
 let pageServer: http.Server;
 let pageOrigin: string;
 let otherPageServer: http.Server;
@@ -25,12 +26,16 @@ async function pageHost(): Promise<{ server: http.Server; origin: string }> {
 
 beforeAll(async () => {
   py = await startPythonBackend();
+  llm = await startOpenAIBackend();
   ({ server: pageServer, origin: pageOrigin } = await pageHost());
   ({ server: otherPageServer, origin: otherPageOrigin } = await pageHost());
   const start = (allowedOrigins: string[], maxAgeSeconds = 600) =>
     startGateway({
       config: { cors: { allowedOrigins, maxAgeSeconds } },
-      deployments: [{ namespace: 'demo', name: 'app', type: 'python', url: py.url }],
+      deployments: [
+        { namespace: 'demo', name: 'app', type: 'python', url: py.url },
+        { namespace: 'demo', name: 'chat', modelServer: 'llm', url: llm.url },
+      ],
       keys: [{ name: 'apikey-cors', projects: 'demo' }],
     });
   [gws.exact, gws.wildcard, gws.star, gws.empty] = await Promise.all([
@@ -44,6 +49,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await Promise.all(Object.values(gws).map((g) => g?.close()));
   await py?.close();
+  await llm?.close();
   await new Promise((r) => pageServer?.close(r));
   await new Promise((r) => otherPageServer?.close(r));
 });
@@ -210,7 +216,7 @@ describe('a real browser', () => {
     await browser?.close();
   });
 
-  test('headless Chromium on an allowed origin calls a deployment with a key, reads the JSON, and reads a 401', async () => {
+  test('headless Chromium on an allowed origin calls a deployment with a key, reads the JSON, a 401 and an LLM stream', async () => {
     if (browserDisabled) return; // SERVEGATE_NO_BROWSER set on purpose
     browser = await launchChromium();
     const page = await browser.newPage();
@@ -245,6 +251,35 @@ describe('a real browser', () => {
     expect(denied.status).toBe(401);
     expect(typeof denied.body.error).toBe('string');
     expect(py.requests.length).toBe(before + 1);
+
+    // An LLM stream read chunk by chunk in the page.
+    llm.stream = { chunks: 4, delayMs: 80 };
+    const streamed = await page.evaluate(
+      async ({ gwUrl, key }) => {
+        const res = await fetch(`${gwUrl}/v1/demo/chat/v1/chat/completions`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ model: 'tiny-llm', messages: [{ role: 'user', content: 'hi' }], stream: true }),
+        });
+        const reader = res.body!.getReader();
+        const decoder = new TextDecoder();
+        let text = '';
+        let reads = 0;
+        for (;;) {
+          const { done, value } = await reader.read();
+          if (done) break;
+          reads++;
+          text += decoder.decode(value, { stream: true });
+        }
+        return { status: res.status, type: res.headers.get('content-type'), text, reads };
+      },
+      { gwUrl, key },
+    );
+    expect(streamed.status).toBe(200);
+    expect(streamed.type).toMatch(/^text\/event-stream/);
+    for (let i = 0; i < 4; i++) expect(streamed.text).toContain(`tok${i}`);
+    expect(streamed.text).toContain('data: [DONE]');
+    expect(streamed.reads).toBeGreaterThanOrEqual(2);
 
     // The same call from an origin that is not allowed is blocked by the browser.
     const page2 = await browser.newPage();
