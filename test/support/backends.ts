@@ -167,7 +167,7 @@ function parseJson(buf: Buffer): unknown {
 
 /** V1 predictive echo: answers `{backend:'v1', method, path, model, verb, received}` to everything. */
 export function startV1Backend(): Promise<RecordingBackend> {
-  return new RecordingBackend((req, res, rec) => {
+  return new RecordingBackend((_req, res, rec) => {
     const m = /^\/v1\/models\/([^/:?]+):([a-z]+)/.exec(rec.url);
     json(res, 200, {
       backend: 'v1',
@@ -196,7 +196,7 @@ export class OpenAIBackend extends RecordingBackend {
 
 /** An OpenAI-compatible server: chat/completions, completions (both streaming), models, embeddings. */
 export async function startOpenAIBackend(): Promise<OpenAIBackend> {
-  const backend: OpenAIBackend = new OpenAIBackend(async (req, res, rec) => {
+  const backend: OpenAIBackend = new OpenAIBackend(async (_req, res, rec) => {
     const path = rec.url.split('?')[0];
     const created = Math.floor(Date.now() / 1000);
     if (rec.method === 'GET' && path === '/v1/models') {
@@ -289,7 +289,7 @@ export async function startOpenAIBackend(): Promise<OpenAIBackend> {
  * websocket upgrades on any path echo every message (and record the upgrade request).
  */
 export async function startPythonBackend(): Promise<RecordingBackend> {
-  const backend = new RecordingBackend((req, res, rec) => {
+  const backend = new RecordingBackend((_req, res, rec) => {
     const path = rec.url.split('?')[0];
     if (path.startsWith('/bytes')) {
       res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': rec.body.length });
