@@ -10,7 +10,7 @@ import { BACKEND_BODY, backendConfig, proxyConfig, startNginx } from './lib/ngin
 import { freePort, groupCpuSeconds, memoryOf, startProcess, stopProcess, waitFor } from './lib/procs.mjs';
 import { runAutocannon, runOpenLoop, runWrk, writeWrkScript } from './lib/load.mjs';
 import { goal, log, mb, ms, pct, ratio, rps, signedMs, table, us } from './lib/report.mjs';
-import { CLI, cliBuilt, startGatewayProcess } from './lib/servegate.mjs';
+import { CLI, cliBuilt, heapOf, startGatewayProcess } from './lib/servegate.mjs';
 import { fileURLToPath } from 'node:url';
 
 const PROJECT = 'bench';
@@ -204,8 +204,9 @@ export async function runGatewayBench(ctx) {
 
     // Memory.
     if (gateway && !results.gatewayDied) {
-      results.memory = memoryOf(gateway.child.pid);
-      log(`  servegate memory after the run: RSS ${mb(results.memory?.rss)} (peak ${mb(results.memory?.peak)})`);
+      results.memory = { ...memoryOf(gateway.child.pid), ...(await heapOf(gateway.adminPort)) };
+      const m = results.memory;
+      log(`  servegate memory after the run: RSS ${mb(m.rss)} (peak ${mb(m.peak)}), JS heap used ${mb(m.heapUsed)} of ${mb(m.heapTotal)}`);
     }
 
     log('');

@@ -13,9 +13,10 @@ import { runAutocannon, runWrk, writeWrkScript } from './lib/load.mjs';
 import { deploymentObject, keySecretObject, makeKey } from './lib/manifests.mjs';
 import { memoryOf, stopProcess, waitFor } from './lib/procs.mjs';
 import { goal, log, mb, ms, rps, table } from './lib/report.mjs';
-import { CLI, startGatewayProcess } from './lib/servegate.mjs';
+import { CLI, heapOf, startGatewayProcess } from './lib/servegate.mjs';
 
 const KEYS_NAMESPACE = 'servegate';
+const LEASE_NAME = 'servegate-controller'; // config default kubernetes.leaderElection.leaseName
 const SERVICE_PORT = 8080;
 const BODY = '{"instances":[[6.8,2.8,4.8,1.4]]}';
 
@@ -65,7 +66,22 @@ function populate(fake, count, backendPort) {
   }
   const load = makeKey();
   fake.create(keySecretObject({ name: 'bench-load', namespace: KEYS_NAMESPACE, prefix: load.prefix, sha256: load.sha256, projects: '*' }));
+  fake.create(otherLeaderLease());
   return { key: load.key, paths, namespaces };
+}
+
+/**
+ * The controller Lease, held for an hour by another replica: the gateway under test is a follower and writes no
+ * status, as every replica but one in a steady cluster (the statuses were written by the leader long ago).
+ */
+function otherLeaderLease() {
+  const now = new Date().toISOString().replace('Z', '000Z');
+  return {
+    apiVersion: 'coordination.k8s.io/v1',
+    kind: 'Lease',
+    metadata: { name: LEASE_NAME, namespace: KEYS_NAMESPACE },
+    spec: { holderIdentity: 'bench-other-replica', leaseDurationSeconds: 3600, acquireTime: now, renewTime: now, leaseTransitions: 0 },
+  };
 }
 
 function endpointSlice(ns, port) {
@@ -169,25 +185,11 @@ export async function runKubernetesBench(ctx) {
     const bigHeaders = { 'content-type': 'application/json', authorization: `ApiKey ${big.key}` };
     const oneHeaders = { 'content-type': 'application/json', authorization: `ApiKey ${one.key}` };
 
-    // Start-up with 10k: first route served, then the controller's status writes.
+    // Start-up with 10k, as a follower (another replica holds the controller Lease).
     const gwBig = await startKubeGateway(dir, 'big', bigFake, big.paths[big.paths.length - 1], bigHeaders);
     started.push(gwBig.child);
     results.startupMs = gwBig.readyMs;
-    const tStatus = performance.now();
-    let lastCount = -1;
-    let stableSince = performance.now();
-    while (performance.now() - tStatus < 90_000) {
-      const n = statusWrites(bigFake);
-      if (n >= count) break;
-      if (n !== lastCount) {
-        lastCount = n;
-        stableSince = performance.now();
-      } else if (performance.now() - stableSince > 3000) break;
-      await sleep(200);
-    }
-    results.statusWrites = statusWrites(bigFake);
-    results.statusesMs = gwBig.readyMs + (performance.now() - tStatus);
-    log(`  servegate (10k): serving after ${ms(results.startupMs)}; ${results.statusWrites.toLocaleString('en-US')} statuses written after ${ms(results.statusesMs)} from start`);
+    log(`  servegate (${count.toLocaleString('en-US')} deployments, follower): all routes served ${ms(results.startupMs)} after the process started`);
     const gwOne = await startKubeGateway(dir, 'one', oneFake, one.paths[0], oneHeaders);
     started.push(gwOne.child);
     await sleep(500);
@@ -268,9 +270,35 @@ export async function runKubernetesBench(ctx) {
     results.throughput.ratio = ok ? results.throughput.tenK.rps / results.throughput.oneRoute.rps : undefined;
 
     // 3. Memory.
-    results.memory = { tenK: memoryOf(gwBig.child.pid), oneRoute: memoryOf(gwOne.child.pid) };
+    results.memory = {
+      tenK: { ...memoryOf(gwBig.child.pid), ...(await heapOf(gwBig.adminPort)) },
+      oneRoute: { ...memoryOf(gwOne.child.pid), ...(await heapOf(gwOne.adminPort)) },
+    };
+    const mem = (m) => `RSS ${mb(m?.rss)} (peak ${mb(m?.peak)}), JS heap used ${mb(m?.heapUsed)} of ${mb(m?.heapTotal)}`;
     log('');
-    log(`  RSS after the run: ${mb(results.memory.tenK?.rss)} with 10k routes (peak ${mb(results.memory.tenK?.peak)}); ${mb(results.memory.oneRoute?.rss)} with 1 route`);
+    log(`  memory after the run, ${count.toLocaleString('en-US')} routes: ${mem(results.memory.tenK)}`);
+    log(`  memory after the run, 1 route: ${' '.repeat(Math.max(0, count.toLocaleString('en-US').length - 1))}${mem(results.memory.oneRoute)}`);
+
+    // 4. Becoming leader with every status to write (a fresh install): the other replica's Lease goes away.
+    if (ctx.stormSeconds > 0) {
+      const before = statusWrites(bigFake);
+      bigFake.delete('coordination.k8s.io/v1', 'Lease', KEYS_NAMESPACE, LEASE_NAME);
+      const tStorm = performance.now();
+      let firstWriteMs;
+      while (performance.now() - tStorm < ctx.stormSeconds * 1000) {
+        const n = statusWrites(bigFake) - before;
+        if (n > 0 && firstWriteMs === undefined) firstWriteMs = performance.now() - tStorm;
+        if (n >= count) break;
+        await sleep(100);
+      }
+      const written = statusWrites(bigFake) - before;
+      const seconds = (performance.now() - tStorm) / 1000;
+      const rate = firstWriteMs === undefined ? 0 : written / (seconds - firstWriteMs / 1000);
+      results.leaderStatusWrites = { seconds, written, firstWriteMs, perSecond: rate, memory: memoryOf(gwBig.child.pid) };
+      log('');
+      log(`  becoming leader (Lease released) with ${count.toLocaleString('en-US')} statuses to write: ${written.toLocaleString('en-US')} written in ${seconds.toFixed(1)} s`);
+      log(`    (first after ${ms(firstWriteMs)}; ${rate.toFixed(0)}/s${written < count && rate > 0 ? `, all ${count.toLocaleString('en-US')} would take ~${Math.round(count / rate)} s` : ''}); RSS then ${mb(results.leaderStatusWrites.memory?.rss)}, peak ${mb(results.leaderStatusWrites.memory?.peak)}`);
+    }
 
     log('');
     const e = results.eventToRoute.p99Ms;

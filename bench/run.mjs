@@ -1,6 +1,7 @@
 // `npm run bench`: builds, detects the tools, runs Part A (gateway data plane) and Part B (Kubernetes source).
 //   node bench/run.mjs [--only gateway|kubernetes] [--seconds 10] [--warmup 2] [--rate 1000] [--rate-seconds 10]
 //                      [--connections 64] [--threads 2] [--backend-workers 2] [--deployments 10000] [--events 200]
+//                      [--leader-seconds 15]
 //                      [--no-build] [--quick] [--profile]
 //   --quick: 2 s runs, 1,000 deployments, 20 events (checks the harness); --profile: gateway CPU profiles in
 //   .bench-tmp/profiles (summarise with node bench/profile-summary.mjs <file>).
@@ -26,6 +27,7 @@ const { values: flags } = parseArgs({
     'backend-workers': { type: 'string', default: '2' },
     deployments: { type: 'string', default: '10000' },
     events: { type: 'string', default: '200' },
+    'leader-seconds': { type: 'string', default: '15' },
     'no-build': { type: 'boolean', default: false },
     profile: { type: 'boolean', default: false },
     quick: { type: 'boolean', default: false },
@@ -36,6 +38,7 @@ const { values: flags } = parseArgs({
 if (flags.help) {
   log('usage: npm run bench -- [--only gateway|kubernetes] [--seconds 10] [--warmup 2] [--rate 1000] [--rate-seconds 10]');
   log('                        [--connections 64] [--threads 2] [--backend-workers 2] [--deployments 10000] [--events 200]');
+  log('                        [--leader-seconds 15]');
   log('                        [--no-build] [--quick] [--profile]');
   log('  --profile: the gateway runs with --cpu-prof into .bench-tmp/profiles (read with node bench/profile-summary.mjs)');
   process.exit(0);
@@ -74,6 +77,7 @@ const ctx = {
   backendWorkers: num('backend-workers'),
   deployments: flags.quick ? 1000 : num('deployments'),
   events: flags.quick ? 20 : num('events'),
+  stormSeconds: flags.quick ? 3 : num('leader-seconds'),
   quick: flags.quick,
   profileDir: flags.profile ? join(ROOT, '.bench-tmp', 'profiles') : undefined,
 };

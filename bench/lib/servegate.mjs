@@ -26,3 +26,18 @@ export async function startGatewayProcess(dir, sourceArgs, { env, config = {}, p
   const child = startProcess('servegate', process.execPath, [...nodeArgs, ...args], { env: { ...process.env, ...env }, cwd: ROOT });
   return { child, port, adminPort };
 }
+
+/** JS heap figures from the admin listener's /metrics (prom-client default metrics), in bytes; {} if unavailable. */
+export async function heapOf(adminPort) {
+  try {
+    const res = await fetch(`http://127.0.0.1:${adminPort}/metrics`, { signal: AbortSignal.timeout(5000) });
+    const text = await res.text();
+    const get = (name) => {
+      const m = new RegExp(`^\\w*${name}(?:\\{[^}]*\\})? ([0-9.e+]+)`, 'm').exec(text);
+      return m ? Number(m[1]) : undefined;
+    };
+    return { heapUsed: get('nodejs_heap_size_used_bytes'), heapTotal: get('nodejs_heap_size_total_bytes'), external: get('nodejs_external_memory_bytes') };
+  } catch {
+    return {};
+  }
+}
