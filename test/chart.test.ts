@@ -2,7 +2,8 @@
 // schema (parseConfig and zod's own JSON Schema), template references, CRDs, RBAC vs docs/rbac.md, Dockerfile.
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import Ajv from 'ajv';
+import AjvModule from 'ajv';
+const Ajv = AjvModule as unknown as typeof AjvModule.default;
 import { describe, expect, test } from 'vitest';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';

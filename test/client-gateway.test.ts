@@ -90,10 +90,10 @@ describe('Deployment client through the gateway', () => {
   test.each([
     ['a wrong key', { apiKey: 'AAAAAAAAAAAAAAAA.wrongwrongwrongwrongwrongwrongwrongwrong' }, 'fraud_detection', 'fraud', 401],
     ['a key for another project', { apiKey: '' }, 'fraud_detection', 'fraud', 403],
-    ['an unknown deployment', {}, 'demo', 'nope', 404],
+    ['an unknown deployment', {} as { apiKey?: string }, 'demo', 'nope', 404],
   ])('%s gives a GatewayError with status %i and the gateway message', async (_, o, project, deployment, status) => {
     const apiKey = o.apiKey === '' ? otherProjectKey : (o.apiKey ?? key);
-    const err = await dep({ project, deployment, modelServer: 'sklearn', apiKey }).predict({ instances: [[1]] }).catch((e) => e);
+    const err = (await dep({ project, deployment, modelServer: 'sklearn', apiKey }).predict({ instances: [[1]] }).catch((e: unknown) => e)) as GatewayError;
     expect(err).toBeInstanceOf(GatewayError);
     expect(err.status).toBe(status);
     expect(err.message.length).toBeGreaterThan(3);
@@ -101,18 +101,18 @@ describe('Deployment client through the gateway', () => {
   });
 
   test('a body the gateway refuses gives a GatewayError with status 400 (KServe dialect)', async () => {
-    const err = await dep({ project: 'demo', deployment: 'mnist', modelServer: 'tensorflow', modelName: 'digits' })
+    const err = (await dep({ project: 'demo', deployment: 'mnist', modelServer: 'tensorflow', modelName: 'digits' })
       .predict({ nothing: true })
-      .catch((e) => e);
+      .catch((e: unknown) => e)) as GatewayError;
     expect(err).toBeInstanceOf(GatewayError);
     expect(err.status).toBe(400);
     expect(err.body).toMatch(/^\{"error":"/);
   });
 
   test('an OpenAI-dialect gateway error gives its message', async () => {
-    const err = await dep({ project: 'demo', deployment: 'chat', modelServer: 'llm', apiKey: otherProjectKey })
+    const err = (await dep({ project: 'demo', deployment: 'chat', modelServer: 'llm', apiKey: otherProjectKey })
       .chatCompletions({ model: 'x', messages: [] })
-      .catch((e) => e);
+      .catch((e: unknown) => e)) as GatewayError;
     expect(err).toBeInstanceOf(GatewayError);
     expect(err.status).toBe(403);
     expect(JSON.parse(err.body).error.message).toBe(err.message);

@@ -182,7 +182,7 @@ describe('requests against a loopback server', () => {
   });
 
   test('a KServe-dialect error becomes a GatewayError with status, message and request id', async () => {
-    const err = await dep('denied', { modelServer: 'sklearn' }).predict({ instances: [] }).catch((e) => e);
+    const err = (await dep('denied', { modelServer: 'sklearn' }).predict({ instances: [] }).catch((e: unknown) => e)) as GatewayError;
     expect(err).toBeInstanceOf(GatewayError);
     expect(err.status).toBe(403);
     expect(err.message).toBe('key "ci" may not call project p');
@@ -190,7 +190,7 @@ describe('requests against a loopback server', () => {
   });
 
   test('an OpenAI-dialect error becomes a GatewayError with its message and code', async () => {
-    const err = await dep('chat', { modelServer: 'llm' }).chatCompletions({ model: 'bad', messages: [] }).catch((e) => e);
+    const err = (await dep('chat', { modelServer: 'llm' }).chatCompletions({ model: 'bad', messages: [] }).catch((e: unknown) => e)) as GatewayError;
     expect(err).toBeInstanceOf(GatewayError);
     expect(err.status).toBe(400);
     expect(err.message).toBe('model not found');
@@ -202,7 +202,7 @@ describe('requests against a loopback server', () => {
     const res = await py.request('/echo?x=1', { method: 'PUT', body: 'hello' });
     expect(await res.json()).toEqual({ method: 'PUT', url: '/v1/p/py/echo?x=1', body: 'hello' });
     expect(last().headers.authorization).toBe(`ApiKey ${KEY}`);
-    expect((await (await py.request('health')).json()).url).toBe('/v1/p/py/health');
+    expect(((await (await py.request("health")).json()) as { url: string }).url).toBe('/v1/p/py/health');
   });
 
   test('request() throws GatewayError on 404 unless throwOnError is false', async () => {
@@ -229,7 +229,7 @@ describe('requests against a loopback server', () => {
   });
 
   test('timeoutMs aborts a request that gets no answer', async () => {
-    const err = await dep('slow', { modelServer: 'sklearn', timeoutMs: 200 }).predict({ instances: [] }).catch((e) => e);
+    const err = (await dep('slow', { modelServer: 'sklearn', timeoutMs: 200 }).predict({ instances: [] }).catch((e: unknown) => e)) as GatewayError;
     expect(err).toBeInstanceOf(Error);
     expect(err.name).toMatch(/TimeoutError|AbortError/);
   });

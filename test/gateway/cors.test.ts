@@ -232,7 +232,7 @@ describe('a real browser', () => {
           headers: { authorization: `ApiKey ${key}`, 'content-type': 'application/json' },
           body: JSON.stringify({ hello: 'browser' }),
         });
-        return { status: res.status, body: await res.json() };
+        return { status: res.status, body: (await res.json()) as { error: unknown } };
       },
       { gwUrl, key },
     );
@@ -246,7 +246,7 @@ describe('a real browser', () => {
 
     const denied = await page.evaluate(async (gwUrl) => {
       const res = await fetch(`${gwUrl}/v1/demo/app/from-browser`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
-      return { status: res.status, body: await res.json() };
+      return { status: res.status, body: (await res.json()) as { error: unknown } };
     }, gwUrl);
     expect(denied.status).toBe(401);
     expect(typeof denied.body.error).toBe('string');
