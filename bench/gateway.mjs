@@ -129,7 +129,7 @@ export async function runGatewayBench(ctx) {
       ];
       writeFileSync(join(manifests, 'bench.yaml'), docs.map((d) => stringify(d)).join('---\n'));
       try {
-        gateway = await startGatewayProcess(dir, ['--manifests', manifests], { profileDir: ctx.profileDir });
+        gateway = await startGatewayProcess(dir, ['--manifests', manifests], { profileDir: ctx.profileDir && join(ctx.profileDir, 'gateway') });
         started.push(gateway.child);
         const url = `http://127.0.0.1:${gateway.port}/v1/${PROJECT}/${DEPLOYMENT}${MODEL_PATH}`;
         await waitFor('servegate route', async () => (await probe(url, ctx.headers)) !== undefined, { child: gateway.child, timeoutMs: 20_000 });

@@ -125,11 +125,12 @@ async function post(pool, path, headers) {
 }
 
 /** Starts `serve --kubernetes` against a fake and waits until `probePath` is served. Resolves with timings. */
-async function startKubeGateway(dir, name, fake, probePath, headers) {
+async function startKubeGateway(dir, name, fake, probePath, headers, profileDir) {
   const kubeconfig = writeKubeconfig(dir, name, fake.url);
   const t0 = performance.now();
   const gw = await startGatewayProcess(join(dir, name), ['--kubernetes'], {
     env: { KUBECONFIG: kubeconfig, POD_NAMESPACE: KEYS_NAMESPACE, POD_NAME: `bench-${name}` },
+    profileDir: profileDir && join(profileDir, `kubernetes-${name}`),
   });
   const pool = new Pool(`http://127.0.0.1:${gw.port}`, { connections: 1 });
   try {
@@ -186,11 +187,11 @@ export async function runKubernetesBench(ctx) {
     const oneHeaders = { 'content-type': 'application/json', authorization: `ApiKey ${one.key}` };
 
     // Start-up with 10k, as a follower (another replica holds the controller Lease).
-    const gwBig = await startKubeGateway(dir, 'big', bigFake, big.paths[big.paths.length - 1], bigHeaders);
+    const gwBig = await startKubeGateway(dir, 'big', bigFake, big.paths[big.paths.length - 1], bigHeaders, ctx.profileDir);
     started.push(gwBig.child);
     results.startupMs = gwBig.readyMs;
     log(`  servegate (${count.toLocaleString('en-US')} deployments, follower): all routes served ${ms(results.startupMs)} after the process started`);
-    const gwOne = await startKubeGateway(dir, 'one', oneFake, one.paths[0], oneHeaders);
+    const gwOne = await startKubeGateway(dir, 'one', oneFake, one.paths[0], oneHeaders, ctx.profileDir);
     started.push(gwOne.child);
     await sleep(500);
 

@@ -102,6 +102,11 @@ function busyCheck(results, part) {
   log(`  load average before: ${one.toFixed(2)}${one > 0.5 ? '  (WARNING: other processes are using the CPU; figures will be noisy)' : ''}`);
 }
 
+if (ctx.profileDir) {
+  rmSync(ctx.profileDir, { recursive: true, force: true });
+  log(`profiles: gateway CPU profiles go to ${ctx.profileDir}/{gateway,kubernetes-big,kubernetes-one}/`);
+}
+
 const dir = mkdtempSync(join(tmpdir(), 'servegate-bench-'));
 ctx.dir = dir;
 const results = { date: new Date().toISOString(), machine: { cpus: cpus().length, model: cpus()[0]?.model, node: process.version }, settings: { ...ctx, tools: undefined, dir: undefined, root: undefined, headers: undefined } };
