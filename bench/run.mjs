@@ -2,7 +2,7 @@
 //   node bench/run.mjs [--only gateway|kubernetes] [--seconds 10] [--warmup 2] [--rate 1000] [--rate-seconds 10]
 //                      [--connections 64] [--threads 2] [--backend-workers 2] [--deployments 10000] [--events 200]
 //                      [--leader-seconds 15]
-//                      [--no-build] [--quick] [--profile]
+//                      [--no-build] [--quick] [--profile] [--no-nginx] [--no-wrk]
 //   --quick: 2 s runs, 1,000 deployments, 20 events (checks the harness); --profile: gateway CPU profiles in
 //   .bench-tmp/profiles (summarise with node bench/profile-summary.mjs <file>).
 // Loopback only; every process it starts is killed at the end, on Ctrl-C, on error and at the time limit.
@@ -30,6 +30,8 @@ const { values: flags } = parseArgs({
     'leader-seconds': { type: 'string', default: '15' },
     'no-build': { type: 'boolean', default: false },
     profile: { type: 'boolean', default: false },
+    'no-nginx': { type: 'boolean', default: false },
+    'no-wrk': { type: 'boolean', default: false },
     quick: { type: 'boolean', default: false },
     help: { type: 'boolean', default: false },
   },
@@ -39,7 +41,7 @@ if (flags.help) {
   log('usage: npm run bench -- [--only gateway|kubernetes] [--seconds 10] [--warmup 2] [--rate 1000] [--rate-seconds 10]');
   log('                        [--connections 64] [--threads 2] [--backend-workers 2] [--deployments 10000] [--events 200]');
   log('                        [--leader-seconds 15]');
-  log('                        [--no-build] [--quick] [--profile]');
+  log('                        [--no-build] [--quick] [--profile] [--no-nginx] [--no-wrk]');
   log('  --profile: the gateway runs with --cpu-prof into .bench-tmp/profiles (read with node bench/profile-summary.mjs)');
   process.exit(0);
 }
@@ -64,7 +66,8 @@ const version = (bin, args, re) => {
   return re.exec(`${res.stdout ?? ''}${res.stderr ?? ''}`)?.[0] ?? 'unknown version';
 };
 
-const tools = { nginx: findExecutable('nginx'), wrk: findExecutable('wrk') };
+// --no-nginx / --no-wrk act as if the tool were missing (to check the fallbacks).
+const tools = { nginx: flags['no-nginx'] ? undefined : findExecutable('nginx'), wrk: flags['no-wrk'] ? undefined : findExecutable('wrk') };
 const ctx = {
   root: ROOT,
   tools,
