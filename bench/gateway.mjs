@@ -10,7 +10,7 @@ import { BACKEND_BODY, backendConfig, proxyConfig, startNginx } from './lib/ngin
 import { freePort, groupCpuSeconds, memoryOf, startProcess, stopProcess, waitFor } from './lib/procs.mjs';
 import { runAutocannon, runOpenLoop, runWrk, writeWrkScript } from './lib/load.mjs';
 import { goal, log, mb, ms, pct, ratio, rps, signedMs, table, us } from './lib/report.mjs';
-import { CLI, cliBuilt, heapOf, startGatewayProcess } from './lib/servegate.mjs';
+import { CLI, cliBuilt, heapOf, liveHeap, startGatewayProcess } from './lib/servegate.mjs';
 import { fileURLToPath } from 'node:url';
 
 const PROJECT = 'bench';
@@ -48,11 +48,10 @@ export async function throughput(ctx, url, child) {
   return measure(() => runAutocannon(url, load, run));
 }
 
-/** Fixed-rate load on every target in alternating 1 s slices, after a short warm-up of each. */
+/** Fixed-rate load on every target in alternating 1 s slices, after a 1 s warm-up of each on the same connections. */
 export async function openLoop(ctx, targets) {
   const load = { targets: targets.map(({ name, url }) => ({ name, url })), method: 'POST', body: BODY, headers: ctx.headers, rate: ctx.rate };
-  await runOpenLoop({ ...load, seconds: 0.5, sliceSeconds: 0.5 });
-  return runOpenLoop({ ...load, seconds: ctx.rateSeconds, sliceSeconds: 1 });
+  return runOpenLoop({ ...load, seconds: ctx.rateSeconds, sliceSeconds: 1, warmupSeconds: 1, slowMs: 2 });
 }
 
 /** Starts the fixed-JSON backend: nginx with its own workers, else a Node cluster. */
@@ -205,8 +204,9 @@ export async function runGatewayBench(ctx) {
     // Memory.
     if (gateway && !results.gatewayDied) {
       results.memory = { ...memoryOf(gateway.child.pid), ...(await heapOf(gateway.adminPort)) };
+      Object.assign(results.memory, await liveHeap(gateway.child));
       const m = results.memory;
-      log(`  servegate memory after the run: RSS ${mb(m.rss)} (peak ${mb(m.peak)}), JS heap used ${mb(m.heapUsed)} of ${mb(m.heapTotal)}`);
+      log(`  servegate memory after the run: RSS ${mb(m.rss)} (peak ${mb(m.peak)}, heap used ${mb(m.heapUsed)}); after a full GC: RSS ${mb(m.rssAfterGc)}, live heap ${mb(m.liveHeap)}`);
     }
 
     log('');

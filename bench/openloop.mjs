@@ -1,7 +1,7 @@
 // Open-loop load generator: sends requests at a fixed rate whatever the responses do, over keep-alive
 // undici Pools, and prints latency percentiles per target as JSON. Run as a child process by bench/lib/load.mjs:
 //   node bench/openloop.mjs '{"targets":[{"name":"direct","url":"http://127.0.0.1:8080/x"}],"method":"POST",
-//                             "body":"{}","headers":{},"rate":1000,"seconds":10,"sliceSeconds":1}'
+//                             "body":"{}","headers":{},"rate":1000,"seconds":10,"sliceSeconds":1,"warmupSeconds":1}'
 // With several targets, the load goes to one target at a time, switching every `sliceSeconds`, so that
 // background noise on a shared machine falls on every target alike; each gets `seconds` at `rate` in total.
 // Latency is measured from the time a request was SCHEDULED (no coordinated omission), and separately
@@ -10,11 +10,16 @@ import { performance } from 'node:perf_hooks';
 import { Pool } from 'undici';
 
 const spec = JSON.parse(process.argv[2]);
-const { targets, method = 'GET', body, headers = {}, rate, seconds, sliceSeconds = 1, connections = 32 } = spec;
+const { targets, method = 'GET', body, headers = {}, rate, seconds, sliceSeconds = 1, warmupSeconds = 0, connections = 32, slowMs } = spec;
 
 const perTarget = Math.round(rate * seconds);
 const perSlice = Math.max(1, Math.round(rate * sliceSeconds));
-const total = perTarget * targets.length;
+// Warm-up first, on the same pools (so the measured phase starts with open connections and a warm JIT on both
+// sides), in slices of half the warm-up per target; not recorded.
+const warmPerTarget = Math.round(rate * warmupSeconds);
+const warmPerSlice = Math.max(1, Math.round(warmPerTarget / 2));
+const warmTotal = warmPerTarget * targets.length;
+const total = warmTotal + perTarget * targets.length;
 const intervalMs = 1000 / rate;
 
 const state = targets.map((t) => {
@@ -30,16 +35,31 @@ const state = targets.map((t) => {
     non2xx: 0,
     errors: 0,
     firstError: undefined,
+    /** With spec.slowMs: [ms since start of the run, service latency] of the slow requests (diagnosis). */
+    slow: [],
   };
 });
 
 let completed = 0;
 let next = 0;
 const start = performance.now() + 20;
+const measuredStart = start + warmTotal * intervalMs;
 
 function send(i) {
-  const t = state[Math.floor(i / perSlice) % state.length];
   const scheduled = start + i * intervalMs;
+  if (i < warmTotal) {
+    const t = state[Math.floor(i / warmPerSlice) % state.length];
+    t.pool
+      .request({ path: t.path, method, headers, body })
+      .then((res) => res.body.dump())
+      .catch(() => undefined)
+      .finally(() => {
+        completed++;
+        if (next >= total && completed === total) finish();
+      });
+    return;
+  }
+  const t = state[Math.floor((i - warmTotal) / perSlice) % state.length];
   const sent = performance.now();
   t.sent++;
   t.pool
@@ -50,6 +70,7 @@ function send(i) {
       const m = t.ok + t.non2xx;
       t.fromSchedule[m] = end - scheduled;
       t.service[m] = end - sent;
+      if (slowMs !== undefined && end - sent > slowMs && t.slow.length < 500) t.slow.push([Math.round(sent - measuredStart), +(end - sent).toFixed(2)]);
       if (res.statusCode >= 200 && res.statusCode < 300) t.ok++;
       else t.non2xx++;
     })
@@ -79,7 +100,7 @@ let finished = false;
 function finish() {
   if (finished) return;
   finished = true;
-  const elapsedS = (performance.now() - start) / 1000;
+  const elapsedS = (performance.now() - measuredStart) / 1000;
   const out = {};
   for (const t of state) {
     const measured = t.ok + t.non2xx;
@@ -87,13 +108,14 @@ function finish() {
       rate,
       seconds,
       sent: t.sent,
-      achievedRate: total / elapsedS,
+      achievedRate: (total - warmTotal) / elapsedS,
       ok: t.ok,
       non2xx: t.non2xx,
       errors: perTarget - measured, // failed or never answered
       firstError: t.firstError,
       fromSchedule: percentiles(t.fromSchedule, measured),
       service: percentiles(t.service, measured),
+      ...(slowMs !== undefined ? { slow: t.slow } : {}),
     };
   }
   process.stdout.write(JSON.stringify(out) + '\n');
@@ -104,6 +126,6 @@ function finish() {
 setTimeout(() => {
   for (const t of state) t.firstError ??= 'requests unanswered at the time limit';
   finish();
-}, (seconds * targets.length + 15) * 1000).unref();
+}, ((seconds + warmupSeconds) * targets.length + 15) * 1000).unref();
 
 setTimeout(tick, Math.max(0, start - performance.now()));

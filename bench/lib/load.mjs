@@ -88,9 +88,9 @@ const OPENLOOP = fileURLToPath(new URL('../openloop.mjs', import.meta.url));
  * alternating slices. Latency counts from the time each request was scheduled, so a slow response cannot
  * hide the requests queued behind it. Resolves { [targetName]: result }.
  */
-export async function runOpenLoop({ targets, method, body, headers, rate, seconds, sliceSeconds = 1, connections = 32 }) {
-  const spec = JSON.stringify({ targets, method, body, headers, rate, seconds, sliceSeconds, connections });
-  const res = await runToEnd(process.execPath, [OPENLOOP, spec], { timeoutMs: (seconds * targets.length + 30) * 1000 });
+export async function runOpenLoop({ targets, method, body, headers, rate, seconds, sliceSeconds = 1, warmupSeconds = 0, connections = 32, slowMs }) {
+  const spec = JSON.stringify({ targets, method, body, headers, rate, seconds, sliceSeconds, warmupSeconds, connections, slowMs });
+  const res = await runToEnd(process.execPath, [OPENLOOP, spec], { timeoutMs: ((seconds + warmupSeconds) * targets.length + 30) * 1000 });
   if (res.code !== 0) throw new Error(`open-loop generator failed (exit ${res.code}):\n${res.stderr}`);
   return JSON.parse(res.stdout);
 }

@@ -22,6 +22,6 @@ export function table(rows) {
 /** "goal: <text> ... PASS|MISS|n/a" */
 export function goal(text, measured, pass) {
   const verdict = pass === undefined ? 'n/a' : pass ? 'PASS' : 'MISS';
-  log(`  goal: ${text.padEnd(44)} measured ${measured.padEnd(14)} ${verdict}`);
+  log(`  goal: ${text.padEnd(52)} measured ${measured.padEnd(14)} ${verdict}`);
   return verdict;
 }

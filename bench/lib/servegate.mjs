@@ -1,5 +1,5 @@
 // Starts the BUILT gateway (dist/cli/main.js) as its own process: one process = one worker.
-import { existsSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort, startProcess } from './procs.mjs';
@@ -22,7 +22,8 @@ export async function startGatewayProcess(dir, sourceArgs, { env, config = {}, p
   writeFileSync(configFile, JSON.stringify({ logLevel: 'warn', shutdown: { drainSeconds: 1 }, ...config }, null, 2));
   const args = [CLI, 'serve', ...sourceArgs, '--config', configFile, '--port', String(port), '--admin-port', String(adminPort)];
   // --cpu-prof writes the profile when the process exits normally (servegate exits 0 after SIGTERM).
-  const nodeArgs = profileDir ? ['--cpu-prof', '--cpu-prof-dir', profileDir] : [];
+  // --inspect on an ephemeral loopback port lets liveHeap() force a full GC (no cost while no client is attached).
+  const nodeArgs = ['--inspect=127.0.0.1:0', ...(profileDir ? ['--cpu-prof', '--cpu-prof-dir', profileDir] : [])];
   const child = startProcess('servegate', process.execPath, [...nodeArgs, ...args], { env: { ...process.env, ...env }, cwd: ROOT });
   return { child, port, adminPort };
 }
@@ -40,4 +41,51 @@ export async function heapOf(adminPort) {
   } catch {
     return {};
   }
+}
+
+/**
+ * Forces a full garbage collection in the gateway through its inspector port and returns the live JS heap
+ * (bytes) and the RSS right after; undefined when the inspector is not reachable.
+ */
+export async function liveHeap(child) {
+  const url = /Debugger listening on (ws:\/\/\S+)/.exec(child.output)?.[1];
+  if (!url) return undefined;
+  const { default: WebSocket } = await import('ws');
+  return new Promise((resolve) => {
+    const ws = new WebSocket(url);
+    const timer = setTimeout(() => {
+      ws.terminate();
+      resolve(undefined);
+    }, 15_000);
+    let id = 0;
+    const pending = new Map();
+    const call = (method) =>
+      new Promise((res) => {
+        pending.set(++id, res);
+        ws.send(JSON.stringify({ id, method }));
+      });
+    ws.on('message', (data) => {
+      const msg = JSON.parse(String(data));
+      pending.get(msg.id)?.(msg.result);
+      pending.delete(msg.id);
+    });
+    ws.on('error', () => {
+      clearTimeout(timer);
+      resolve(undefined);
+    });
+    ws.on('open', async () => {
+      await call('HeapProfiler.collectGarbage');
+      await call('HeapProfiler.collectGarbage');
+      const usage = await call('Runtime.getHeapUsage');
+      clearTimeout(timer);
+      ws.close();
+      let rss;
+      try {
+        rss = Number(/^VmRSS:\s+(\d+) kB/m.exec(readFileSync(`/proc/${child.pid}/status`, 'utf8'))?.[1]) * 1024;
+      } catch {
+        rss = undefined;
+      }
+      resolve({ liveHeap: usage?.usedSize, rssAfterGc: rss });
+    });
+  });
 }
