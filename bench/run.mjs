@@ -102,7 +102,7 @@ function busyCheck(results, part) {
   const [one] = loadavg();
   results.loadBefore ??= {};
   results.loadBefore[part] = one;
-  log(`  load average before: ${one.toFixed(2)}${one > 0.5 ? '  (WARNING: other processes are using the CPU; figures will be noisy)' : ''}`);
+  log(`  load average before: ${one.toFixed(2)}${one > 0.5 ? '  (WARNING: other processes are using the CPU; figures may be noisy)' : ''}`);
 }
 
 if (ctx.profileDir) {
