@@ -3,6 +3,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
 import { request } from 'undici';
 import { stringify } from 'yaml';
 import { deploymentObject, keySecretObject, makeKey } from './lib/manifests.mjs';
@@ -11,7 +12,6 @@ import { freePort, groupCpuSeconds, memoryOf, startProcess, stopProcess, waitFor
 import { runAutocannon, runOpenLoop, runWrk, writeWrkScript } from './lib/load.mjs';
 import { goal, log, mb, ms, pct, ratio, rps, signedMs, table, us } from './lib/report.mjs';
 import { CLI, cliBuilt, heapOf, liveHeap, startGatewayProcess } from './lib/servegate.mjs';
-import { fileURLToPath } from 'node:url';
 
 const PROJECT = 'bench';
 const DEPLOYMENT = 'iris';
