@@ -74,3 +74,21 @@ test('a Secret without the api-key label is never taken for a key, even when the
     await new Promise((r) => proxy.close(r));
   }
 });
+
+test('a status-only change (a status write) produces no rebuild; the next snapshot carries the fresh status', async () => {
+  api.create(sdepRaw('demo/iris'));
+  source = new KubernetesSource(api.kubeConfig(), { keysNamespace: 'servegate', namespaces: [], kserve: false, backoff: FAST });
+  const snapshots: Snapshot[] = [];
+  await source.start((s) => snapshots.push(s));
+  const obj = api.get('serving.servegate.dev/v1alpha1', 'ServingDeployment', 'demo', 'iris') as Record<string, unknown>;
+  api.update({ ...obj, status: { url: 'https://x/v1/demo/iris' } });
+  await new Promise((r) => setTimeout(r, 300));
+  // Then a real change, so that a snapshot follows.
+  api.create(sdepRaw('demo/second'));
+  const until = Date.now() + 5000;
+  while (snapshots.length < 2 && Date.now() < until) await new Promise((r) => setTimeout(r, 10));
+  await new Promise((r) => setTimeout(r, 100));
+  expect(snapshots.length).toBe(2);
+  const iris = snapshots[1].deployments.find((d) => d.metadata.name === 'iris');
+  expect(iris?.status).toEqual({ url: 'https://x/v1/demo/iris' });
+});

@@ -234,8 +234,15 @@ export class KubernetesSource implements RouteSource, EndpointResolver {
           this.malformed(part, `object ${key} without name or namespace`);
           return;
         }
+        const before = map.get(key);
         map.set(key, res);
         after?.(String(obj.metadata.namespace ?? ''), obj.metadata.name);
+        if (part === 'deployments' && before !== undefined && onlyStatusChanged(before as unknown as ServingDeploymentResource, res as unknown as ServingDeploymentResource)) {
+          // A status write (ours, mostly) changes nothing that routes: keep the fresh object for the next snapshot,
+          // but do not rebuild for it — at 10k deployments a rebuild per status write would grow with n².
+          delete this.arrays[part];
+          return;
+        }
         this.changed(part);
       },
       delete: (obj) => {
@@ -305,4 +312,18 @@ export class KubernetesSource implements RouteSource, EndpointResolver {
     this.malformedTotal++;
     this.logger.warn({ kind, why }, 'skipped an unusable object from the API server');
   }
+}
+
+/** True when two versions of a ServingDeployment differ only in status (and resourceVersion). */
+export function onlyStatusChanged(a: ServingDeploymentResource, b: ServingDeploymentResource): boolean {
+  const ma = a.metadata;
+  const mb = b.metadata;
+  return (
+    ma.generation === mb.generation &&
+    ma.uid === mb.uid &&
+    ma.creationTimestamp === mb.creationTimestamp &&
+    JSON.stringify(a.spec) === JSON.stringify(b.spec) &&
+    JSON.stringify(ma.labels ?? {}) === JSON.stringify(mb.labels ?? {}) &&
+    JSON.stringify(ma.annotations ?? {}) === JSON.stringify(mb.annotations ?? {})
+  );
 }
