@@ -136,15 +136,30 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
     connectionsCheckingInterval: Math.min(1000, config.limits.headersTimeoutSeconds * 500),
     keepAliveTimeout: 75_000,
   });
-  server.on('request', (req: IncomingMessage, res: ServerResponse) => {
+  // A bug in one request's handling must not take the process (and every other request) down.
+  const handle = (req: IncomingMessage, res: ServerResponse, continueRequested: boolean): void => {
     track(res);
-    gateway.handle(req, res);
+    try {
+      gateway.handle(req, res, continueRequested);
+    } catch (err) {
+      logger.error({ err, url: req.url }, 'request handling failed');
+      if (!res.headersSent && !res.destroyed) {
+        const body = JSON.stringify({ error: 'internal gateway error' });
+        res.writeHead(500, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), connection: 'close' });
+        res.end(body);
+      } else res.destroy();
+    }
+  };
+  server.on('request', (req: IncomingMessage, res: ServerResponse) => handle(req, res, false));
+  server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => handle(req, res, true));
+  server.on('upgrade', (req, socket, head) => {
+    try {
+      gateway.handleUpgrade(req, socket as import('node:net').Socket, head);
+    } catch (err) {
+      logger.error({ err, url: req.url }, 'upgrade handling failed');
+      socket.destroy();
+    }
   });
-  server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
-    track(res);
-    gateway.handle(req, res, true);
-  });
-  server.on('upgrade', (req, socket, head) => gateway.handleUpgrade(req, socket as import('node:net').Socket, head));
   server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
     if (!socket.writable) return socket.destroy();
     const status = err.code === 'HPE_HEADER_OVERFLOW' ? 431 : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400;

@@ -247,8 +247,8 @@ export class Gateway {
       },
     };
 
-    const pool = this.pools.get(target.origin);
     try {
+      const pool = this.pools.get(target.origin);
       pool.dispatch(
         {
           path: target.basePath + d.upstreamPath,
