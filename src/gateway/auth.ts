@@ -1,4 +1,5 @@
 // API-key authentication and project authorisation: plain functions of the header, the key index and the clock.
+import * as crypto from 'node:crypto';
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { projectNamespaceForm } from '../routing/names.js';
 import type { ApiKeyRecord, RouteTable } from '../routing/types.js';
@@ -8,6 +9,10 @@ export type AuthFailure = 'missing' | 'malformed' | 'unknown' | 'mismatch' | 'ex
 
 const KEY_FORMAT = /^([A-Za-z0-9]{16})\.([\x21-\x7e]{32,})$/;
 const DUMMY_HASH = Buffer.alloc(32);
+
+// One-shot hashing (node ≥ 20.12) costs a fraction of createHash().update().digest() on the hot path.
+const oneShot = (crypto as { hash?: (alg: string, data: string, enc: 'buffer') => Buffer }).hash;
+const sha256 = oneShot ? (s: string): Buffer => oneShot('sha256', s, 'buffer') : (s: string): Buffer => createHash('sha256').update(s).digest();
 
 /** Extracts the key from `ApiKey <key>` or `Bearer <key>` (scheme case-insensitive). */
 export function parseAuthorization(header: string | string[] | undefined): { key: string } | { failure: 'missing' | 'malformed' } {
@@ -32,7 +37,7 @@ export function verifyKey(
 ): { record: ApiKeyRecord } | { failure: 'unknown' | 'mismatch' | 'expired' | 'malformed' } {
   const m = KEY_FORMAT.exec(key);
   if (!m) return { failure: 'malformed' };
-  const digest = createHash('sha256').update(key).digest();
+  const digest = sha256(key);
   const candidates = keys.get(m[1]);
   if (!candidates) {
     // Same work as a real comparison, so an unknown prefix is not told apart by timing.

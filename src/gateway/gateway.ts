@@ -16,14 +16,11 @@ import { clientRequestId, downstreamHeaders, upstreamHeaders } from './headers.j
 import type { Metrics } from './metrics.js';
 import { validateBody } from './protocol.js';
 import { RateLimiter } from './ratelimit.js';
-import { Pools, TargetPicker, type Target } from './upstream.js';
+import { Forwarding } from './forwarding.js';
+import { BODY_TOO_LARGE, tooLarge } from './upstream-errors.js';
+import { Pools, TargetPicker } from './upstream.js';
 import { forwardUpgrade } from './upgrade.js';
 import type { Socket } from 'node:net';
-
-const BODY_TOO_LARGE = 'SERVEGATE_BODY_TOO_LARGE';
-
-/** Errors from connecting: nothing reached the backend, so the request may be sent again. */
-const CONNECT_FAILURES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'UND_ERR_CONNECT_TIMEOUT', 'ECONNABORTED']);
 
 export interface GatewayDeps {
   config: Config;
@@ -38,14 +35,14 @@ export class Gateway {
   readonly pools = new Pools();
   private readonly picker: TargetPicker;
   private readonly limiter: RateLimiter;
-  private readonly maxBody: number;
+  readonly maxBody: number;
   private readonly idleMs: number;
   /** Set by shutdown(): answers carry Connection: close. */
   draining = false;
-  /** Responses being forwarded now, each with the function that ends it (used at the shutdown deadline). */
-  private readonly active = new Map<ServerResponse, () => void>();
+  /** Requests being forwarded now (ended at the shutdown deadline). */
+  private readonly active = new Set<Forwarding>();
 
-  constructor(private readonly deps: GatewayDeps) {
+  constructor(readonly deps: GatewayDeps) {
     this.cors = corsPolicy(deps.config.cors);
     this.picker = new TargetPicker(deps.endpoints);
     this.limiter = new RateLimiter(deps.config.limits.rateLimitPerKey, deps.config.limits.rateLimitBurst);
@@ -128,17 +125,8 @@ export class Gateway {
     );
   }
 
-  private forward(
-    req: IncomingMessage,
-    res: ServerResponse,
-    d: Accepted,
-    body: Buffer | Readable | null,
-    length: number | undefined,
-    started: number,
-    requestId: string,
-    attempt: number,
-    avoid: string | undefined,
-  ): void {
+  /** Sends the request to the backend (a Forwarding per attempt) — or 503 when the Service has no ready endpoint. */
+  forward(req: IncomingMessage, res: ServerResponse, d: Accepted, body: Buffer | Readable | null, length: number | undefined, started: number, requestId: string, attempt: number, avoid: string | undefined): void {
     const { route } = d;
     const target = this.picker.pick(route.backend, avoid);
     if (!target) {
@@ -158,98 +146,11 @@ export class Gateway {
       trustForwarded: this.deps.config.trustForwardedHeaders,
       contentLength: length,
     });
-    const gw = this;
-    let controller: Dispatcher.DispatchController | undefined;
-    let clientGone = false;
-    let responded = false;
-    const onClose = (): void => {
-      if (res.writableFinished) return;
-      clientGone = true;
-      if (controller && !controller.aborted) controller.abort(new ClientGone());
-    };
-    res.on('close', onClose);
-    this.active.set(res, () => {
-      clientGone = true;
-      if (controller && !controller.aborted) controller.abort(new ClientGone());
-      // An event stream can end cleanly at an event boundary; anything else is cut so it is not mistaken for complete.
-      if (res.headersSent && String(res.getHeader('content-type') ?? '').startsWith('text/event-stream')) res.end();
-      else res.destroy();
-    });
+    const f = new Forwarding(this, req, res, d, body, length, started, requestId, attempt, target);
+    this.active.add(f);
     this.deps.metrics.inflight.inc();
-    const done = (): void => {
-      this.active.delete(res);
-      this.deps.metrics.inflight.dec();
-      res.off('close', onClose);
-    };
-
-    const handler: Dispatcher.DispatchHandler = {
-      onRequestStart(c) {
-        controller = c;
-        if (clientGone) c.abort(new ClientGone());
-      },
-      onResponseStart(c, status, upstream) {
-        if (status < 200) return; // 1xx informational: not passed on
-        responded = true;
-        const out = downstreamHeaders(upstream, gw.cors.enabled);
-        for (const k in out) res.setHeader(k, out[k]!);
-        res.statusCode = status;
-        const ct = upstream['content-type'];
-        if (typeof ct === 'string' && ct.startsWith('text/event-stream')) {
-          res.setHeader('x-accel-buffering', 'no');
-          res.setHeader('cache-control', upstream['cache-control'] ?? 'no-cache');
-          res.flushHeaders();
-        }
-      },
-      onResponseData(c, chunk) {
-        if (clientGone) return;
-        if (!res.write(chunk)) {
-          c.pause();
-          res.once('drain', () => c.resume());
-        }
-      },
-      onResponseEnd() {
-        done();
-        res.end();
-        gw.finish(req, res, started, route, res.statusCode, requestId);
-      },
-      onResponseError(_c, err) {
-        done();
-        if (clientGone || err instanceof ClientGone) {
-          gw.deps.metrics.upstreamErrors.inc({ cause: 'client_abort' });
-          gw.finish(req, res, started, route, 499, requestId);
-          return;
-        }
-        const code = (err as { code?: string }).code ?? '';
-        const retryable = !responded && CONNECT_FAILURES.has(code) && (body === null || Buffer.isBuffer(body)) && attempt < 1;
-        if (retryable) {
-          gw.deps.logger.debug({ requestId, err: code, target: target.origin }, 'connect failed, retrying once');
-          setTimeout(() => gw.forward(req, res, d, body, length, started, requestId, attempt + 1, target.origin.slice(7)), 25);
-          return;
-        }
-        if (responded || res.headersSent) {
-          // Mid-response failure: cut the connection so the client sees an incomplete response, never a silent truncation.
-          const cause = code === 'UND_ERR_BODY_TIMEOUT' ? 'stream_idle_timeout' : 'reset';
-          gw.deps.metrics.upstreamErrors.inc({ cause });
-          gw.deps.logger.warn({ requestId, project: route.project, deployment: route.deployment, cause }, 'backend response ended early');
-          res.destroy();
-          gw.finish(req, res, started, route, res.statusCode, requestId);
-          return;
-        }
-        if (code === BODY_TOO_LARGE) {
-          res.setHeader('connection', 'close');
-          gw.refuse(req, res, tooLarge(gw.maxBody), d.dialect, started, requestId, route);
-          return;
-        }
-        const mapped = mapUpstreamError(code, route, target);
-        gw.deps.metrics.upstreamErrors.inc({ cause: mapped.cause });
-        gw.deps.logger.warn({ requestId, project: route.project, deployment: route.deployment, cause: mapped.cause, err: code || err.message }, 'backend failed');
-        gw.refuse(req, res, mapped.error, d.dialect, started, requestId, route);
-      },
-    };
-
     try {
-      const pool = this.pools.get(target.origin);
-      pool.dispatch(
+      this.pools.get(target.origin).dispatch(
         {
           path: target.basePath + d.upstreamPath,
           method: (req.method ?? 'GET') as Dispatcher.HttpMethod,
@@ -259,14 +160,20 @@ export class Gateway {
           bodyTimeout: this.idleMs,
           idempotent: false,
         },
-        handler,
+        f,
       );
     } catch (err) {
-      handler.onResponseError!(undefined as never, err as Error);
+      f.onResponseError(undefined, err as Error);
     }
   }
 
-  private refuse(req: IncomingMessage, res: ServerResponse, err: GatewayError, dialect: Dialect, started: number, requestId: string, route?: Route): void {
+  /** Called by a Forwarding when it is over. */
+  settled(f: Forwarding): void {
+    this.active.delete(f);
+    this.deps.metrics.inflight.dec();
+  }
+
+  refuse(req: IncomingMessage, res: ServerResponse, err: GatewayError, dialect: Dialect, started: number, requestId: string, route?: Route): void {
     if (res.headersSent || res.destroyed) {
       res.destroy();
       return;
@@ -285,12 +192,11 @@ export class Gateway {
     this.finish(req, res, started, route, err.status, requestId, err.message);
   }
 
-  private finish(req: IncomingMessage, res: ServerResponse, started: number, route: Route | undefined, status: number, requestId: string, error?: string): void {
+  finish(req: IncomingMessage, res: ServerResponse, started: number, route: Route | undefined, status: number, requestId: string, error?: string): void {
     const seconds = (performance.now() - started) / 1000;
     const project = route?.project ?? '';
     const deployment = route?.deployment ?? '';
-    this.deps.metrics.requests.inc({ project, deployment, status: String(status) });
-    this.deps.metrics.duration.observe({ project, deployment }, seconds);
+    this.deps.metrics.observeRequest(project, deployment, status, seconds);
     const log = this.deps.logger;
     if (log.isLevelEnabled('info')) {
       log.info(
@@ -307,7 +213,7 @@ export class Gateway {
 
   /** Ends every response still being forwarded (shutdown deadline). */
   endAll(): void {
-    for (const end of [...this.active.values()]) end();
+    for (const f of [...this.active]) f.end();
   }
 
   async close(): Promise<void> {
@@ -315,32 +221,10 @@ export class Gateway {
   }
 }
 
-class ClientGone extends Error {
-  constructor() {
-    super('client closed the connection');
-  }
-}
-
-function mapUpstreamError(code: string, route: Route, target: Target): { error: GatewayError; cause: string } {
-  const where = `deployment ${route.project}/${route.deployment}`;
-  if (code === 'UND_ERR_HEADERS_TIMEOUT') {
-    return { cause: 'headers_timeout', error: gatewayError('backend_timeout', `${where} did not answer within ${route.timeoutMs / 1000}s`) };
-  }
-  if (CONNECT_FAILURES.has(code)) {
-    return { cause: 'connect_refused', error: gatewayError('backend_unavailable', `${where}: the backend refused the connection (${code})`) };
-  }
-  void target;
-  return { cause: 'reset', error: gatewayError('backend_error', `${where}: the backend closed the connection before answering${code ? ` (${code})` : ''}`) };
-}
-
 /** The peer address, without the IPv4-mapped IPv6 prefix. */
 export function clientIp(req: IncomingMessage): string {
   const a = req.socket.remoteAddress ?? '';
   return a.startsWith('::ffff:') ? a.slice(7) : a;
-}
-
-function tooLarge(max: number): GatewayError {
-  return gatewayError('body_too_large', `request body is larger than the limit of ${max} bytes`);
 }
 
 function contentLength(req: IncomingMessage): number | undefined {

@@ -56,6 +56,26 @@ export class Metrics {
   });
   readonly inflight = new Gauge({ name: 'servegate_inflight_requests', help: 'Requests being forwarded now', registers: [this.registry] });
 
+  private perRoute = new Map<string, { requests: Map<number, { inc(): void }>; duration: { observe(v: number): void } }>();
+
+  /** Counts one answered request; label children are cached so the hot path does no label hashing. */
+  observeRequest(project: string, deployment: string, status: number, seconds: number): void {
+    const key = `${project}\u0000${deployment}`;
+    let e = this.perRoute.get(key);
+    if (!e) {
+      if (this.perRoute.size > 50_000) this.perRoute.clear();
+      e = { requests: new Map(), duration: this.duration.labels(project, deployment) };
+      this.perRoute.set(key, e);
+    }
+    let c = e.requests.get(status);
+    if (!c) {
+      c = this.requests.labels(project, deployment, String(status));
+      e.requests.set(status, c);
+    }
+    c.inc();
+    e.duration.observe(seconds);
+  }
+
   constructor(defaults = true) {
     if (defaults) collectDefaultMetrics({ register: this.registry, prefix: 'servegate_process_' });
   }
