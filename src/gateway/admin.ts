@@ -1,6 +1,7 @@
 // The admin listener: /healthz, /readyz, /metrics and a read-only page of deployments and their URLs.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { RouteStore } from '../routing/store.js';
+import type { DeploymentStatus } from '../routing/types.js';
 import type { RouteSource } from '../sources/types.js';
 import type { Metrics } from './metrics.js';
 
@@ -51,9 +52,14 @@ export function readiness(deps: AdminDeps): { ready: boolean; status: string; sy
   return { ready: true, status: stalenessSeconds > 0 ? 'serving the last known routes; source is stale' : 'ready', synced, stalenessSeconds, problems: h.problems };
 }
 
+/** Statuses by namespace/name, for people. */
+function byName(deps: AdminDeps): DeploymentStatus[] {
+  return [...deps.store.statuses()].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : a.resourceKind < b.resourceKind ? -1 : 1));
+}
+
 function deploymentsView(deps: AdminDeps) {
   return {
-    deployments: deps.store.statuses().map((s) => ({
+    deployments: byName(deps).map((s) => ({
       kind: s.resourceKind,
       namespace: s.namespace,
       name: s.name,
@@ -76,8 +82,7 @@ const esc = (s: unknown): string =>
 
 function page(deps: AdminDeps): string {
   const routes = new Map(deps.store.current().routes.map((r) => [r.id, r]));
-  const rows = deps.store
-    .statuses()
+  const rows = byName(deps)
     .map((s) => {
       const r = routes.get(s.id);
       const url = s.inferenceUrl ?? s.openaiUrl ?? s.endpointUrl ?? '';

@@ -122,17 +122,29 @@ export function buildRouteTable(snapshot: Snapshot, options: BuildOptions): Buil
     for (const k of pathKeys) byPath.set(k, route);
     if (route.hostname) byHost.set(route.hostname, route);
     routes.push(route);
+    digests.push(c.digest);
     statuses.push(c.routed);
   }
+  // Candidates come oldest first (a total order), so routes and their statuses need no further sort; the few
+  // rejected resources are sorted by kind and name.
+  rejections.sort((a, b) => cmp(`${a.resourceKind}/${a.meta.namespace}/${a.meta.name}`, `${b.resourceKind}/${b.meta.namespace}/${b.meta.name}`));
   for (const r of rejections) statuses.push(rejectedStatus(r));
 
-  const { keys, problems, digests: keyDigests } = buildKeysWithDigests(snapshot.keySecrets, options.keysNamespace);
-  routes.sort((a, b) => cmp(a.id, b.id));
-  const routeDigest = new Map(candidates.map((c) => [c.route, c.digest]));
-  for (const r of routes) digests.push(routeDigest.get(r)!);
-  statuses.sort((a, b) => (a.resourceKind !== b.resourceKind ? (a.resourceKind === 'InferenceService' ? -1 : 1) : cmp(a.id, b.id)));
+  const { keys, problems, digests: keyDigests } = buildKeysCached(snapshot.keySecrets, options.keysNamespace);
   const table: RouteTable = { byPath, byHost, keys, routes, hash: hashDigests(digests, keyDigests) };
   return { table, statuses, keyProblems: problems };
+}
+
+type KeysResult = ReturnType<typeof buildKeysWithDigests>;
+const keysByArray = new WeakMap<readonly KeySecretResource[], { keysNamespace: string; result: KeysResult }>();
+
+/** Sources hand over the same array while no key changed: then the key index is reused as it is. */
+function buildKeysCached(secrets: readonly KeySecretResource[], keysNamespace: string): KeysResult {
+  const hit = keysByArray.get(secrets);
+  if (hit && hit.keysNamespace === keysNamespace) return hit.result;
+  const result = buildKeysWithDigests(secrets, keysNamespace);
+  keysByArray.set(secrets, { keysNamespace, result });
+  return result;
 }
 
 export function emptyRouteTable(): RouteTable {
@@ -445,8 +457,13 @@ function parseKeySecret(s: KeySecretResource, keysNamespace: string): ApiKeyReco
   };
 }
 
+const servicesByArray = new WeakMap<readonly ServiceResource[], Map<string, ServiceResource>>();
+
 function indexServices(services: readonly ServiceResource[]): Map<string, ServiceResource> {
+  const cached = servicesByArray.get(services);
+  if (cached) return cached;
   const m = new Map<string, ServiceResource>();
+  servicesByArray.set(services, m);
   for (const s of services) m.set(`${s.metadata.namespace}/${s.metadata.name}`, s);
   return m;
 }

@@ -136,7 +136,7 @@ export interface RouteTable {
   readonly byHost: ReadonlyMap<string, Route>;
   /** key prefix → key records (normally one). */
   readonly keys: ReadonlyMap<string, readonly ApiKeyRecord[]>;
-  /** Routes sorted by id. */
+  /** Routes, oldest first (creationTimestamp, then namespace/name): a deterministic order. */
   readonly routes: readonly Route[];
   /** Content hash: equal hashes mean an identical table (rebuilds with the same hash are skipped). */
   readonly hash: string;

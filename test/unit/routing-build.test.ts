@@ -321,7 +321,7 @@ describe('BackendNotFound when the source sees Services', () => {
       deployments: [sdep('demo/a').backend('missing', 80).build(), sdep('demo/b').backend('svc', 80).build()],
       services: [service('demo/svc', [{ port: 80 }])],
     });
-    expect(r.statuses.map((s) => [s.id, s.reason])).toEqual([
+    expect(r.statuses.map((s) => [s.id, s.reason]).sort()).toEqual([
       ['demo/a', 'BackendNotFound'],
       ['demo/b', 'Routed'],
     ]);
@@ -414,11 +414,15 @@ describe('deterministic output', () => {
     expect(new Map(r.table.byPath)).toEqual(new Map(reference.table.byPath));
   });
 
-  test('statuses and routes come out sorted', () => {
+  test('routes come oldest first (creationTimestamp, then namespace/name); rejected statuses follow, sorted', () => {
+    const age = (id: string) => {
+      const d = [...deployments, ...inferenceServices].find((x) => `${x.metadata.namespace}/${x.metadata.name}` === id);
+      return `${d?.metadata.creationTimestamp ?? '~'}|${id}`;
+    };
     const ids = reference.table.routes.map((r) => r.id);
-    expect(ids).toEqual([...ids].sort());
-    const sKeys = reference.statuses.map((s) => `${s.resourceKind}/${s.id}`);
-    expect(sKeys).toEqual([...sKeys].sort());
+    expect(ids.map(age)).toEqual([...ids.map(age)].sort());
+    const rejected = reference.statuses.filter((s) => !s.ready && s.reason !== 'Conflict').map((s) => `${s.resourceKind}/${s.id}`);
+    expect(rejected).toEqual([...rejected].sort());
   });
 
   test('the hash changes when a route changes and stays when nothing does', () => {
