@@ -87,6 +87,8 @@ export function preflightHeaders(policy: CorsPolicy, origin: string | undefined,
 /** Headers added to an actual (non-preflight) response, the gateway's own errors included. */
 export function responseCorsHeaders(policy: CorsPolicy, origin: string | undefined): Record<string, string> | undefined {
   if (!policy.enabled) return undefined;
+  // With "*" every origin is allowed, so the answer is the same with or without an Origin header.
+  if (!origin && policy.any) return { 'access-control-allow-origin': '*', 'access-control-expose-headers': policy.exposedHeaders };
   const allow = allowedOrigin(policy, origin);
   if (!allow) return { vary: 'Origin' };
   const h: Record<string, string> = {

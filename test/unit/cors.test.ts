@@ -128,6 +128,13 @@ describe('actual response headers', () => {
     expect(h['access-control-allow-credentials']).toBeUndefined();
   });
 
+  test('"*": the same "*" answer when the request has no Origin', () => {
+    const h = responseCorsHeaders(star, undefined)!;
+    expect(h['access-control-allow-origin']).toBe('*');
+    expect(h['access-control-allow-credentials']).toBeUndefined();
+    expect(responseCorsHeaders(listed, undefined)?.['access-control-allow-origin']).toBeUndefined();
+  });
+
   test.each([
     ['a disallowed origin', 'https://evil.com'],
     ['no origin', undefined],
