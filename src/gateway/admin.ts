@@ -26,7 +26,7 @@ export function adminHandler(deps: AdminDeps): (req: IncomingMessage, res: Serve
         return send(res, r.ready ? 200 : 503, 'application/json', JSON.stringify(r));
       }
       case '/metrics':
-        deps.metrics.registry.metrics().then(
+        deps.metrics.render().then(
           (text) => send(res, 200, deps.metrics.registry.contentType, text),
           (err: Error) => send(res, 500, 'text/plain', err.message),
         );

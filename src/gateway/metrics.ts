@@ -1,5 +1,6 @@
 // Prometheus metrics (prom-client), in a registry per server so that several gateways can live in one process (tests).
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import { CompactHistogram, type HistogramSeries } from './histogram.js';
 
 export class Metrics {
   readonly registry = new Registry();
@@ -9,13 +10,12 @@ export class Metrics {
     labelNames: ['project', 'deployment', 'status'] as const,
     registers: [this.registry],
   });
-  readonly duration = new Histogram({
-    name: 'servegate_request_duration_seconds',
-    help: 'Time from request to the end of the response, by project and deployment',
-    labelNames: ['project', 'deployment'] as const,
-    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
-    registers: [this.registry],
-  });
+  readonly duration = new CompactHistogram(
+    'servegate_request_duration_seconds',
+    'Time from request to the end of the response, by project and deployment',
+    ['project', 'deployment'],
+    [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
+  );
   readonly upstreamErrors = new Counter({
     name: 'servegate_upstream_errors_total',
     help: 'Upstream failures by cause (connect_refused, reset, headers_timeout, stream_idle_timeout, no_ready_endpoint, client_abort)',
@@ -56,7 +56,7 @@ export class Metrics {
   });
   readonly inflight = new Gauge({ name: 'servegate_inflight_requests', help: 'Requests being forwarded now', registers: [this.registry] });
 
-  private perRoute = new Map<string, { requests: Map<number, { inc(): void }>; duration: { observe(v: number): void } }>();
+  private perRoute = new Map<string, { requests: Map<number, { inc(): void }>; duration: HistogramSeries }>();
 
   /** Counts one answered request; label children are cached so the hot path does no label hashing. */
   observeRequest(project: string, deployment: string, status: number, seconds: number): void {
@@ -64,7 +64,7 @@ export class Metrics {
     let e = this.perRoute.get(key);
     if (!e) {
       if (this.perRoute.size > 50_000) this.perRoute.clear();
-      e = { requests: new Map(), duration: this.duration.labels(project, deployment) };
+      e = { requests: new Map(), duration: this.duration.child(project, deployment) };
       this.perRoute.set(key, e);
     }
     let c = e.requests.get(status);
@@ -73,7 +73,12 @@ export class Metrics {
       e.requests.set(status, c);
     }
     c.inc();
-    e.duration.observe(seconds);
+    this.duration.observe(e.duration, seconds);
+  }
+
+  /** The whole exposition: prom-client's metrics and the compact histogram. */
+  async render(): Promise<string> {
+    return (await this.registry.metrics()) + this.duration.render();
   }
 
   constructor(defaults = true) {
