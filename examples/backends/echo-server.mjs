@@ -7,9 +7,8 @@
 // Run `node echo-server.mjs 8083`, or import { start }.
 import { createHash } from 'node:crypto';
 import http from 'node:http';
-import { pathToFileURL } from 'node:url';
+import { listen, readBody, runIfMain, send } from './lib.mjs';
 
-const MAX_BODY = 32 * 1024 * 1024;
 const MAX_FRAME = 16 * 1024 * 1024;
 const WS_GUID = '258EAFA5-E914-47DA-95CA-C5AB0DC85B11';
 
@@ -148,44 +147,4 @@ function closePayload(code, reason) {
 
 // ---- plumbing ----
 
-function send(res, status, obj) {
-  if (res.headersSent) return res.end();
-  const body = JSON.stringify(obj);
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
-  res.end(body);
-}
-
-function readBody(req) {
-  return new Promise((resolve, reject) => {
-    const chunks = [];
-    let size = 0;
-    req.on('data', (c) => {
-      size += c.length;
-      if (size > MAX_BODY) {
-        resolve(undefined);
-        req.destroy();
-      } else chunks.push(c);
-    });
-    req.on('end', () => resolve(Buffer.concat(chunks)));
-    req.on('error', reject);
-  });
-}
-
-function listen(server, port, host) {
-  return new Promise((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(port, host, () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
-}
-
-if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  const port = Number(process.argv[2] ?? 8083);
-  const s = await start(port, { host: process.env.HOST ?? '127.0.0.1' });
-  console.log(`echo server listening on http://127.0.0.1:${s.port} (any path; websocket at /ws)`);
-  const stop = () => s.close().then(() => process.exit(0));
-  process.once('SIGINT', stop);
-  process.once('SIGTERM', stop);
-}
+await runIfMain(import.meta, start, 8083, (p) => `echo server listening on http://127.0.0.1:${p} (any path; websocket at /ws)`);

@@ -6,9 +6,7 @@
 // A client that hangs up stops its stream at once (stats.abortedStreams counts them).
 import { createHash, randomBytes } from 'node:crypto';
 import http from 'node:http';
-import { pathToFileURL } from 'node:url';
-
-const MAX_BODY = 32 * 1024 * 1024;
+import { closeServer, listen, readBody, runIfMain, send } from './lib.mjs';
 
 /**
  * @param {number} port 0 for an ephemeral port
@@ -199,55 +197,8 @@ function vector(text, dims) {
   return v.map((x) => Math.fround(x / norm));
 }
 
-function send(res, status, obj) {
-  if (res.headersSent) return res.end();
-  const body = JSON.stringify(obj);
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
-  res.end(body);
-}
-
 function sendError(res, status, message, type, code = null, param = null) {
   send(res, status, { error: { message, type, param, code } });
 }
 
-function readBody(req) {
-  return new Promise((resolve, reject) => {
-    const chunks = [];
-    let size = 0;
-    req.on('data', (c) => {
-      size += c.length;
-      if (size > MAX_BODY) {
-        resolve(undefined);
-        req.destroy();
-      } else chunks.push(c);
-    });
-    req.on('end', () => resolve(Buffer.concat(chunks)));
-    req.on('error', reject);
-  });
-}
-
-function listen(server, port, host) {
-  return new Promise((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(port, host, () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
-}
-
-function closeServer(server) {
-  return new Promise((resolve) => {
-    server.close(() => resolve());
-    server.closeAllConnections();
-  });
-}
-
-if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  const port = Number(process.argv[2] ?? 8082);
-  const s = await start(port, { host: process.env.HOST ?? '127.0.0.1', model: process.env.MODEL });
-  console.log(`OpenAI-compatible LLM server listening on http://127.0.0.1:${s.port}/v1`);
-  const stop = () => s.close().then(() => process.exit(0));
-  process.once('SIGINT', stop);
-  process.once('SIGTERM', stop);
-}
+await runIfMain(import.meta, start, 8082, (p) => `OpenAI-compatible LLM server listening on http://127.0.0.1:${p}/v1`, { model: process.env.MODEL });

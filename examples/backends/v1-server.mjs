@@ -6,9 +6,7 @@
 // The "model" is arithmetic, not learning: predict answers the index of the largest input value of each instance
 // (an iris row [5.1, 3.5, 1.4, 0.2] gives class 0), classify adds softmax scores, regress answers the mean.
 import http from 'node:http';
-import { pathToFileURL } from 'node:url';
-
-const MAX_BODY = 32 * 1024 * 1024;
+import { closeServer, listen, readBody, runIfMain, send } from './lib.mjs';
 
 /**
  * Starts the server. `models` limits the model names served (others get 404, as KServe answers); default: any name.
@@ -88,51 +86,4 @@ function softmax(values) {
   return exps.map((e) => Math.round((e / sum) * 1e6) / 1e6);
 }
 
-function send(res, status, obj) {
-  if (res.headersSent) return res.end();
-  const body = JSON.stringify(obj);
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
-  res.end(body);
-}
-
-function readBody(req) {
-  return new Promise((resolve, reject) => {
-    const chunks = [];
-    let size = 0;
-    req.on('data', (c) => {
-      size += c.length;
-      if (size > MAX_BODY) {
-        resolve(undefined);
-        req.destroy();
-      } else chunks.push(c);
-    });
-    req.on('end', () => resolve(Buffer.concat(chunks)));
-    req.on('error', reject);
-  });
-}
-
-function listen(server, port, host) {
-  return new Promise((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(port, host, () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
-}
-
-function closeServer(server) {
-  return new Promise((resolve) => {
-    server.close(() => resolve());
-    server.closeAllConnections();
-  });
-}
-
-if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  const port = Number(process.argv[2] ?? 8081);
-  const s = await start(port, { host: process.env.HOST ?? '127.0.0.1' });
-  console.log(`V1 model server listening on http://127.0.0.1:${s.port} (POST /v1/models/<name>:predict)`);
-  const stop = () => s.close().then(() => process.exit(0));
-  process.once('SIGINT', stop);
-  process.once('SIGTERM', stop);
-}
+await runIfMain(import.meta, start, 8081, (p) => `V1 model server listening on http://127.0.0.1:${p} (POST /v1/models/<name>:predict)`);
