@@ -16,17 +16,20 @@ export class Forwarding implements Dispatcher.DispatchHandler {
   private responded = false;
   private readonly onClose: () => void;
 
+  // Not readonly: released when the request is over. undici keeps finished requests (and so their handler) in its
+  // queue for a while; a handler still holding the request, the response and the body would carry them into the
+  // old generation of the heap, and every promoted request costs a bit of the next full GC pause.
   constructor(
-    private readonly gw: Gateway,
-    private readonly req: IncomingMessage,
-    private readonly res: ServerResponse,
-    private readonly d: Accepted,
-    private readonly body: Buffer | Readable | null,
+    private gw: Gateway,
+    private req: IncomingMessage,
+    private res: ServerResponse,
+    private d: Accepted,
+    private body: Buffer | Readable | null,
     private readonly length: number | undefined,
     private readonly started: number,
     private readonly requestId: string,
     private readonly attempt: number,
-    private readonly target: Target,
+    private target: Target,
   ) {
     this.onClose = () => {
       if (this.res.writableFinished) return;
@@ -43,8 +46,9 @@ export class Forwarding implements Dispatcher.DispatchHandler {
 
   /** Shutdown deadline: an event stream ends cleanly at an event boundary; anything else is cut. */
   end(): void {
-    this.abort();
     const res = this.res;
+    if (!res) return;
+    this.abort();
     if (res.headersSent && String(res.getHeader('content-type') ?? '').startsWith('text/event-stream')) res.end();
     else res.destroy();
   }
@@ -52,6 +56,12 @@ export class Forwarding implements Dispatcher.DispatchHandler {
   private settle(): void {
     this.gw.settled(this);
     this.res.off('close', this.onClose);
+  }
+
+  /** Drops the references to the request's objects (see the constructor). */
+  private release(): void {
+    const self = this as unknown as Record<string, unknown>;
+    self.req = self.res = self.d = self.body = self.gw = self.target = self.controller = undefined;
   }
 
   onRequestStart(c: Dispatcher.DispatchController): void {
@@ -86,10 +96,20 @@ export class Forwarding implements Dispatcher.DispatchHandler {
     this.settle();
     this.res.end();
     this.gw.finish(this.req, this.res, this.started, this.d.route, this.res.statusCode, this.requestId);
+    this.release();
   }
 
   onResponseError(_c: Dispatcher.DispatchController | undefined, err: Error): void {
+    if (!this.res) return; // already over
     this.settle();
+    try {
+      this.fail(err);
+    } finally {
+      this.release();
+    }
+  }
+
+  private fail(err: Error): void {
     const { gw, req, res, d, started, requestId } = this;
     const route = d.route;
     if (this.clientGone || err instanceof ClientGone) {
@@ -102,7 +122,9 @@ export class Forwarding implements Dispatcher.DispatchHandler {
     if (!this.responded && CONNECT_FAILURES.has(code) && (body === null || Buffer.isBuffer(body)) && this.attempt < 1) {
       // Nothing reached the backend: one more try, on another endpoint when there is one.
       gw.deps.logger.debug({ requestId, err: code, target: this.target.origin }, 'connect failed, retrying once');
-      setTimeout(() => gw.forward(req, res, d, body, this.length, started, requestId, this.attempt + 1, this.target.origin.slice(7)), 25);
+      const { length, attempt } = this;
+      const avoid = this.target.origin.slice(7);
+      setTimeout(() => gw.forward(req, res, d, body, length, started, requestId, attempt + 1, avoid), 25);
       return;
     }
     if (this.responded || res.headersSent) {
