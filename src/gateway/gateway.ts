@@ -182,13 +182,13 @@ export class Gateway {
     for (const k in err.headers) res.setHeader(k, err.headers[k]);
     res.setHeader('content-type', 'application/json');
     res.setHeader('content-length', Buffer.byteLength(body));
+    // A body we did not read (or that the client has not sent yet, waiting for 100-continue) is not read now:
+    // the connection closes after the answer instead of carrying unread bytes into the next request.
+    const unread = !req.complete && ((contentLength(req) ?? 0) > 0 || req.headers['transfer-encoding'] !== undefined);
+    if (unread) res.setHeader('connection', 'close');
     res.statusCode = err.status;
     res.end(body);
-    if (req.readable && !req.readableEnded) {
-      // The body was not read: do not keep the connection for a request we did not consume.
-      if (!res.hasHeader('connection')) res.shouldKeepAlive = false;
-      req.resume();
-    }
+    if (unread) req.resume();
     this.finish(req, res, started, route, err.status, requestId, err.message);
   }
 

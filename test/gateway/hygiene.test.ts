@@ -117,6 +117,27 @@ describe('hop-by-hop headers', () => {
     expect(rec.body.toString()).toBe('hello world');
     expect(rec.headers.authorization).toBeUndefined();
   });
+  test('Expect: 100-continue with a wrong key: a final 401 and no 100, the connection closes, nothing reaches the backend', async () => {
+    const before = pyDemo.requests.length;
+    const c = await RawClient.connect(gw.port);
+    try {
+      c.write(
+        rawHttp('POST', '/v1/demo/x/expect', [
+          host(),
+          ['Authorization', 'ApiKey AAAAAAAAAAAAAAAA.wrongwrongwrongwrongwrongwrongwrongwrong'],
+          ['Expect', '100-continue'],
+          ['Content-Type', 'text/plain'],
+          ['Content-Length', '11'],
+        ]),
+      );
+      const r = await c.next();
+      expect(r.status).toBe(401);
+      expect(r.headers.connection).toBe('close');
+    } finally {
+      c.close();
+    }
+    expect(pyDemo.requests.length).toBe(before);
+  });
 });
 
 describe('connection reuse', () => {
