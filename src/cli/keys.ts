@@ -1,7 +1,7 @@
 // `servegate keys create|list|revoke`: API-key Secrets in a manifests folder, as YAML on stdout, or in the cluster.
 // The key is printed once at creation; only its SHA-256 is stored; list never shows the key or the hash.
 import { existsSync } from 'node:fs';
-import { mkdir, readdir, readFile, rename, stat, unlink, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, rename, stat, unlink, writeFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import { basename, delimiter, join, relative } from 'node:path';
 import { parseAllDocuments, stringify } from 'yaml';
@@ -18,7 +18,7 @@ import {
   type KeySummary,
 } from '../keys/index.js';
 import { KEY_LABEL } from '../routing/types.js';
-import { isManifestName, isWalkedDirName } from '../sources/files/ignore.js';
+import { listManifestFiles } from '../sources/files/walk.js';
 
 /** Where a command writes; tests pass their own. */
 export interface CliIo {
@@ -433,30 +433,6 @@ function formatTable(rows: string[][]): string {
 // ---------------------------------------------------------------------------------------------------------------
 // Files mode.
 
-/** Manifest files under `dirOrFile` by the files source's own rules (hidden files and node_modules skipped), sorted. */
-export async function manifestFiles(dirOrFile: string): Promise<string[]> {
-  let st;
-  try {
-    st = await stat(dirOrFile);
-  } catch {
-    return [];
-  }
-  if (st.isFile()) return [dirOrFile];
-  const out: string[] = [];
-  const walk = async (dir: string, depth: number): Promise<void> => {
-    if (depth > 32) return;
-    const entries = await readdir(dir, { withFileTypes: true });
-    for (const e of entries) {
-      const p = join(dir, e.name);
-      if (e.isDirectory()) {
-        if (isWalkedDirName(e.name)) await walk(p, depth + 1);
-      } else if (e.isFile() && isManifestName(e.name)) out.push(p);
-    }
-  };
-  await walk(dirOrFile, 0);
-  return out.sort();
-}
-
 interface KeyDoc {
   file: string;
   index: number;
@@ -468,7 +444,8 @@ interface KeyDoc {
 /** Every Secret document carrying the key label in the manifests folder. Unparsable files are skipped. */
 async function readKeyDocs(dir: string): Promise<KeyDoc[]> {
   const out: KeyDoc[] = [];
-  for (const file of await manifestFiles(dir)) {
+  // Exactly the files `servegate serve --manifests` reads (its skip rules and .servegateignore included).
+  for (const file of await listManifestFiles(dir)) {
     let text: string;
     try {
       text = await readFile(file, 'utf8');
