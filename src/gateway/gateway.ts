@@ -12,13 +12,13 @@ import type { EndpointResolver } from '../sources/types.js';
 import { corsPolicy, isPreflight, preflightHeaders, responseCorsHeaders, type CorsPolicy } from './cors.js';
 import { decide, type Accepted } from './decide.js';
 import { gatewayError, renderError, type Dialect, type GatewayError } from './errors.js';
-import { clientRequestId, downstreamHeaders, upstreamHeaders } from './headers.js';
+import { clientRequestId, upstreamHeaders } from './headers.js';
 import type { Metrics } from './metrics.js';
 import { validateBody } from './protocol.js';
 import { RateLimiter } from './ratelimit.js';
 import { Forwarding } from './forwarding.js';
 import { BODY_TOO_LARGE, tooLarge } from './upstream-errors.js';
-import { Pools, TargetPicker } from './upstream.js';
+import { Pools, TargetPicker, type Target } from './upstream.js';
 import { forwardUpgrade } from './upgrade.js';
 import type { Socket } from 'node:net';
 
@@ -134,18 +134,7 @@ export class Gateway {
       this.refuse(req, res, gatewayError('no_ready_endpoint', `deployment ${route.project}/${route.deployment} has no ready endpoint`, { 'retry-after': '5' }), d.dialect, started, requestId, route);
       return;
     }
-    const headers = upstreamHeaders(req.headers, {
-      clientIp: clientIp(req),
-      proto: (req.socket as { encrypted?: boolean }).encrypted ? 'https' : 'http',
-      host: req.headers.host,
-      requestId,
-      project: route.project,
-      deployment: route.deployment,
-      keyName: d.key.name,
-      backendAuthority: target.authority,
-      trustForwarded: this.deps.config.trustForwardedHeaders,
-      contentLength: length,
-    });
+    const headers = this.upstreamHeadersFor(req, d, target, requestId, { contentLength: length });
     const f = new Forwarding(this, req, res, d, body, length, started, requestId, attempt, target);
     this.active.add(f);
     this.deps.metrics.inflight.inc();
@@ -165,6 +154,22 @@ export class Gateway {
     } catch (err) {
       f.onResponseError(undefined, err as Error);
     }
+  }
+
+  /** The headers the backend gets for an accepted request (SPEC §3), for plain requests and upgrades alike. */
+  upstreamHeadersFor(req: IncomingMessage, d: Accepted, target: Target, requestId: string, extra: { contentLength?: number; upgrade?: boolean }): Record<string, string | string[]> {
+    return upstreamHeaders(req.headers, {
+      clientIp: clientIp(req),
+      proto: (req.socket as { encrypted?: boolean }).encrypted ? 'https' : 'http',
+      host: req.headers.host,
+      requestId,
+      project: d.route.project,
+      deployment: d.route.deployment,
+      keyName: d.key.name,
+      backendAuthority: target.authority,
+      trustForwarded: this.deps.config.trustForwardedHeaders,
+      ...extra,
+    });
   }
 
   /** Called by a Forwarding when it is over. */
@@ -208,7 +213,7 @@ export class Gateway {
 
   /** The 'upgrade' handler: websockets (and other upgrades) for python and LLM deployments. */
   handleUpgrade(req: IncomingMessage, socket: Socket, head: Buffer): void {
-    forwardUpgrade(this, this.deps, this.picker, req, socket, head);
+    forwardUpgrade(this, this.picker, req, socket, head);
   }
 
   /** Ends every response still being forwarded (shutdown deadline). */

@@ -4,13 +4,14 @@ import type { Socket } from 'node:net';
 import { STATUS_CODES } from 'node:http';
 import { decide } from './decide.js';
 import { gatewayError, renderError, type GatewayError, type Dialect } from './errors.js';
-import { clientIp, type Gateway, type GatewayDeps } from './gateway.js';
-import { clientRequestId, upstreamHeaders } from './headers.js';
+import type { Gateway } from './gateway.js';
+import { clientRequestId } from './headers.js';
 import type { TargetPicker } from './upstream.js';
 import { randomUUID } from 'node:crypto';
 import { responseCorsHeaders } from './cors.js';
 
-export function forwardUpgrade(gw: Gateway, deps: GatewayDeps, picker: TargetPicker, req: IncomingMessage, socket: Socket, head: Buffer): void {
+export function forwardUpgrade(gw: Gateway, picker: TargetPicker, req: IncomingMessage, socket: Socket, head: Buffer): void {
+  const { deps } = gw;
   socket.on('error', () => socket.destroy());
   const requestId = clientRequestId(req.headers['x-request-id']) ?? randomUUID();
   const extra: Record<string, string> = { 'x-request-id': requestId, ...(responseCorsHeaders(gw.cors, req.headers.origin) ?? {}) };
@@ -32,18 +33,7 @@ export function forwardUpgrade(gw: Gateway, deps: GatewayDeps, picker: TargetPic
     writeError(socket, gatewayError('no_ready_endpoint', `deployment ${d.route.project}/${d.route.deployment} has no ready endpoint`, { 'retry-after': '5' }), d.dialect, extra);
     return;
   }
-  const headers = upstreamHeaders(req.headers, {
-    clientIp: clientIp(req),
-    proto: 'http',
-    host: req.headers.host,
-    requestId,
-    project: d.route.project,
-    deployment: d.route.deployment,
-    keyName: d.key.name,
-    backendAuthority: target.authority,
-    trustForwarded: deps.config.trustForwardedHeaders,
-    upgrade: true,
-  });
+  const headers = gw.upstreamHeadersFor(req, d, target, requestId, { upgrade: true });
   const u = new URL(target.origin);
   const upstream = httpRequest({
     host: u.hostname.replace(/^\[|\]$/g, ''),
