@@ -235,7 +235,7 @@ describe('FilesSource', () => {
     expect(rec.last.readErrors).toEqual([{ origin, message: expect.stringMatching(/metadata\.name/) }]);
     expect(source.health().problems).toEqual([expect.stringContaining(`${origin}: `)]);
     const logged = lines.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.origin === origin);
-    expect(logged).toMatchObject({ level: 40, file: join(dir, 'app.yaml'), document: 2, reason: expect.stringMatching(/metadata\.name/) });
+    expect(logged).toMatchObject({ level: 'warn', file: join(dir, 'app.yaml'), document: 2, reason: expect.stringMatching(/metadata\.name/) });
 
     // Fixing the document clears the problem.
     await writeFile(join(dir, 'app.yaml'), `${sdepYaml('one')}---\n${sdepYaml('three')}`);

@@ -41,6 +41,10 @@ export const configSchema = z
         requestTimeoutSeconds: seconds.default(60),
         streamIdleTimeoutSeconds: seconds.default(300),
         headersTimeoutSeconds: seconds.default(30),
+        /** A request body that sends no byte for this long is ended (408; the backend's request is aborted). */
+        requestBodyIdleTimeoutSeconds: seconds.default(30),
+        /** More header lines than this: 431 (Apache's LimitRequestFields default). */
+        maxRequestHeaders: z.number().int().min(1).max(4000).default(100),
         /** Requests per second per API key, 0 = unlimited. */
         rateLimitPerKey: z.number().min(0).default(0),
         rateLimitBurst: z.number().int().min(0).default(0),
@@ -51,11 +55,20 @@ export const configSchema = z
         requestTimeoutSeconds: 60,
         streamIdleTimeoutSeconds: 300,
         headersTimeoutSeconds: 30,
+        requestBodyIdleTimeoutSeconds: 30,
+        maxRequestHeaders: 100,
         rateLimitPerKey: 0,
         rateLimitBurst: 0,
       }),
     /** Trust X-Forwarded-* from the client (set only behind a trusted load balancer). */
     trustForwardedHeaders: z.boolean().default(false),
+    /**
+     * Forward client headers whose names contain "_" (nginx's underscores_in_headers). Off: they are dropped, so that a
+     * backend framework that reads "_" as "-" never sees X_Forwarded_For as X-Forwarded-For.
+     */
+    forwardUnderscoreHeaders: z.boolean().default(false),
+    /** One JSON line per request on stdout. */
+    accessLog: z.boolean().default(true),
     kubernetes: z
       .object({
         /** Namespaces to watch for ServingDeployments; empty = all. */

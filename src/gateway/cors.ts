@@ -84,6 +84,28 @@ export function preflightHeaders(policy: CorsPolicy, origin: string | undefined,
   return h;
 }
 
+/** Preflight test on the facts of one pass over the headers. */
+export function isPreflightHead(head: { method: string; origin: string | undefined; acrMethod: boolean }): boolean {
+  return head.method === 'OPTIONS' && !!head.origin && head.acrMethod;
+}
+
+/** preflightHeaders as a flat [name, value, ...] list. */
+export function preflightHeaderList(policy: CorsPolicy, origin: string | undefined, requestedHeaders: string | undefined): string[] {
+  return flat(preflightHeaders(policy, origin, requestedHeaders));
+}
+
+/** responseCorsHeaders as a flat list; undefined when CORS is off. */
+export function responseCorsList(policy: CorsPolicy, origin: string | undefined): string[] | undefined {
+  const h = responseCorsHeaders(policy, origin);
+  return h && flat(h);
+}
+
+function flat(h: Record<string, string>): string[] {
+  const out: string[] = [];
+  for (const k in h) out.push(k, h[k]);
+  return out;
+}
+
 /** Headers added to an actual (non-preflight) response, the gateway's own errors included. */
 export function responseCorsHeaders(policy: CorsPolicy, origin: string | undefined): Record<string, string> | undefined {
   if (!policy.enabled) return undefined;

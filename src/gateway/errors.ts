@@ -4,6 +4,9 @@ export type Dialect = 'openai' | 'kserve';
 
 export type ErrorCode =
   | 'bad_path'
+  | 'bad_request'
+  | 'request_timeout'
+  | 'headers_too_large'
   | 'invalid_json'
   | 'invalid_body'
   | 'missing_api_key'
@@ -19,10 +22,14 @@ export type ErrorCode =
   | 'backend_error'
   | 'no_ready_endpoint'
   | 'backend_timeout'
-  | 'shutting_down';
+  | 'shutting_down'
+  | 'internal_error';
 
 const STATUS: Record<ErrorCode, number> = {
   bad_path: 400,
+  bad_request: 400,
+  request_timeout: 408,
+  headers_too_large: 431,
   invalid_json: 400,
   invalid_body: 400,
   missing_api_key: 401,
@@ -39,6 +46,7 @@ const STATUS: Record<ErrorCode, number> = {
   no_ready_endpoint: 503,
   backend_timeout: 504,
   shutting_down: 503,
+  internal_error: 500,
 };
 
 /** OpenAI's error `type` values, so that SDKs classify the error as they would OpenAI's own. */
@@ -48,8 +56,10 @@ const OPENAI_TYPE: Record<number, string> = {
   403: 'permission_error',
   404: 'not_found_error',
   405: 'invalid_request_error',
+  408: 'invalid_request_error',
   413: 'invalid_request_error',
   429: 'rate_limit_error',
+  431: 'invalid_request_error',
 };
 
 export class GatewayError extends Error {

@@ -1,27 +1,10 @@
-// Which headers go upstream and which come back: hop-by-hop removal, no client credentials, gateway-set forwarding headers.
-import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
-
-const HOP_BY_HOP = new Set([
-  'connection',
-  'keep-alive',
-  'proxy-connection',
-  'te',
-  'trailer',
-  'transfer-encoding',
-  'upgrade',
-  'proxy-authorization',
-  'proxy-authenticate',
-  'http2-settings',
-]);
-
-/** Never forwarded from the client: its credentials, what the gateway handles itself, and what only the gateway may set. */
-const REQUEST_DROP = new Set(['host', 'authorization', 'expect', 'content-length']);
-const FORWARDING = new Set(['x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host', 'x-forwarded-port', 'forwarded', 'x-real-ip']);
+// Which headers go upstream and which come back, as flat [name, value, ...] lists: hop-by-hop removal, no client
+// credentials, gateway-set forwarding and identity headers (SPEC §3).
+import { HOP_BY_HOP, type RequestHead } from './request-head.js';
 
 export interface UpstreamContext {
   clientIp: string;
   proto: 'http' | 'https';
-  host: string | undefined;
   requestId: string;
   project: string;
   deployment: string;
@@ -32,62 +15,67 @@ export interface UpstreamContext {
   /** Content length to send, when known. */
   contentLength?: number;
   /** Keep Connection/Upgrade for a websocket handshake. */
-  upgrade?: boolean;
+  upgrade?: string;
 }
 
-function connectionTokens(value: string | string[] | undefined): Set<string> | undefined {
-  if (!value) return undefined;
-  const v = Array.isArray(value) ? value.join(',') : value;
-  const out = new Set<string>();
-  for (const t of v.split(',')) {
-    const s = t.trim().toLowerCase();
-    if (s) out.add(s);
-  }
+/** The whole header list for the backend: the client's forwardable lines plus the gateway's own. */
+export function upstreamHeaders(head: RequestHead, ctx: UpstreamContext): string[] {
+  const out = head.forward.slice();
+  const trusted = ctx.trustForwarded;
+  out.push('x-forwarded-for', trusted && head.xff ? `${head.xff}, ${ctx.clientIp}` : ctx.clientIp);
+  if (!trusted || head.xfProto === undefined) out.push('x-forwarded-proto', ctx.proto);
+  if ((!trusted || head.xfHost === undefined) && head.authority) out.push('x-forwarded-host', head.authority);
+  out.push(
+    'x-request-id',
+    ctx.requestId,
+    'x-servegate-project',
+    ctx.project,
+    'x-servegate-deployment',
+    ctx.deployment,
+    'x-servegate-key',
+    ctx.keyName,
+    'host',
+    ctx.backendAuthority,
+  );
+  if (ctx.contentLength !== undefined) out.push('content-length', String(ctx.contentLength));
+  if (ctx.upgrade) out.push('connection', 'upgrade', 'upgrade', ctx.upgrade);
   return out;
 }
 
-export function upstreamHeaders(h: IncomingHttpHeaders, ctx: UpstreamContext): Record<string, string | string[]> {
-  const named = connectionTokens(h.connection);
-  const out: Record<string, string | string[]> = {};
-  for (const name in h) {
-    const value = h[name];
-    if (value === undefined) continue;
-    if (HOP_BY_HOP.has(name) || REQUEST_DROP.has(name)) continue;
-    if (named?.has(name)) continue;
-    if (name.startsWith('x-servegate-')) continue;
-    if (!ctx.trustForwarded && FORWARDING.has(name)) continue;
-    out[name] = value;
-  }
-  const xff = ctx.trustForwarded ? h['x-forwarded-for'] : undefined;
-  out['x-forwarded-for'] = xff ? `${Array.isArray(xff) ? xff.join(', ') : xff}, ${ctx.clientIp}` : ctx.clientIp;
-  if (!ctx.trustForwarded || !h['x-forwarded-proto']) out['x-forwarded-proto'] = ctx.proto;
-  if ((!ctx.trustForwarded || !h['x-forwarded-host']) && ctx.host) out['x-forwarded-host'] = ctx.host;
-  out['x-request-id'] = ctx.requestId;
-  out['x-servegate-project'] = ctx.project;
-  out['x-servegate-deployment'] = ctx.deployment;
-  out['x-servegate-key'] = ctx.keyName;
-  out.host = ctx.backendAuthority;
-  if (ctx.contentLength !== undefined) out['content-length'] = String(ctx.contentLength);
-  if (ctx.upgrade) {
-    out.connection = 'upgrade';
-    if (h.upgrade) out.upgrade = h.upgrade;
-  }
-  return out;
-}
-
-/** Response headers from the backend, minus hop-by-hop ones (and its CORS headers when the gateway answers CORS). */
-export function downstreamHeaders(h: IncomingHttpHeaders, stripCors: boolean): OutgoingHttpHeaders {
-  const named = connectionTokens(h.connection);
-  const out: OutgoingHttpHeaders = {};
-  for (const name in h) {
-    const value = h[name];
-    if (value === undefined) continue;
+/**
+ * The backend's response header lines as the client gets them: hop-by-hop ones and those named in Connection removed,
+ * and the backend's CORS headers too when the gateway answers CORS itself. `raw` is undici's [name, value, ...].
+ */
+export function downstreamHeaders(raw: ReadonlyArray<Buffer | string>, stripCors: boolean): { list: string[]; contentType: string | undefined; length: boolean; chunked: boolean } {
+  const list: string[] = [];
+  let contentType: string | undefined;
+  let length = false;
+  let chunked = false;
+  let named: Set<string> | undefined;
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i].toString().toLowerCase();
+    const value = raw[i + 1].toString();
+    if (name === 'connection') {
+      named ??= new Set();
+      for (const t of value.split(',')) named.add(t.trim().toLowerCase());
+      continue;
+    }
+    if (name === 'transfer-encoding') {
+      chunked = true;
+      continue;
+    }
     if (HOP_BY_HOP.has(name)) continue;
-    if (named?.has(name)) continue;
     if (stripCors && name.startsWith('access-control-')) continue;
-    out[name] = value;
+    if (name === 'content-length') length = true;
+    else if (name === 'content-type') contentType ??= value;
+    list.push(name, value);
   }
-  return out;
+  if (named) {
+    for (let i = list.length - 2; i >= 0; i -= 2) {
+      if (named.has(list[i]) && list[i] !== 'content-length' && list[i] !== 'content-type') list.splice(i, 2);
+    }
+  }
+  return { list, contentType, length, chunked };
 }
 
 const REQUEST_ID = /^[\x21-\x7e]{1,200}$/;

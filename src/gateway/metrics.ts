@@ -54,7 +54,14 @@ export class Metrics {
     labelNames: ['kind', 'reason'] as const,
     registers: [this.registry],
   });
-  readonly inflight = new Gauge({ name: 'servegate_inflight_requests', help: 'Requests being forwarded now', registers: [this.registry] });
+  /** Requests being forwarded now; a plain number on the hot path, read by the gauge at scrape time. */
+  inflightNow = 0;
+  readonly inflight: Gauge = new Gauge({
+    name: 'servegate_inflight_requests',
+    help: 'Requests being forwarded now',
+    registers: [this.registry],
+    collect: (): void => this.inflight.set(this.inflightNow),
+  });
 
   private perRoute = new Map<string, { requests: Map<number, { inc(): void }>; duration: HistogramSeries }>();
 

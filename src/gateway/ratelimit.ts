@@ -4,7 +4,7 @@ export class RateLimiter {
   private readonly burst: number;
 
   constructor(
-    private readonly perSecond: number,
+    readonly perSecond: number,
     burst: number,
   ) {
     this.burst = burst > 0 ? burst : Math.max(1, Math.ceil(perSecond));

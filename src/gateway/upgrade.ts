@@ -1,96 +1,220 @@
-// Upgrade requests (websockets): the same decision as any request, then the two sockets are joined.
-import { request as httpRequest, type IncomingMessage } from 'node:http';
-import type { Socket } from 'node:net';
-import { STATUS_CODES } from 'node:http';
-import { decide } from './decide.js';
-import { gatewayError, renderError, type GatewayError, type Dialect } from './errors.js';
-import type { Gateway } from './gateway.js';
-import { clientRequestId } from './headers.js';
-import type { TargetPicker } from './upstream.js';
+// Upgrade requests. A websocket upgrade goes through the same admission as any request and, once the backend agrees,
+// the two sockets are joined; every refusal is answered in the route's dialect and the socket is closed properly.
+// Any other Upgrade token (h2c, ...) is not tunnelled: the request is handed back to the HTTP server without it and
+// served as plain HTTP/1.1, as RFC 9110 §7.8 allows and as nginx does.
 import { randomUUID } from 'node:crypto';
-import { responseCorsHeaders } from './cors.js';
+import { request as httpRequest, type IncomingMessage, type Server } from 'node:http';
+import type { Socket } from 'node:net';
+import { admit } from './admit.js';
+import type { Conn, Job } from './connection.js';
+import { responseCorsList } from './cors.js';
+import { gatewayError, type Dialect, type GatewayError } from './errors.js';
+import { recordAnswer, type PlaneContext } from './exchange.js';
+import { clientRequestId, upstreamHeaders } from './headers.js';
+import { closeSocket, rawHead, sendRawError } from './reply.js';
+import { readHead } from './request-head.js';
+import type { Route } from '../routing/types.js';
 
-export function forwardUpgrade(gw: Gateway, picker: TargetPicker, req: IncomingMessage, socket: Socket, head: Buffer): void {
-  const { deps } = gw;
-  socket.on('error', () => socket.destroy());
-  const requestId = clientRequestId(req.headers['x-request-id']) ?? randomUUID();
-  const extra: Record<string, string> = { 'x-request-id': requestId, ...(responseCorsHeaders(gw.cors, req.headers.origin) ?? {}) };
-  const d = decide(
-    { method: req.method ?? 'GET', url: req.url ?? '/', host: req.headers.host, authorization: req.headers.authorization, contentType: undefined, now: Date.now() },
-    deps.store.current(),
-  );
-  if (!d.ok) {
-    if (d.authFailure) deps.metrics.authFailures.inc({ reason: d.authFailure });
-    writeError(socket, d.error, d.dialect, extra);
-    return;
-  }
-  if (d.route.kind === 'predictive') {
-    writeError(socket, gatewayError('not_found', 'predictive deployments do not accept upgrade (websocket) requests'), d.dialect, extra);
-    return;
-  }
-  const target = picker.pick(d.route.backend);
-  if (!target) {
-    writeError(socket, gatewayError('no_ready_endpoint', `deployment ${d.route.project}/${d.route.deployment} has no ready endpoint`, { 'retry-after': '5' }), d.dialect, extra);
-    return;
-  }
-  const headers = gw.upstreamHeadersFor(req, d, target, requestId, { upgrade: true });
-  const u = new URL(target.origin);
-  const upstream = httpRequest({
-    host: u.hostname.replace(/^\[|\]$/g, ''),
-    port: Number(u.port || 80),
-    method: req.method,
-    path: target.basePath + d.upstreamPath,
-    headers,
-    timeout: d.route.timeoutMs,
-  });
-  const labels = { project: d.route.project, deployment: d.route.deployment };
-  upstream.on('upgrade', (res, upSocket, upHead) => {
-    let out = `HTTP/1.1 ${res.statusCode} ${res.statusMessage ?? STATUS_CODES[res.statusCode ?? 101]}\r\n`;
-    for (let i = 0; i < res.rawHeaders.length; i += 2) out += `${res.rawHeaders[i]}: ${res.rawHeaders[i + 1]}\r\n`;
-    out += '\r\n';
-    socket.write(out);
-    if (upHead.length) socket.write(upHead);
-    if (head.length) upSocket.write(head);
-    upSocket.on('error', () => socket.destroy());
-    socket.on('close', () => upSocket.destroy());
-    upSocket.on('close', () => socket.destroy());
-    upSocket.pipe(socket);
-    socket.pipe(upSocket);
-    deps.metrics.requests.inc({ ...labels, status: '101' });
-  });
-  upstream.on('response', (res) => {
-    // The backend declined the upgrade: pass its answer on as a normal response.
-    let out = `HTTP/1.1 ${res.statusCode} ${res.statusMessage ?? ''}\r\n`;
-    for (let i = 0; i < res.rawHeaders.length; i += 2) {
-      const name = res.rawHeaders[i].toLowerCase();
-      if (name === 'connection' || name === 'keep-alive' || name === 'transfer-encoding') continue;
-      out += `${res.rawHeaders[i]}: ${res.rawHeaders[i + 1]}\r\n`;
-    }
-    const chunks: Buffer[] = [];
-    res.on('data', (c: Buffer) => chunks.push(c));
-    res.on('end', () => {
-      const body = Buffer.concat(chunks);
-      socket.end(`${out}content-length: ${body.length}\r\nconnection: close\r\n\r\n${body.toString('latin1')}`, 'latin1');
+/** Longest error body from a backend that declines an upgrade that is passed on. */
+const DECLINE_BODY_MAX = 65_536;
+
+export class UpgradeJob implements Job {
+  private readonly started = performance.now();
+  private requestId = '';
+  private route: Route | undefined;
+  private keyName = '';
+  private upstream: ReturnType<typeof httpRequest> | undefined;
+  private tunnel: Socket | undefined;
+  private finished = false;
+
+  constructor(
+    private readonly ctx: PlaneContext,
+    private readonly conn: Conn,
+    private readonly server: Server,
+    private readonly req: IncomingMessage,
+    private readonly socket: Socket,
+    private readonly head: Buffer,
+  ) {}
+
+  start(): void {
+    const { socket } = this;
+    socket.on('error', () => socket.destroy());
+    socket.once('close', () => {
+      this.upstream?.destroy();
+      this.tunnel?.destroy();
+      this.end();
     });
-    deps.metrics.requests.inc({ ...labels, status: String(res.statusCode) });
-  });
-  upstream.on('timeout', () => upstream.destroy(Object.assign(new Error('timeout'), { code: 'UND_ERR_HEADERS_TIMEOUT' })));
-  upstream.on('error', (err: NodeJS.ErrnoException) => {
-    if (socket.destroyed) return;
-    const timeout = err.code === 'UND_ERR_HEADERS_TIMEOUT';
-    deps.metrics.upstreamErrors.inc({ cause: timeout ? 'headers_timeout' : err.code === 'ECONNREFUSED' ? 'connect_refused' : 'reset' });
-    const e = timeout
-      ? gatewayError('backend_timeout', `deployment ${d.route.project}/${d.route.deployment} did not answer within ${d.route.timeoutMs / 1000}s`)
-      : gatewayError('backend_unavailable', `deployment ${d.route.project}/${d.route.deployment}: the backend refused or broke the connection (${err.code ?? err.message})`);
-    writeError(socket, e, d.dialect, extra);
-  });
-  socket.on('close', () => upstream.destroy());
-  upstream.end();
-}
+    try {
+      this.run();
+    } catch (err) {
+      this.ctx.logger.error({ err, url: this.req.url }, 'upgrade handling failed');
+      socket.destroy();
+    }
+  }
 
-function writeError(socket: Socket, err: GatewayError, dialect: Dialect, extra: Record<string, string>): void {
-  const body = renderError(err, dialect);
-  let out = `HTTP/1.1 ${err.status} ${STATUS_CODES[err.status] ?? ''}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n`;
-  for (const [k, v] of Object.entries({ ...extra, ...err.headers })) out += `${k}: ${v}\r\n`;
-  socket.end(`${out}\r\n${body}`);
+  drop(): void {}
+
+  tick(): void {}
+
+  deadline(): void {
+    this.socket.destroy();
+  }
+
+  private end(): void {
+    if (this.finished) return;
+    this.finished = true;
+    this.conn.done(this);
+  }
+
+  private run(): void {
+    const { ctx, req, socket } = this;
+    const h = readHead(req, ctx.head);
+    if (h.upgrade !== 'websocket') return this.asPlainRequest();
+
+    this.requestId = clientRequestId(h.requestId) ?? randomUUID();
+    const extra = ['x-request-id', this.requestId, ...(responseCorsList(ctx.cors, h.origin) ?? [])];
+    if (h.headerLines > ctx.maxHeaders) {
+      return this.refuse(gatewayError('headers_too_large', `the request has ${h.headerLines} header lines; at most ${ctx.maxHeaders} are accepted`), 'kserve', extra);
+    }
+    if (h.hostLines !== 1) return this.refuse(gatewayError('bad_request', h.hostLines > 1 ? 'more than one Host header' : 'an HTTP/1.1 request needs a Host header'), 'kserve', extra);
+
+    const d = admit(
+      { method: h.method, url: req.url ?? '/', host: h.authority, authorization: h.authorization, contentType: undefined, now: Date.now() },
+      ctx.store.current(),
+      ctx.limiter,
+    );
+    if (!d.ok) {
+      if (d.authMetric) ctx.metrics.authFailures.inc({ reason: d.authMetric });
+      this.route = d.route;
+      return this.refuse(d.error, d.dialect, extra);
+    }
+    this.route = d.route;
+    this.keyName = d.key.name;
+    if (d.route.kind === 'predictive') {
+      return this.refuse(gatewayError('not_found', 'predictive deployments do not accept upgrade (websocket) requests'), d.dialect, extra);
+    }
+    const target = ctx.picker.pick(d.route.backend);
+    if (!target) {
+      ctx.metrics.upstreamErrors.inc({ cause: 'no_ready_endpoint' });
+      return this.refuse(gatewayError('no_ready_endpoint', `deployment ${d.route.project}/${d.route.deployment} has no ready endpoint`, { 'retry-after': '5' }), d.dialect, extra);
+    }
+    const headers = upstreamHeaders(h, {
+      clientIp: this.conn.client,
+      proto: this.conn.proto,
+      requestId: this.requestId,
+      project: d.route.project,
+      deployment: d.route.deployment,
+      keyName: d.key.name,
+      backendAuthority: target.authority,
+      trustForwarded: ctx.head.trustForwarded,
+      upgrade: 'websocket',
+    });
+    const u = new URL(target.origin);
+    const upstream = (this.upstream = httpRequest({
+      host: u.hostname.replace(/^\[|\]$/g, ''),
+      port: Number(u.port || 80),
+      method: req.method,
+      path: target.basePath + d.upstreamPath,
+      headers,
+      timeout: d.route.timeoutMs,
+      agent: false,
+    }));
+    const route = d.route;
+    const dialect = d.dialect;
+    upstream.on('upgrade', (res, up: Socket, upHead: Buffer) => {
+      if (socket.destroyed) return up.destroy();
+      this.tunnel = up;
+      const list: string[] = [];
+      for (let i = 0; i < res.rawHeaders.length; i += 2) list.push(res.rawHeaders[i], res.rawHeaders[i + 1]);
+      socket.write(rawHead(res.statusCode ?? 101, list, res.statusMessage));
+      if (upHead.length) socket.write(upHead);
+      if (this.head.length) up.write(this.head);
+      up.on('error', () => socket.destroy());
+      up.on('close', () => socket.destroy());
+      up.pipe(socket);
+      socket.pipe(up);
+      this.record(101);
+    });
+    upstream.on('response', (res) => {
+      // The backend declined the upgrade: its answer is passed on as a normal response, then the socket closes.
+      const list: string[] = [];
+      for (let i = 0; i < res.rawHeaders.length; i += 2) {
+        const name = res.rawHeaders[i].toLowerCase();
+        if (name === 'connection' || name === 'keep-alive' || name === 'transfer-encoding' || name === 'content-length' || name === 'upgrade') continue;
+        list.push(res.rawHeaders[i], res.rawHeaders[i + 1]);
+      }
+      const chunks: Buffer[] = [];
+      let size = 0;
+      res.on('data', (c: Buffer) => {
+        size += c.length;
+        if (size <= DECLINE_BODY_MAX) chunks.push(c);
+      });
+      res.on('error', () => socket.destroy());
+      res.on('end', () => {
+        const body = Buffer.concat(chunks);
+        list.push('content-length', String(body.length), 'connection', 'close', ...extra);
+        closeSocket(socket, Buffer.concat([Buffer.from(rawHead(res.statusCode ?? 502, list, res.statusMessage), 'latin1'), body]));
+        this.record(res.statusCode ?? 502);
+        this.end();
+      });
+    });
+    upstream.on('timeout', () => upstream.destroy(Object.assign(new Error('timeout'), { code: 'UND_ERR_HEADERS_TIMEOUT' })));
+    upstream.on('error', (err: NodeJS.ErrnoException) => {
+      if (socket.destroyed || this.tunnel) return;
+      const timeout = err.code === 'UND_ERR_HEADERS_TIMEOUT';
+      ctx.metrics.upstreamErrors.inc({ cause: timeout ? 'headers_timeout' : err.code === 'ECONNREFUSED' ? 'connect_refused' : 'reset' });
+      const e = timeout
+        ? gatewayError('backend_timeout', `deployment ${route.project}/${route.deployment} did not answer within ${route.timeoutMs / 1000}s`)
+        : gatewayError('backend_unavailable', `deployment ${route.project}/${route.deployment}: the backend refused or broke the connection (${err.code ?? err.message})`);
+      this.refuse(e, dialect, extra);
+    });
+    upstream.end();
+  }
+
+  private refuse(err: GatewayError, dialect: Dialect, extra: string[]): void {
+    sendRawError(this.socket, err, dialect, extra);
+    this.record(err.status, err.message);
+    this.end();
+  }
+
+  private record(status: number, error?: string): void {
+    recordAnswer(this.ctx, {
+      req: this.req,
+      client: this.conn.client,
+      requestId: this.requestId,
+      route: this.route,
+      keyName: this.keyName,
+      status,
+      started: this.started,
+      upstream: '',
+      bytesIn: 0,
+      bytesOut: 0,
+      error,
+    });
+  }
+
+  /** Serves the request as plain HTTP/1.1 on the same connection: its head again, without the upgrade, and the rest. */
+  private asPlainRequest(): void {
+    const { req, socket } = this;
+    const raw = req.rawHeaders;
+    let text = `${req.method} ${req.url} HTTP/${req.httpVersion}\r\n`;
+    for (let i = 0; i < raw.length; i += 2) {
+      const name = raw[i].toLowerCase();
+      if (name === 'upgrade' || name === 'http2-settings') continue;
+      if (name === 'connection') {
+        const keep = raw[i + 1]
+          .split(',')
+          .map((t) => t.trim())
+          .filter((t) => t && !/^(upgrade|http2-settings)$/i.test(t));
+        if (keep.length) text += `${raw[i]}: ${keep.join(', ')}\r\n`;
+        continue;
+      }
+      text += `${raw[i]}: ${raw[i + 1]}\r\n`;
+    }
+    text += '\r\n';
+    this.finished = true;
+    this.conn.done(this);
+    socket.unshift(Buffer.concat([Buffer.from(text, 'latin1'), this.head]));
+    this.server.emit('connection', socket);
+  }
 }

@@ -1,23 +1,42 @@
 // Headers sent upstream and back (SPEC §3), error statuses and bodies (SPEC §6), the per-key rate limiter.
-import type { IncomingHttpHeaders } from 'node:http';
+import type { IncomingMessage } from 'node:http';
 import { describe, expect, test } from 'vitest';
 import { gatewayError, renderError, type ErrorCode } from '../../src/gateway/errors.js';
 import { clientRequestId, downstreamHeaders, upstreamHeaders, type UpstreamContext } from '../../src/gateway/headers.js';
+import { readHead } from '../../src/gateway/request-head.js';
 import { RateLimiter } from '../../src/gateway/ratelimit.js';
 
-const ctx: UpstreamContext = {
+const ctx: Omit<UpstreamContext, 'trustForwarded'> = {
   clientIp: '10.1.2.3',
   proto: 'http',
-  host: 'models.example.com',
   requestId: 'req-1',
   project: 'fraud_detection',
   deployment: 'fraud',
   keyName: 'apikey-ci-bot',
   backendAuthority: '127.0.0.1:8081',
-  trustForwarded: false,
 };
 
-const up = (h: IncomingHttpHeaders, over: Partial<UpstreamContext> = {}) => upstreamHeaders(h, { ...ctx, ...over });
+type Lines = Record<string, string | string[]>;
+
+/** Header lines as a client sends them → the header object the backend gets (repeated names as arrays). */
+function up(h: Lines, over: Partial<UpstreamContext> & { forwardUnderscore?: boolean; url?: string } = {}): Record<string, string | string[]> {
+  const rawHeaders: string[] = [];
+  if (!('host' in h)) rawHeaders.push('Host', 'models.example.com');
+  for (const [k, v] of Object.entries(h)) for (const one of Array.isArray(v) ? v : [v]) rawHeaders.push(k, one);
+  const trustForwarded = over.trustForwarded ?? false;
+  const head = readHead({ method: 'POST', url: over.url ?? '/', rawHeaders } as unknown as IncomingMessage, { trustForwarded, forwardUnderscore: over.forwardUnderscore ?? false });
+  return toObject(upstreamHeaders(head, { ...ctx, trustForwarded, ...over }));
+}
+
+function toObject(list: readonly string[]): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {};
+  for (let i = 0; i < list.length; i += 2) {
+    const [k, v] = [list[i], list[i + 1]];
+    const prev = out[k];
+    out[k] = prev === undefined ? v : [...(Array.isArray(prev) ? prev : [prev]), v];
+  }
+  return out;
+}
 
 describe('upstream headers', () => {
   test.each([
@@ -49,6 +68,25 @@ describe('upstream headers', () => {
 
   test('Host is the backend authority, not the client Host', () => {
     expect(up({ host: 'models.example.com' }).host).toBe('127.0.0.1:8081');
+  });
+
+  test('an absolute-form target names the authority: it is X-Forwarded-Host, not the Host header', () => {
+    expect(up({ host: 'other.example' }, { url: 'http://models.example.com/v1/x' })['x-forwarded-host']).toBe('models.example.com');
+  });
+
+  test.each(['X_Servegate_Key', 'x_servegate_project', 'X_Forwarded_For', 'x_real_ip', 'X_Custom_Thing', 'Proxy_Authorization', 'x_request_id'])(
+    'a header with "_" in its name (%s) is dropped by default',
+    (name) => {
+      const out = up({ [name]: 'evil' });
+      expect(Object.keys(out).filter((k) => k.includes('_'))).toEqual([]);
+      expect(JSON.stringify(out)).not.toContain('evil');
+    },
+  );
+
+  test('forwardUnderscoreHeaders passes "_" names on, except look-alikes of gateway-owned, forwarding and hop-by-hop headers', () => {
+    const out = up({ X_Custom_Thing: 'a', X_Servegate_Key: 'evil', x_forwarded_for: 'evil', Proxy_Authorization: 'evil', x_request_id: 'evil' }, { forwardUnderscore: true });
+    expect(out.x_custom_thing).toBe('a');
+    expect(JSON.stringify(out)).not.toContain('evil');
   });
 
   test('x-servegate-* from the client are dropped; the gateway sets its own', () => {
@@ -106,7 +144,7 @@ describe('upstream headers', () => {
   });
 
   test('end-to-end headers pass unchanged, repeated ones included', () => {
-    const out = up({ 'content-type': 'application/json', accept: 'text/event-stream', 'user-agent': 'openai/6', cookie: 'a=1', 'x-custom': ['a', 'b'] } as IncomingHttpHeaders);
+    const out = up({ 'content-type': 'application/json', accept: 'text/event-stream', 'user-agent': 'openai/6', cookie: 'a=1', 'x-custom': ['a', 'b'] });
     expect(out).toMatchObject({ 'content-type': 'application/json', accept: 'text/event-stream', 'user-agent': 'openai/6', cookie: 'a=1', 'x-custom': ['a', 'b'] });
   });
 
@@ -116,7 +154,7 @@ describe('upstream headers', () => {
   });
 
   test('a websocket handshake keeps Connection: upgrade and Upgrade', () => {
-    const out = up({ connection: 'Upgrade', upgrade: 'websocket', 'sec-websocket-key': 'k' }, { upgrade: true });
+    const out = up({ connection: 'Upgrade', upgrade: 'websocket', 'sec-websocket-key': 'k' }, { upgrade: 'websocket' });
     expect(out.connection).toBe('upgrade');
     expect(out.upgrade).toBe('websocket');
     expect(out['sec-websocket-key']).toBe('k');
@@ -124,29 +162,38 @@ describe('upstream headers', () => {
 });
 
 describe('downstream headers', () => {
-  const backend: IncomingHttpHeaders = {
-    'content-type': 'text/event-stream',
-    connection: 'keep-alive, x-hop',
-    'keep-alive': 'timeout=5',
-    'transfer-encoding': 'chunked',
-    'x-hop': '1',
-    'set-cookie': ['a=1', 'b=2'],
-    'access-control-allow-origin': '*',
-    'access-control-allow-credentials': 'true',
-    'x-model': 'iris',
-  };
+  // As undici hands them over: [name, value, ...] in the backend's spelling.
+  const backend = [
+    'Content-Type', 'text/event-stream',
+    'Connection', 'keep-alive, x-hop',
+    'Keep-Alive', 'timeout=5',
+    'Transfer-Encoding', 'chunked',
+    'X-Hop', '1',
+    'Set-Cookie', 'a=1',
+    'Set-Cookie', 'b=2',
+    'Access-Control-Allow-Origin', '*',
+    'Access-Control-Allow-Credentials', 'true',
+    'X-Model', 'iris',
+  ].map((s) => Buffer.from(s));
 
-  test('hop-by-hop headers (and those named in Connection) are stripped', () => {
+  test('hop-by-hop headers (and those named in Connection) are stripped; framing is reported', () => {
     const out = downstreamHeaders(backend, false);
-    for (const h of ['connection', 'keep-alive', 'transfer-encoding', 'x-hop']) expect(out[h]).toBeUndefined();
-    expect(out).toMatchObject({ 'content-type': 'text/event-stream', 'set-cookie': ['a=1', 'b=2'], 'x-model': 'iris' });
+    expect(out.list).toEqual([
+      'content-type', 'text/event-stream',
+      'set-cookie', 'a=1',
+      'set-cookie', 'b=2',
+      'access-control-allow-origin', '*',
+      'access-control-allow-credentials', 'true',
+      'x-model', 'iris',
+    ]);
+    expect(out).toMatchObject({ contentType: 'text/event-stream', chunked: true, length: false });
   });
 
   test.each([
     [true, undefined],
     [false, '*'],
   ])('stripCors=%s → backend access-control-allow-origin %s', (strip, value) => {
-    const out = downstreamHeaders(backend, strip);
+    const out = toObject(downstreamHeaders(backend, strip).list);
     expect(out['access-control-allow-origin']).toBe(value);
     expect(out['x-model']).toBe('iris');
   });

@@ -1,0 +1,49 @@
+// The access log: one JSON line per request (SPEC §11), built without a logger call and written in batches, one write
+// per turn of the event loop instead of one per request.
+export interface AccessRecord {
+  requestId: string;
+  method: string;
+  path: string;
+  status: number;
+  ms: number;
+  project: string;
+  deployment: string;
+  key: string;
+  client: string;
+  upstream: string;
+  bytesIn: number;
+  bytesOut: number;
+  error?: string;
+}
+
+export class AccessLog {
+  private pending = '';
+  private scheduled = false;
+  private readonly flushNow = (): void => this.flush();
+
+  /** `write` takes whole lines (each ends with "\n"). */
+  constructor(private readonly write: (text: string) => void) {}
+
+  log(r: AccessRecord): void {
+    let line =
+      `{"level":"info","time":"${new Date().toISOString()}","service":"servegate","msg":"request","requestId":${JSON.stringify(r.requestId)}` +
+      `,"method":${JSON.stringify(r.method)},"path":${JSON.stringify(r.path)},"status":${r.status},"ms":${r.ms}` +
+      `,"project":${JSON.stringify(r.project)},"deployment":${JSON.stringify(r.deployment)},"key":${JSON.stringify(r.key)}` +
+      `,"client":${JSON.stringify(r.client)},"upstream":${JSON.stringify(r.upstream)},"bytesIn":${r.bytesIn},"bytesOut":${r.bytesOut}`;
+    if (r.error !== undefined) line += `,"error":${JSON.stringify(r.error)}`;
+    this.pending += `${line}}\n`;
+    if (this.pending.length > 65_536) this.flush();
+    else if (!this.scheduled) {
+      this.scheduled = true;
+      setImmediate(this.flushNow);
+    }
+  }
+
+  flush(): void {
+    this.scheduled = false;
+    if (!this.pending) return;
+    const text = this.pending;
+    this.pending = '';
+    this.write(text);
+  }
+}

@@ -1,0 +1,138 @@
+// The data-plane listener: Node's HTTP server with its events wired to connections and exchanges. Every request and
+// upgrade becomes a job on its connection; parse errors are answered in their place in the pipeline; a once-a-second
+// sweep over the connections (not over requests) runs the body and slow-reader timeouts.
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
+import type { Config } from '../config/schema.js';
+import { logWriter, type Logger } from '../log.js';
+import type { RouteStore } from '../routing/store.js';
+import type { EndpointResolver } from '../sources/types.js';
+import { AccessLog } from './access-log.js';
+import { Conn } from './connection.js';
+import { corsPolicy } from './cors.js';
+import type { Drain } from './drain.js';
+import { gatewayError } from './errors.js';
+import { Exchange, type PlaneContext } from './exchange.js';
+import type { Metrics } from './metrics.js';
+import { RateLimiter } from './ratelimit.js';
+import { sendRawError } from './reply.js';
+import { UpgradeJob } from './upgrade.js';
+import { Pools, TargetPicker } from './upstream.js';
+
+export interface DataPlaneDeps {
+  config: Config;
+  store: RouteStore;
+  metrics: Metrics;
+  logger: Logger;
+  drain: Drain;
+  endpoints?: EndpointResolver;
+}
+
+export interface DataPlane {
+  server: Server;
+  ctx: PlaneContext;
+  /** Closes the backend connection pools and stops the sweep. */
+  close(): Promise<void>;
+}
+
+/** Errors of the peer's socket itself: nothing can be answered. */
+const SOCKET_ERRORS = new Set(['ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ECONNABORTED', 'ERR_STREAM_DESTROYED']);
+
+export function createDataPlane(deps: DataPlaneDeps): DataPlane {
+  const { config, drain, logger } = deps;
+  const limits = config.limits;
+  const ctx: PlaneContext = {
+    store: deps.store,
+    metrics: deps.metrics,
+    logger,
+    access: config.accessLog && logger.isLevelEnabled('info') ? new AccessLog(logWriter(logger)) : undefined,
+    cors: corsPolicy(config.cors),
+    limiter: new RateLimiter(limits.rateLimitPerKey, limits.rateLimitBurst),
+    picker: new TargetPicker(deps.endpoints),
+    pools: new Pools(),
+    drain,
+    head: { trustForwarded: config.trustForwardedHeaders, forwardUnderscore: config.forwardUnderscoreHeaders },
+    maxBody: limits.maxRequestBodyBytes,
+    maxHeaders: limits.maxRequestHeaders,
+    streamIdleMs: limits.streamIdleTimeoutSeconds * 1000,
+    bodyIdleMs: limits.requestBodyIdleTimeoutSeconds * 1000,
+  };
+
+  const server = createServer({
+    noDelay: true,
+    keepAlive: true,
+    requestTimeout: 0, // uploads and streams may be long; slow bodies have their own idle timeout
+    headersTimeout: limits.headersTimeoutSeconds * 1000,
+    // How often Node checks the headers timeout (its default, 30 s, would let a slow client hold a socket that long).
+    connectionsCheckingInterval: Math.min(1000, limits.headersTimeoutSeconds * 500),
+    keepAliveTimeout: 75_000,
+    // The gateway answers a missing Host itself, as JSON.
+    requireHostHeader: false,
+  });
+  // One more than the limit, so that a request over it is seen (and refused) instead of silently cut short: Node drops
+  // the header lines past maxHeadersCount, the framing ones included.
+  server.maxHeadersCount = limits.maxRequestHeaders + 1;
+
+  const connOf = (socket: Socket): Conn => Conn.of(socket) ?? track(socket);
+  const track = (socket: Socket): Conn => {
+    const c = new Conn(socket, drain);
+    drain.connections.add(c);
+    return c;
+  };
+  server.on('connection', (socket: Socket) => {
+    if (!Conn.of(socket)) track(socket);
+  });
+  server.on('request', (req: IncomingMessage, res: ServerResponse) => {
+    const conn = connOf(req.socket);
+    conn.submit(new Exchange(ctx, conn, req, res, false));
+  });
+  server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
+    const conn = connOf(req.socket);
+    conn.submit(new Exchange(ctx, conn, req, res, true));
+  });
+  server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
+    const conn = connOf(socket);
+    conn.submit(new UpgradeJob(ctx, conn, server, req, socket, head));
+  });
+  server.on('connect', (_req: IncomingMessage, socket: Socket) => {
+    // CONNECT would make the gateway a TCP proxy: never.
+    sendRawError(socket, gatewayError('method_not_allowed', 'CONNECT is not supported: servegate is not a forward proxy', { allow: 'GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS' }), 'kserve', []);
+  });
+  server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
+    const code = err.code ?? '';
+    if (SOCKET_ERRORS.has(code) || !socket.writable) {
+      socket.destroy();
+      return;
+    }
+    let status = 400;
+    let message = `malformed HTTP request (${code || 'parse error'}${(err as { reason?: string }).reason ? `: ${(err as { reason?: string }).reason}` : ''})`;
+    if (code === 'HPE_HEADER_OVERFLOW') {
+      status = 431;
+      message = 'request line and headers are larger than the limit of 16 KB';
+    } else if (code === 'ERR_HTTP_REQUEST_TIMEOUT') {
+      status = 408;
+      message = `request headers not received within ${limits.headersTimeoutSeconds}s`;
+    }
+    const conn = Conn.of(socket);
+    if (conn) conn.fail(status, message);
+    else sendRawError(socket, gatewayError(status === 431 ? 'headers_too_large' : status === 408 ? 'request_timeout' : 'bad_request', message), 'kserve', []);
+  });
+
+  const sweep = setInterval(() => {
+    const now = Date.now();
+    for (const c of drain.connections) c.tick(now);
+  }, 1000).unref();
+  drain.onDeadline = () => {
+    for (const c of drain.connections) c.deadline();
+  };
+
+  return {
+    server,
+    ctx,
+    async close() {
+      clearInterval(sweep);
+      ctx.access?.flush();
+      await ctx.pools.close();
+    },
+  };
+}

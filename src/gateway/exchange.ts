@@ -1,0 +1,520 @@
+// One request from arrival to the end of its answer: admission, the body (checked or streamed), the backend call as
+// an undici dispatch handler (chunks written as they arrive, back-pressure both ways), one retry when nothing reached
+// the backend, the gateway's own errors, and exactly one access-log line and metric when it is over.
+// A class rather than closures: one object is made per request, and it drops its references when it is over.
+import { randomUUID } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { Transform, type Readable } from 'node:stream';
+import type { Dispatcher } from 'undici';
+import type { Logger } from '../log.js';
+import type { RouteStore } from '../routing/store.js';
+import type { Route } from '../routing/types.js';
+import type { AccessLog } from './access-log.js';
+import { admit, type Accepted } from './admit.js';
+import type { Conn, Job } from './connection.js';
+import { isPreflightHead, preflightHeaderList, responseCorsList, type CorsPolicy } from './cors.js';
+import type { Drain } from './drain.js';
+import { gatewayError, type Dialect, type GatewayError } from './errors.js';
+import { clientRequestId, downstreamHeaders, upstreamHeaders } from './headers.js';
+import type { Metrics } from './metrics.js';
+import { validateBody } from './protocol.js';
+import type { RateLimiter } from './ratelimit.js';
+import { sendError, closeSocket } from './reply.js';
+import { readHead, type HeadOptions, type RequestHead } from './request-head.js';
+import { BODY_TOO_LARGE, ClientGone, CONNECT_FAILURES, mapUpstreamError, tooLarge } from './upstream-errors.js';
+import { upstreamReset, type Pools, type Target, type TargetPicker } from './upstream.js';
+
+/** What every exchange shares: read-only settings and the services it calls. */
+export interface PlaneContext {
+  store: RouteStore;
+  metrics: Metrics;
+  logger: Logger;
+  access: AccessLog | undefined;
+  cors: CorsPolicy;
+  limiter: RateLimiter;
+  picker: TargetPicker;
+  pools: Pools;
+  drain: Drain;
+  head: HeadOptions;
+  maxBody: number;
+  maxHeaders: number;
+  streamIdleMs: number;
+  bodyIdleMs: number;
+}
+
+class BodyTimeout extends Error {
+  readonly code = 'SERVEGATE_BODY_TIMEOUT';
+}
+
+const NO_BODY_STATUS = (s: number): boolean => s === 204 || s === 304 || (s >= 100 && s < 200);
+
+export class Exchange implements Job, Dispatcher.DispatchHandler {
+  private readonly started = performance.now();
+  private requestId = '';
+  private head: RequestHead | undefined;
+  private d: Accepted | undefined;
+  private dialect: Dialect = 'kserve';
+  private extra: string[] = [];
+  private body: Buffer | Readable | null = null;
+  private bodyLength: number | undefined;
+  private target: Target | undefined;
+  private attempt = 0;
+  private abortUpstream: ((err?: Error) => void) | undefined;
+  private resumeUpstream: (() => void) | undefined;
+  private gone = false;
+  private over = false;
+  /** The gateway's own answer was written: nothing else may be. */
+  private answered = false;
+  private responded = false;
+  private closeDelimited = false;
+  private sse = false;
+  private closeAfter = false;
+  private error: string | undefined;
+  private bytesOut = 0;
+  // Body idle watch: the connection's bytes read at the last tick, and when they last moved.
+  private seenBytes = -1;
+  private seenAt = 0;
+  private drainSince = 0;
+
+  constructor(
+    private readonly ctx: PlaneContext,
+    private conn: Conn,
+    private req: IncomingMessage,
+    private res: ServerResponse,
+    private readonly continueRequested: boolean,
+  ) {}
+
+  // ---- Job -------------------------------------------------------------------------------------------------------
+
+  start(): void {
+    this.res.once('close', this.onClose);
+    try {
+      this.admitAndForward();
+    } catch (err) {
+      this.ctx.logger.error({ err, url: this.req.url }, 'request handling failed');
+      this.fail500();
+    }
+  }
+
+  drop(): void {
+    this.over = true;
+    this.release();
+  }
+
+  tick(now: number): void {
+    const req = this.req;
+    if (!req || this.over) return;
+    // Idle only when the client is the slow side: data waiting in the request's buffer means we are (back-pressure).
+    if (!req.complete && !this.gone && !this.answered && req.readableLength === 0) {
+      const read = this.conn.socket.bytesRead;
+      if (read !== this.seenBytes) {
+        this.seenBytes = read;
+        this.seenAt = now;
+      } else if (now - this.seenAt >= this.ctx.bodyIdleMs) {
+        this.bodyTimedOut();
+        return;
+      }
+    }
+    // A client that stops reading its answer holds the backend as long as a stalled stream would, not longer.
+    if (this.drainSince && now - this.drainSince >= this.ctx.streamIdleMs) {
+      this.error = 'client stopped reading';
+      this.abort(new ClientGone());
+      this.res.destroy();
+    }
+  }
+
+  /** Shutdown deadline: an event stream ends cleanly at an event boundary; anything else is cut. */
+  deadline(): void {
+    const res = this.res;
+    if (this.over || !res) return;
+    this.gone = true;
+    this.abort(new ClientGone());
+    if (res.headersSent && this.sse) res.end();
+    else res.destroy();
+  }
+
+  /** Node's parser failed on this request's own body (bad chunk, ...): it is refused, never forwarded short. */
+  interrupt(status: number, message: string): boolean {
+    const req = this.req;
+    if (this.over || !req || req.complete) return false;
+    this.error = message;
+    this.abort(new BodyTimeout(message));
+    if (this.res.headersSent) this.res.destroy();
+    else this.refuse(gatewayError(status === 431 ? 'headers_too_large' : 'bad_request', message), true);
+    return true;
+  }
+
+  // ---- admission and body ----------------------------------------------------------------------------------------
+
+  private admitAndForward(): void {
+    const { ctx, req, res } = this;
+    const head = (this.head = readHead(req, ctx.head));
+    this.requestId = clientRequestId(head.requestId) ?? randomUUID();
+    this.extra.push('x-request-id', this.requestId);
+
+    // Framing and identity facts first: nothing about such a request can be trusted.
+    if (head.headerLines > ctx.maxHeaders) {
+      return this.refuse(gatewayError('headers_too_large', `the request has ${head.headerLines} header lines; at most ${ctx.maxHeaders} are accepted`), true);
+    }
+    if (head.hostLines > 1 || (head.hostLines === 0 && req.httpVersionMinor === 1 && req.httpVersionMajor === 1)) {
+      return this.refuse(gatewayError('bad_request', head.hostLines > 1 ? 'more than one Host header' : 'an HTTP/1.1 request needs a Host header'), true);
+    }
+
+    if (isPreflightHead(head)) {
+      const h = preflightHeaderList(ctx.cors, head.origin, head.acrHeaders);
+      h.push('x-request-id', this.requestId, 'content-length', '0');
+      if (ctx.drain.draining) h.push('connection', 'close');
+      res.writeHead(204, h);
+      res.end();
+      return;
+    }
+    const cors = responseCorsList(ctx.cors, head.origin);
+    if (cors) for (let i = 0; i < cors.length; i++) this.extra.push(cors[i]);
+
+    const d = admit(
+      { method: head.method, url: req.url ?? '/', host: head.authority, authorization: head.authorization, contentType: head.contentType, now: Date.now() },
+      ctx.store.current(),
+      ctx.limiter,
+    );
+    this.dialect = d.dialect;
+    if (!d.ok) {
+      if (d.authMetric) ctx.metrics.authFailures.inc({ reason: d.authMetric });
+      this.routeOf = d.route;
+      this.keyName = d.key?.name ?? '';
+      return this.refuse(d.error);
+    }
+    this.d = d;
+    this.routeOf = d.route;
+    this.keyName = d.key.name;
+
+    const declared = head.contentLength;
+    if (declared !== undefined && declared > ctx.maxBody) return this.refuse(tooLarge(ctx.maxBody), true);
+    if (this.continueRequested) res.writeContinue();
+
+    const hasBody = head.chunked || (declared !== undefined && declared > 0);
+    if (d.check === 'none') {
+      this.body = !hasBody ? null : declared !== undefined ? req : limitStream(req, ctx.maxBody);
+      this.bodyLength = hasBody ? declared : undefined;
+      return this.dispatch(undefined);
+    }
+    if (!hasBody) return this.checked(Buffer.alloc(0));
+    this.readWhole();
+  }
+
+  /** Reads a body that must be checked before forwarding (predictive and LLM JSON). */
+  private readWhole(): void {
+    const req = this.req;
+    const max = this.ctx.maxBody;
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const onData = (c: Buffer): void => {
+      size += c.length;
+      if (size > max) {
+        req.off('data', onData);
+        req.off('end', onEnd);
+        this.refuse(tooLarge(max), true);
+        return;
+      }
+      chunks.push(c);
+    };
+    const onEnd = (): void => {
+      this.checked(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size));
+    };
+    req.on('data', onData);
+    req.on('end', onEnd);
+  }
+
+  private checked(buf: Buffer): void {
+    if (this.over || this.gone || this.answered) return;
+    const invalid = validateBody(this.d!.check, buf);
+    if (invalid) return this.refuse(invalid);
+    this.body = buf;
+    this.bodyLength = buf.length;
+    this.dispatch(undefined);
+  }
+
+  private bodyTimedOut(): void {
+    const idle = this.ctx.bodyIdleMs / 1000;
+    this.error = 'request body idle timeout';
+    this.ctx.metrics.upstreamErrors.inc({ cause: 'client_body_timeout' });
+    this.abort(new BodyTimeout());
+    if (this.res.headersSent) this.res.destroy();
+    else this.refuse(gatewayError('request_timeout', `the request body sent no data for ${idle}s`), true);
+  }
+
+  // ---- the backend call --------------------------------------------------------------------------------------------
+
+  private dispatch(avoid: string | undefined): void {
+    const { ctx, req, d } = this;
+    if (this.over || this.gone || this.answered || !d) return;
+    const route = d.route;
+    const target = ctx.picker.pick(route.backend, avoid);
+    if (!target) {
+      ctx.metrics.upstreamErrors.inc({ cause: 'no_ready_endpoint' });
+      return this.refuse(gatewayError('no_ready_endpoint', `deployment ${route.project}/${route.deployment} has no ready endpoint`, { 'retry-after': '5' }));
+    }
+    this.target = target;
+    const headers = upstreamHeaders(this.head!, {
+      clientIp: this.conn.client,
+      proto: this.conn.proto,
+      requestId: this.requestId,
+      project: route.project,
+      deployment: route.deployment,
+      keyName: d.key.name,
+      backendAuthority: target.authority,
+      trustForwarded: ctx.head.trustForwarded,
+      contentLength: this.bodyLength,
+    });
+    this.ctx.metrics.inflightNow++;
+    this.inflight = true;
+    try {
+      ctx.pools.get(target.origin).dispatch(
+        {
+          path: target.basePath + d.upstreamPath,
+          method: req.method as Dispatcher.HttpMethod,
+          headers,
+          body: this.body,
+          headersTimeout: route.timeoutMs,
+          bodyTimeout: ctx.streamIdleMs,
+          idempotent: false,
+        },
+        this,
+      );
+    } catch (err) {
+      this.onError(err as Error);
+    }
+  }
+
+  private inflight = false;
+  private routeOf: Route | undefined;
+  private keyName = '';
+
+  onConnect(abort: (err?: Error) => void): void {
+    this.abortUpstream = abort;
+    if (this.gone) abort(new ClientGone());
+  }
+
+  onHeaders(status: number, raw: Buffer[], resume: () => void): boolean {
+    if (status < 200) return true; // 1xx: interim answers are the gateway's business (100-continue), not passed on
+    const res = this.res;
+    if (this.gone || !res) return false;
+    this.responded = true;
+    this.resumeUpstream = resume;
+    const down = downstreamHeaders(raw, this.ctx.cors.enabled);
+    const list = down.list;
+    for (let i = list.length - 2; i >= 0; i -= 2) if (list[i] === 'x-request-id') list.splice(i, 2);
+    for (let i = 0; i < this.extra.length; i++) list.push(this.extra[i]);
+    const sse = (this.sse = down.contentType !== undefined && down.contentType.startsWith('text/event-stream'));
+    if (sse) {
+      list.push('x-accel-buffering', 'no');
+      if (!list.includes('cache-control')) list.push('cache-control', 'no-cache');
+    }
+    if (this.ctx.drain.draining) list.push('connection', 'close');
+    this.closeDelimited = !down.length && !down.chunked && !NO_BODY_STATUS(status) && this.req.method !== 'HEAD';
+    res.writeHead(status, list);
+    if (sse) res.flushHeaders();
+    return true;
+  }
+
+  onData(chunk: Buffer): boolean {
+    const res = this.res;
+    if (this.gone || !res) return false;
+    this.bytesOut += chunk.length;
+    if (res.write(chunk)) return true;
+    this.drainSince = Date.now();
+    res.once('drain', this.onDrain);
+    return false;
+  }
+
+  private readonly onDrain = (): void => {
+    this.drainSince = 0;
+    this.resumeUpstream?.();
+  };
+
+  onComplete(trailers: string[] | null): void {
+    if (this.over || !this.res) return;
+    this.upstreamOver();
+    if (this.closeDelimited && upstreamReset()) {
+      // The backend reset a close-delimited answer: the client must see it cut, never a clean end.
+      return this.cut('reset');
+    }
+    if (trailers && trailers.length && this.res.chunkedEncoding) {
+      const t: Array<[string, string]> = [];
+      for (let i = 0; i < trailers.length; i += 2) t.push([String(trailers[i]), String(trailers[i + 1])]);
+      this.res.addTrailers(t);
+    }
+    this.res.end();
+  }
+
+  onError(err: Error): void {
+    if (this.over || !this.res) return;
+    this.upstreamOver();
+    const { ctx, d } = this;
+    const route = d!.route;
+    if (this.gone || err instanceof ClientGone) return;
+    if (err instanceof BodyTimeout) return; // already answered by bodyTimedOut()
+    const code = (err as { code?: string }).code ?? '';
+    if (!this.responded && CONNECT_FAILURES.has(code) && (this.body === null || Buffer.isBuffer(this.body)) && this.attempt < 1) {
+      // Nothing reached the backend: one more try, on another endpoint when there is one.
+      ctx.logger.debug({ requestId: this.requestId, err: code, target: this.target?.origin }, 'connect failed, retrying once');
+      this.attempt++;
+      const avoid = this.target?.origin.slice(7);
+      setTimeout(() => this.dispatch(avoid), 25);
+      return;
+    }
+    if (this.responded || this.res.headersSent) return this.cut(code === 'UND_ERR_BODY_TIMEOUT' ? 'stream_idle_timeout' : 'reset');
+    if (code === BODY_TOO_LARGE) return this.refuse(tooLarge(ctx.maxBody), true);
+    const mapped = mapUpstreamError(code, route);
+    ctx.metrics.upstreamErrors.inc({ cause: mapped.cause });
+    ctx.logger.warn({ requestId: this.requestId, project: route.project, deployment: route.deployment, cause: mapped.cause, err: code || err.message }, 'backend failed');
+    this.refuse(mapped.error);
+  }
+
+  /** A failure after the answer started: the connection is cut so the client sees an incomplete answer. */
+  private cut(cause: string): void {
+    const route = this.d!.route;
+    this.ctx.metrics.upstreamErrors.inc({ cause });
+    this.ctx.logger.warn({ requestId: this.requestId, project: route.project, deployment: route.deployment, cause }, 'backend answer ended early');
+    this.error = `backend answer cut (${cause})`;
+    this.res.destroy();
+  }
+
+  private upstreamOver(): void {
+    if (this.inflight) {
+      this.inflight = false;
+      this.ctx.metrics.inflightNow--;
+    }
+  }
+
+  private abort(err: Error): void {
+    const a = this.abortUpstream;
+    if (a) a(err);
+  }
+
+  // ---- answers and the end -------------------------------------------------------------------------------------------
+
+  /** The gateway's own answer. `close`: the connection closes after it (a body not read, or not to be trusted). */
+  private refuse(err: GatewayError, close = false): void {
+    const res = this.res;
+    if (this.over || !res || this.answered) return;
+    if (res.headersSent || res.destroyed) {
+      res.destroy();
+      return;
+    }
+    this.answered = true;
+    // A body not read (or not yet sent, waiting for 100-continue) must not be taken for the next request.
+    const unread = !this.req.complete && (this.head?.chunked || (this.head?.contentLength ?? 0) > 0);
+    const closing = close || unread || this.ctx.drain.draining;
+    if (closing) this.closeAfter = true;
+    this.error = err.message;
+    sendError(res, err, this.dialect, this.extra, closing);
+  }
+
+  private fail500(): void {
+    const res = this.res;
+    if (!res || res.headersSent || res.destroyed) {
+      res?.destroy();
+      return;
+    }
+    this.refuse(gatewayError('internal_error', 'internal gateway error'), true);
+  }
+
+  /** The answer is complete, or the client is gone: record it once, free the turn. */
+  private readonly onClose = (): void => {
+    if (this.over) return;
+    const { res, req } = this;
+    if (!res.writableFinished) {
+      this.gone = true;
+      this.abort(new ClientGone());
+      if (!this.error) this.error = 'client closed the connection';
+      if (!this.res.headersSent) this.ctx.metrics.upstreamErrors.inc({ cause: 'client_abort' });
+    }
+    this.upstreamOver();
+    this.over = true;
+    this.record(!res.writableFinished && !res.headersSent ? 499 : res.statusCode);
+    if (this.closeAfter && !req.complete) closeSocket(this.conn.socket);
+    this.conn.done(this);
+    this.release();
+  };
+
+  private record(status: number): void {
+    recordAnswer(this.ctx, {
+      req: this.req,
+      client: this.conn.client,
+      requestId: this.requestId,
+      route: this.routeOf,
+      keyName: this.keyName,
+      status,
+      started: this.started,
+      upstream: this.target?.origin.slice(7) ?? '',
+      bytesIn: this.bodyLength ?? 0,
+      bytesOut: this.bytesOut,
+      error: this.error,
+    });
+  }
+
+  /** Drops the references to the request's objects: undici may keep a finished handler queued for a while. */
+  private release(): void {
+    const self = this as unknown as Record<string, unknown>;
+    self.req = self.res = self.body = self.conn = self.d = self.head = self.target = self.abortUpstream = self.resumeUpstream = undefined;
+  }
+}
+
+export interface Answer {
+  req: IncomingMessage;
+  client: string;
+  requestId: string;
+  route: Route | undefined;
+  keyName: string;
+  status: number;
+  /** performance.now() at arrival. */
+  started: number;
+  upstream: string;
+  bytesIn: number;
+  bytesOut: number;
+  error: string | undefined;
+}
+
+/** The one place an answered request is counted and logged (plain requests and upgrades). */
+export function recordAnswer(ctx: PlaneContext, a: Answer): void {
+  const seconds = (performance.now() - a.started) / 1000;
+  const project = a.route?.project ?? '';
+  const deployment = a.route?.deployment ?? '';
+  ctx.metrics.observeRequest(project, deployment, a.status, seconds);
+  const access = ctx.access;
+  if (!access) return;
+  const url = a.req.url ?? '/';
+  const q = url.indexOf('?');
+  access.log({
+    requestId: a.requestId,
+    method: a.req.method ?? '',
+    path: q === -1 ? url : url.slice(0, q),
+    status: a.status,
+    ms: Math.round(seconds * 10000) / 10,
+    project,
+    deployment,
+    key: a.keyName,
+    client: a.client,
+    upstream: a.upstream,
+    bytesIn: a.bytesIn,
+    bytesOut: a.bytesOut,
+    error: a.error,
+  });
+}
+
+/** Streams a chunked body through, failing once it passes max bytes. */
+function limitStream(req: IncomingMessage, max: number): Readable {
+  let size = 0;
+  const t = new Transform({
+    transform(chunk: Buffer, _enc, cb) {
+      size += chunk.length;
+      if (size > max) cb(Object.assign(new Error(`request body is larger than the limit of ${max} bytes`), { code: BODY_TOO_LARGE }));
+      else cb(null, chunk);
+    },
+  });
+  req.on('error', (e) => t.destroy(e));
+  req.on('close', () => {
+    if (!req.complete) t.destroy(new Error('client aborted'));
+  });
+  return req.pipe(t);
+}

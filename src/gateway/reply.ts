@@ -1,0 +1,57 @@
+// The one writer of the gateway's own answers: an error in the route's dialect to a response or to a raw socket, and
+// the graceful close of a raw socket (answer, then read and discard until the peer closes, bounded in time).
+import { STATUS_CODES, type ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
+import { renderError, type Dialect, type GatewayError } from './errors.js';
+
+/** How long a socket we answered and closed may linger while its peer sends its last bytes. */
+const LINGER_MS = 5_000;
+
+/**
+ * Writes an error answer. `extra` is a flat [name, value, ...] list (request id, CORS). With `close` the connection
+ * closes after the answer (a body we did not read must not be taken for the next request).
+ */
+export function sendError(res: ServerResponse, err: GatewayError, dialect: Dialect, extra: readonly string[], close: boolean): void {
+  const body = renderError(err, dialect);
+  const h: string[] = ['content-type', 'application/json', 'content-length', String(Buffer.byteLength(body)), ...extra];
+  for (const k in err.headers) h.push(k, err.headers[k]);
+  if (close) h.push('connection', 'close');
+  res.writeHead(err.status, h);
+  res.end(body);
+}
+
+/** The same answer as raw bytes on a socket Node's HTTP server has let go of (upgrades, parse errors); then closes. */
+export function sendRawError(socket: Socket, err: GatewayError, dialect: Dialect, extra: readonly string[]): void {
+  const body = renderError(err, dialect);
+  const h: string[] = ['content-type', 'application/json', 'content-length', String(Buffer.byteLength(body)), ...extra];
+  for (const k in err.headers) h.push(k, err.headers[k]);
+  h.push('connection', 'close');
+  closeSocket(socket, rawHead(err.status, h) + body);
+}
+
+/** A status line and header block, for raw sockets. */
+export function rawHead(status: number, headers: readonly string[], reason?: string): string {
+  let out = `HTTP/1.1 ${status} ${reason ?? STATUS_CODES[status] ?? ''}\r\n`;
+  for (let i = 0; i < headers.length; i += 2) out += `${headers[i]}: ${headers[i + 1]}\r\n`;
+  return `${out}\r\n`;
+}
+
+/**
+ * Ends a raw socket after `data`: whatever the peer still sends is read and dropped (an unread socket never sees the
+ * peer's close and would hold its descriptor forever), and the socket is destroyed when the peer closes, on error, or
+ * after LINGER_MS at the latest.
+ */
+export function closeSocket(socket: Socket, data?: string | Buffer): void {
+  if (socket.destroyed) return;
+  const timer = setTimeout(() => socket.destroy(), LINGER_MS);
+  timer.unref();
+  socket.once('close', () => clearTimeout(timer));
+  socket.on('error', () => socket.destroy());
+  socket.on('end', () => socket.destroySoon());
+  socket.on('data', drop);
+  socket.resume();
+  if (data !== undefined && socket.writable) socket.end(data);
+  else socket.end();
+}
+
+function drop(): void {}

@@ -1,0 +1,152 @@
+// One pass over the client's header lines (req.rawHeaders, so Node never builds its headers object): the facts the
+// decisions need, and the lines that may go upstream. Counting happens here too: Host lines, header lines, duplicates.
+import type { IncomingMessage } from 'node:http';
+
+export interface RequestHead {
+  method: string;
+  /** Authority that routes: an absolute-form target's (RFC 9112 §3.2.2), else the Host header's. */
+  authority: string | undefined;
+  /** Host header lines (RFC 9112 §3.2: exactly one). */
+  hostLines: number;
+  /** One value, or every value when the header came more than once (then it is malformed). */
+  authorization: string | string[] | undefined;
+  contentType: string | undefined;
+  /** From Content-Length (Node's parser already refused invalid or conflicting values). */
+  contentLength: number | undefined;
+  chunked: boolean;
+  origin: string | undefined;
+  requestId: string | undefined;
+  /** Lower-cased Upgrade token(s). */
+  upgrade: string | undefined;
+  acrMethod: boolean;
+  acrHeaders: string | undefined;
+  headerLines: number;
+  /** Client header lines that may be forwarded, flat [name, value, ...], names lower-case. */
+  forward: string[];
+  /** Forwarding headers the client sent, used only when trustForwardedHeaders is on. */
+  xff: string | undefined;
+  xfProto: string | undefined;
+  xfHost: string | undefined;
+}
+
+export interface HeadOptions {
+  trustForwarded: boolean;
+  forwardUnderscore: boolean;
+}
+
+/** Hop-by-hop (RFC 9110 §7.6.1) and legacy connection headers: never forwarded either way. */
+export const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+  'proxy-authorization',
+  'proxy-authenticate',
+  'http2-settings',
+]);
+
+/** Client headers the gateway handles itself or sets itself. */
+const GATEWAY_OWNED = new Set(['host', 'authorization', 'expect', 'content-length', 'x-request-id']);
+export const FORWARDING = new Set(['x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host', 'x-forwarded-port', 'forwarded', 'x-real-ip']);
+
+/** True when a header of this (lower-case, "-"-spelled) name is never taken from the client. */
+function reserved(name: string, trustForwarded: boolean): boolean {
+  return HOP_BY_HOP.has(name) || GATEWAY_OWNED.has(name) || name.startsWith('x-servegate-') || (!trustForwarded && FORWARDING.has(name));
+}
+
+export function readHead(req: IncomingMessage, opts: HeadOptions): RequestHead {
+  const raw = req.rawHeaders;
+  const forward: string[] = [];
+  const head: RequestHead = {
+    method: req.method ?? 'GET',
+    authority: undefined,
+    hostLines: 0,
+    authorization: undefined,
+    contentType: undefined,
+    contentLength: undefined,
+    chunked: false,
+    origin: undefined,
+    requestId: undefined,
+    upgrade: undefined,
+    acrMethod: false,
+    acrHeaders: undefined,
+    headerLines: raw.length >> 1,
+    forward,
+    xff: undefined,
+    xfProto: undefined,
+    xfHost: undefined,
+  };
+  let connection: string | undefined;
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i].toLowerCase();
+    const value = raw[i + 1];
+    switch (name) {
+      case 'host':
+        head.hostLines++;
+        if (head.authority === undefined) head.authority = value;
+        continue;
+      case 'authorization':
+        if (head.authorization === undefined) head.authorization = value;
+        else head.authorization = [...(Array.isArray(head.authorization) ? head.authorization : [head.authorization]), value];
+        continue;
+      case 'content-length':
+        head.contentLength = Number(value);
+        continue;
+      case 'transfer-encoding':
+        head.chunked = true;
+        continue;
+      case 'content-type':
+        head.contentType ??= value;
+        break;
+      case 'origin':
+        head.origin ??= value;
+        break;
+      case 'x-request-id':
+        head.requestId ??= value;
+        continue;
+      case 'upgrade':
+        head.upgrade = value.toLowerCase();
+        continue;
+      case 'connection':
+        connection = connection === undefined ? value : `${connection},${value}`;
+        continue;
+      case 'access-control-request-method':
+        head.acrMethod = true;
+        break;
+      case 'access-control-request-headers':
+        head.acrHeaders = head.acrHeaders === undefined ? value : `${head.acrHeaders},${value}`;
+        break;
+      case 'x-forwarded-for':
+        // Always set by the gateway (appended to the client's only when trusted).
+        head.xff = head.xff === undefined ? value : `${head.xff}, ${value}`;
+        continue;
+      case 'x-forwarded-proto':
+        head.xfProto ??= value;
+        break;
+      case 'x-forwarded-host':
+        head.xfHost ??= value;
+        break;
+    }
+    if (reserved(name, opts.trustForwarded)) continue;
+    if (name.includes('_')) {
+      // Look-alikes ("X_Servegate_Key") never pass; other underscore names only when configured.
+      if (!opts.forwardUnderscore || reserved(name.replace(/_/g, '-'), false)) continue;
+    }
+    forward.push(name, value);
+  }
+  // Headers named in Connection are hop-by-hop for this message (RFC 9110 §7.6.1); the gateway's own stay.
+  if (connection !== undefined && forward.length) {
+    const named = new Set(connection.split(',').map((t) => t.trim().toLowerCase()));
+    for (let i = forward.length - 2; i >= 0; i -= 2) if (named.has(forward[i])) forward.splice(i, 2);
+  }
+  // An absolute-form target names the authority itself; the Host header is then ignored (RFC 9112 §3.2.2).
+  const url = req.url ?? '/';
+  if (url.charCodeAt(0) !== 47 /* / */) {
+    const m = /^https?:\/\/([^/?#]*)/i.exec(url);
+    if (m) head.authority = m[1];
+  }
+  return head;
+}
