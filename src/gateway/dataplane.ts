@@ -90,6 +90,10 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
     const conn = connOf(req.socket);
     conn.submit(new Exchange(ctx, conn, req, res, true));
   });
+  server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
+    const conn = connOf(req.socket);
+    conn.submit(new Exchange(ctx, conn, req, res, false, String(req.headers.expect ?? '')));
+  });
   server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
     const conn = connOf(socket);
     conn.submit(new UpgradeJob(ctx, conn, server, req, socket, head));

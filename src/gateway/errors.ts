@@ -23,7 +23,8 @@ export type ErrorCode =
   | 'no_ready_endpoint'
   | 'backend_timeout'
   | 'shutting_down'
-  | 'internal_error';
+  | 'internal_error'
+  | 'expectation_failed';
 
 const STATUS: Record<ErrorCode, number> = {
   bad_path: 400,
@@ -47,6 +48,7 @@ const STATUS: Record<ErrorCode, number> = {
   backend_timeout: 504,
   shutting_down: 503,
   internal_error: 500,
+  expectation_failed: 417,
 };
 
 /** OpenAI's error `type` values, so that SDKs classify the error as they would OpenAI's own. */
@@ -58,6 +60,7 @@ const OPENAI_TYPE: Record<number, string> = {
   405: 'invalid_request_error',
   408: 'invalid_request_error',
   413: 'invalid_request_error',
+  417: 'invalid_request_error',
   429: 'rate_limit_error',
   431: 'invalid_request_error',
 };

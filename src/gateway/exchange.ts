@@ -20,7 +20,7 @@ import type { Metrics } from './metrics.js';
 import { validateBody } from './protocol.js';
 import type { RateLimiter } from './ratelimit.js';
 import { sendError, closeSocket } from './reply.js';
-import { readHead, type HeadOptions, type RequestHead } from './request-head.js';
+import { readHead, validAuthority, type HeadOptions, type RequestHead } from './request-head.js';
 import { BODY_TOO_LARGE, ClientGone, CONNECT_FAILURES, mapUpstreamError, tooLarge } from './upstream-errors.js';
 import { upstreamReset, type Pools, type Target, type TargetPicker } from './upstream.js';
 
@@ -42,8 +42,9 @@ export interface PlaneContext {
   bodyIdleMs: number;
 }
 
-class BodyTimeout extends Error {
-  readonly code = 'SERVEGATE_BODY_TIMEOUT';
+/** The gateway ended the backend call itself (body timeout, a parse error in the body) and answers on its own. */
+class EndedByGateway extends Error {
+  readonly code = 'SERVEGATE_ENDED';
 }
 
 const NO_BODY_STATUS = (s: number): boolean => s === 204 || s === 304 || (s >= 100 && s < 200);
@@ -60,6 +61,7 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
   private target: Target | undefined;
   private attempt = 0;
   private abortUpstream: ((err?: Error) => void) | undefined;
+  private abortReason: Error | undefined;
   private resumeUpstream: (() => void) | undefined;
   private gone = false;
   private over = false;
@@ -82,6 +84,8 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
     private req: IncomingMessage,
     private res: ServerResponse,
     private readonly continueRequested: boolean,
+    /** An Expect header other than 100-continue (Node's 'checkExpectation'): refused with 417. */
+    private readonly expectation?: string,
   ) {}
 
   // ---- Job -------------------------------------------------------------------------------------------------------
@@ -138,7 +142,7 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
     const req = this.req;
     if (this.over || !req || req.complete) return false;
     this.error = message;
-    this.abort(new BodyTimeout(message));
+    this.abort(new EndedByGateway(message));
     if (this.res.headersSent) this.res.destroy();
     else this.refuse(gatewayError(status === 431 ? 'headers_too_large' : 'bad_request', message), true);
     return true;
@@ -156,8 +160,14 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
     if (head.headerLines > ctx.maxHeaders) {
       return this.refuse(gatewayError('headers_too_large', `the request has ${head.headerLines} header lines; at most ${ctx.maxHeaders} are accepted`), true);
     }
-    if (head.hostLines > 1 || (head.hostLines === 0 && req.httpVersionMinor === 1 && req.httpVersionMajor === 1)) {
-      return this.refuse(gatewayError('bad_request', head.hostLines > 1 ? 'more than one Host header' : 'an HTTP/1.1 request needs a Host header'), true);
+    const bad = hostProblem(head, req);
+    if (bad) return this.refuse(gatewayError('bad_request', bad), true);
+    if (this.expectation !== undefined) {
+      return this.refuse(gatewayError('expectation_failed', `Expect: ${this.expectation} is not supported (only 100-continue)`), true);
+    }
+    if (head.method === 'TRACE' || head.method === 'TRACK') {
+      // TRACE would reflect the request (cookies included) back: never forwarded.
+      return this.refuse(gatewayError('method_not_allowed', `${head.method} is not allowed`, { allow: 'GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS' }));
     }
 
     if (isPreflightHead(head)) {
@@ -237,7 +247,7 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
     const idle = this.ctx.bodyIdleMs / 1000;
     this.error = 'request body idle timeout';
     this.ctx.metrics.upstreamErrors.inc({ cause: 'client_body_timeout' });
-    this.abort(new BodyTimeout());
+    this.abort(new EndedByGateway('request body idle timeout'));
     if (this.res.headersSent) this.res.destroy();
     else this.refuse(gatewayError('request_timeout', `the request body sent no data for ${idle}s`), true);
   }
@@ -291,7 +301,7 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
 
   onConnect(abort: (err?: Error) => void): void {
     this.abortUpstream = abort;
-    if (this.gone) abort(new ClientGone());
+    if (this.abortReason) abort(this.abortReason);
   }
 
   onHeaders(status: number, raw: Buffer[], resume: () => void): boolean {
@@ -352,7 +362,7 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
     const { ctx, d } = this;
     const route = d!.route;
     if (this.gone || err instanceof ClientGone) return;
-    if (err instanceof BodyTimeout) return; // already answered by bodyTimedOut()
+    if (err instanceof EndedByGateway) return; // answered by whoever ended it
     const code = (err as { code?: string }).code ?? '';
     if (!this.responded && CONNECT_FAILURES.has(code) && (this.body === null || Buffer.isBuffer(this.body)) && this.attempt < 1) {
       // Nothing reached the backend: one more try, on another endpoint when there is one.
@@ -386,7 +396,9 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
     }
   }
 
+  /** Ends the backend call now, or as soon as it starts. */
   private abort(err: Error): void {
+    this.abortReason ??= err;
     const a = this.abortUpstream;
     if (a) a(err);
   }
@@ -500,6 +512,14 @@ export function recordAnswer(ctx: PlaneContext, a: Answer): void {
     bytesOut: a.bytesOut,
     error: a.error,
   });
+}
+
+/** Why the request's Host / authority is unacceptable (RFC 9112 §3.2), or undefined. */
+export function hostProblem(head: RequestHead, req: IncomingMessage): string | undefined {
+  if (head.hostLines > 1) return 'more than one Host header';
+  if (head.hostLines === 0 && req.httpVersionMajor === 1 && req.httpVersionMinor === 1) return 'an HTTP/1.1 request needs a Host header';
+  if (head.authority !== undefined && !validAuthority(head.authority)) return `invalid Host ${JSON.stringify(head.authority.slice(0, 100))}`;
+  return undefined;
 }
 
 /** Streams a chunked body through, failing once it passes max bytes. */

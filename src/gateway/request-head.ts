@@ -57,6 +57,14 @@ function reserved(name: string, trustForwarded: boolean): boolean {
   return HOP_BY_HOP.has(name) || GATEWAY_OWNED.has(name) || name.startsWith('x-servegate-') || (!trustForwarded && FORWARDING.has(name));
 }
 
+// host[:port] (RFC 9110 §7.2): a reg-name or IPv4 address, or an IP literal in brackets; no userinfo, path or second port.
+const AUTHORITY = /^(?:[A-Za-z0-9._~!$&'()*+,;=%-]+|\[[0-9A-Fa-f:.]+\])(?::\d{0,5})?$/;
+
+/** Whether a Host value (or an absolute-form target's authority) is a valid authority. */
+export function validAuthority(a: string): boolean {
+  return AUTHORITY.test(a);
+}
+
 export function readHead(req: IncomingMessage, opts: HeadOptions): RequestHead {
   const raw = req.rawHeaders;
   const forward: string[] = [];
@@ -105,7 +113,8 @@ export function readHead(req: IncomingMessage, opts: HeadOptions): RequestHead {
         head.origin ??= value;
         break;
       case 'x-request-id':
-        head.requestId ??= value;
+        // Repeated: neither is trusted; the gateway makes a fresh one.
+        head.requestId = head.requestId === undefined ? value : '';
         continue;
       case 'upgrade':
         head.upgrade = value.toLowerCase();

@@ -9,7 +9,7 @@ import { admit } from './admit.js';
 import type { Conn, Job } from './connection.js';
 import { responseCorsList } from './cors.js';
 import { gatewayError, type Dialect, type GatewayError } from './errors.js';
-import { recordAnswer, type PlaneContext } from './exchange.js';
+import { hostProblem, recordAnswer, type PlaneContext } from './exchange.js';
 import { clientRequestId, upstreamHeaders } from './headers.js';
 import { closeSocket, rawHead, sendRawError } from './reply.js';
 import { readHead } from './request-head.js';
@@ -76,7 +76,8 @@ export class UpgradeJob implements Job {
     if (h.headerLines > ctx.maxHeaders) {
       return this.refuse(gatewayError('headers_too_large', `the request has ${h.headerLines} header lines; at most ${ctx.maxHeaders} are accepted`), 'kserve', extra);
     }
-    if (h.hostLines !== 1) return this.refuse(gatewayError('bad_request', h.hostLines > 1 ? 'more than one Host header' : 'an HTTP/1.1 request needs a Host header'), 'kserve', extra);
+    const bad = hostProblem(h, req);
+    if (bad) return this.refuse(gatewayError('bad_request', bad), 'kserve', extra);
 
     const d = admit(
       { method: h.method, url: req.url ?? '/', host: h.authority, authorization: h.authorization, contentType: undefined, now: Date.now() },
