@@ -1,6 +1,7 @@
 // Part A: the gateway data plane against direct-to-backend and nginx, same machine, same backend, same run.
-// 1. closed-loop throughput (wrk, else autocannon), 64 connections; 2. added latency at a fixed rate (open loop).
-import { mkdirSync, writeFileSync } from 'node:fs';
+// 1. closed-loop throughput and CPU per request (wrk, else autocannon), 64 connections, access log off and on;
+// 2. added latency at a fixed rate (open loop); 3. SSE chunks pass unbuffered; 4. RSS over 1,000,000 requests.
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
@@ -8,15 +9,37 @@ import { request } from 'undici';
 import { stringify } from 'yaml';
 import { deploymentObject, keySecretObject, makeKey } from './lib/manifests.mjs';
 import { BACKEND_BODY, backendConfig, proxyConfig, startNginx } from './lib/nginx.mjs';
-import { freePort, groupCpuSeconds, memoryOf, startProcess, stopProcess, waitFor } from './lib/procs.mjs';
+import { countLines, cpuSnapshot, freePort, groupCpuSeconds, memoryOf, otherCores, outputOf, schedSampler, startProcess, stopProcess, sumInWindows, waitFor } from './lib/procs.mjs';
 import { runAutocannon, runOpenLoop, runWrk, writeWrkScript } from './lib/load.mjs';
-import { goal, log, mb, ms, pct, ratio, rps, signedMs, table, us } from './lib/report.mjs';
-import { CLI, cliBuilt, heapOf, liveHeap, startGatewayProcess } from './lib/servegate.mjs';
+import { cores, goal, log, mb, ms, pct, ratio, rps, signedMs, table, us } from './lib/report.mjs';
+import { CLI, cliBuilt, heapOf, liveHeap, startGateway } from './lib/servegate.mjs';
+import { median, startSseBackend, timeStream } from './lib/sse.mjs';
 
 const PROJECT = 'bench';
 const DEPLOYMENT = 'iris';
 const MODEL_PATH = `/v1/models/${DEPLOYMENT}:predict`;
 const BODY = '{"instances":[[6.8,2.8,4.8,1.4]]}';
+const STREAM_DEPLOYMENT = 'chat';
+const STREAM_PATH = '/v1/chat/completions';
+const STREAM_BODY = JSON.stringify({ model: 'bench', stream: true, messages: [{ role: 'user', content: 'count to 40' }] });
+
+/** The two access-log modes, run in this order; the goals are judged on 'off'. */
+const MODES = {
+  off: { title: 'access log OFF', nginx: 'access_log off' },
+  on: { title: 'access log ON', nginx: 'JSON access_log to a file, 64 KB buffer, flush 1 s' },
+};
+
+/** The goal lines of this part (also listed as skipped in the summary when the part does not run). */
+export function goalTexts(ctx) {
+  return {
+    cpu: 'CPU per request <= 55 µs (logs off)',
+    throughput: 'throughput >= 0.35x nginx (logs off)',
+    stretch: 'throughput >= 0.48x nginx (logs off, stretch)',
+    addedLatency: `p99 added latency <= 1 ms at ${ctx.rate} req/s`,
+    rss: `RSS flat (±10 %) over ${ctx.rssRequests.toLocaleString('en-US')} requests`,
+    sse: 'SSE chunks pass unbuffered',
+  };
+}
 
 /** One POST that must answer `status`; used to check each target before load is put on it. */
 export async function probe(url, headers, status = 200) {
@@ -26,32 +49,31 @@ export async function probe(url, headers, status = 200) {
   return text;
 }
 
-/**
- * Closed-loop throughput: warm-up, then the measured run. With `child`, also the CPU time that process group
- * (the server the client talks to) used during the measured run: share of one core and µs per request.
- */
-export async function throughput(ctx, url, child) {
-  const load = { method: 'POST', body: BODY, headers: ctx.headers };
-  const warm = { connections: ctx.connections, threads: ctx.threads, seconds: ctx.warmupSeconds };
-  const run = { ...warm, seconds: ctx.seconds };
-  const measure = async (fn) => {
-    const cpu0 = child ? groupCpuSeconds(child.pid) : undefined;
-    const r = await fn();
-    const cpu = child ? groupCpuSeconds(child.pid) - cpu0 : NaN;
-    return { ...r, serverCpuShare: cpu / (r.requests / r.rps), serverCpuUsPerRequest: (cpu * 1e6) / r.requests };
-  };
-  if (ctx.tools.wrk) {
-    if (ctx.warmupSeconds > 0) await runWrk(ctx.tools.wrk, ctx.wrkScript, url, warm);
-    return measure(() => runWrk(ctx.tools.wrk, ctx.wrkScript, url, run));
-  }
-  if (ctx.warmupSeconds > 0) await runAutocannon(url, load, warm);
-  return measure(() => runAutocannon(url, load, run));
+/** One closed-loop run of `seconds` (wrk, else autocannon) on the POST of the benchmark. */
+function closedRun(ctx, url, seconds) {
+  const opts = { connections: ctx.connections, threads: ctx.threads, seconds };
+  if (ctx.tools.wrk) return runWrk(ctx.tools.wrk, ctx.wrkScript, url, opts);
+  return runAutocannon(url, { method: 'POST', body: BODY, headers: ctx.headers }, opts);
 }
 
-/** Fixed-rate load on every target in alternating 1 s slices, after a 1 s warm-up of each on the same connections. */
-export async function openLoop(ctx, targets) {
-  const load = { targets: targets.map(({ name, url }) => ({ name, url })), method: 'POST', body: BODY, headers: ctx.headers, rate: ctx.rate };
-  return runOpenLoop({ ...load, seconds: ctx.rateSeconds, sliceSeconds: 1, warmupSeconds: 1, slowMs: 2 });
+/**
+ * Closed-loop throughput: warm-up, then the measured run. With `child`, also the CPU time that process group
+ * (the server the client talks to) used during the measured run: share of one core and µs per request; and
+ * always the cores the rest of the machine (not this benchmark) used meanwhile.
+ */
+export async function throughput(ctx, url, child) {
+  const warm = ctx.warmupSeconds > 0 ? await closedRun(ctx, url, ctx.warmupSeconds) : { requests: 0 };
+  const snap = cpuSnapshot();
+  const cpu0 = child ? groupCpuSeconds(child.pid) : undefined;
+  const r = await closedRun(ctx, url, ctx.seconds);
+  const cpu = child ? groupCpuSeconds(child.pid) - cpu0 : NaN;
+  return {
+    ...r,
+    warmupRequests: warm.requests,
+    serverCpuShare: cpu / (r.requests / r.rps),
+    serverCpuUsPerRequest: (cpu * 1e6) / r.requests,
+    otherCores: otherCores(snap, cpuSnapshot()),
+  };
 }
 
 /** Starts the fixed-JSON backend: nginx with its own workers, else a Node cluster. */
@@ -74,6 +96,53 @@ export async function startBackend(ctx, dir) {
   return { child, port, kind: ctx.tools.nginx ? `nginx return 200, ${ctx.backendWorkers} workers` : `Node cluster, ${ctx.backendWorkers} workers` };
 }
 
+/** nginx as the comparison proxy in one access-log mode, checked to answer 401 without the key. */
+async function startProxy(ctx, dir, backendPort, key, mode) {
+  const port = await freePort();
+  const name = `proxy-log-${mode}`;
+  const accessLog = mode === 'on' ? join(dir, `${name}-access.log`) : undefined;
+  const conf = proxyConfig(dir, port, backendPort, { project: PROJECT, deployment: DEPLOYMENT, key, name, accessLog });
+  const url = `http://127.0.0.1:${port}/v1/${PROJECT}/${DEPLOYMENT}${MODEL_PATH}`;
+  const child = await startNginx(ctx.tools.nginx, dir, name, conf, port, { path: url.slice(url.indexOf('/v1/')), method: 'POST', headers: ctx.headers, body: BODY });
+  await probe(url, { 'content-type': 'application/json' }, 401);
+  return { name: 'nginx', url, child, logFile: accessLog };
+}
+
+/** The manifests the gateway serves: the model behind the nginx backend, the chat deployment behind the SSE backend. */
+function writeManifests(dir, backendPort, ssePort, { prefix, sha256 }) {
+  const manifests = join(dir, 'manifests');
+  mkdirSync(manifests, { recursive: true });
+  const docs = [
+    deploymentObject({ namespace: PROJECT, name: DEPLOYMENT, backend: { url: `http://127.0.0.1:${backendPort}` } }),
+    {
+      ...deploymentObject({ namespace: PROJECT, name: STREAM_DEPLOYMENT, backend: { url: `http://127.0.0.1:${ssePort}` } }),
+      spec: { type: 'model', modelServer: 'llm', backend: { url: `http://127.0.0.1:${ssePort}` } },
+    },
+    keySecretObject({ name: 'bench-key', prefix, sha256, projects: PROJECT }),
+  ];
+  writeFileSync(join(manifests, 'bench.yaml'), docs.map((d) => stringify(d)).join('---\n'));
+  return manifests;
+}
+
+/** servegate in one access-log mode (bench/lib/servegate.mjs startGateway), checked to answer 200 with the key, 401 without. */
+async function startServegate(ctx, dir, manifests, mode) {
+  const base = (gw) => `http://127.0.0.1:${gw.port}/v1/${PROJECT}`;
+  const gw = await startGateway(dir, ['--manifests', manifests], {
+    accessLog: mode === 'on',
+    name: `servegate-log-${mode}`,
+    gcLog: join(dir, `servegate-log-${mode}-gc.txt`),
+    profileDir: ctx.profileDir && join(ctx.profileDir, `gateway-log-${mode}`),
+    ready: (g) =>
+      waitFor('servegate route', async () => (await probe(`${base(g)}/${DEPLOYMENT}${MODEL_PATH}`, ctx.headers)) !== undefined, { child: g.child, timeoutMs: 20_000 }),
+  });
+  gw.url = `${base(gw)}/${DEPLOYMENT}${MODEL_PATH}`;
+  gw.streamUrl = `${base(gw)}/${STREAM_DEPLOYMENT}${STREAM_PATH}`;
+  gw.gcLog = join(dir, `servegate-log-${mode}-gc.txt`);
+  gw.logFile = gw.stdoutFile;
+  await probe(gw.url, { 'content-type': 'application/json' }, 401);
+  return gw;
+}
+
 /** A measurement with failed requests is not a figure: no ratio or goal is computed from it. */
 function usable(r) {
   return r && !r.errors && !r.non2xx ? r : undefined;
@@ -81,10 +150,318 @@ function usable(r) {
 
 /** Says once, loudly, that the gateway process died, with the tail of its output. */
 function reportDeath(child, results) {
-  if (results.gatewayDied || (child.exitCode === null && child.signalCode === null)) return;
-  results.gatewayDied = { exit: child.exitCode ?? child.signalCode, output: child.output.slice(-3000) };
+  if (!child || results.gatewayDied || (child.exitCode === null && child.signalCode === null)) return;
+  results.gatewayDied = { exit: child.exitCode ?? child.signalCode, output: outputOf(child, 3000) };
   log(`  ERROR: the servegate process died (exit ${child.exitCode ?? child.signalCode}); its last output:`);
-  for (const line of child.output.trim().split('\n').slice(-30)) log(`    ${line}`);
+  for (const line of outputOf(child).trim().split('\n').slice(-30)) log(`    ${line}`);
+}
+
+/** The closed-loop runs of one access-log mode, one target after the other; prints their table. */
+async function closedLoopMode(ctx, mode, targets, results) {
+  const out = {};
+  for (const t of targets) {
+    const r = await throughput(ctx, t.url, t.child);
+    out[t.name] = r;
+    if (r.errors || r.non2xx) log(`  WARNING ${t.name}: ${r.errors} socket errors, ${r.non2xx} non-2xx responses`);
+    if (t.name === 'servegate') reportDeath(t.child, results);
+    await sleep(500);
+  }
+  log('');
+  log(`  (${mode === 'off' ? 'a' : 'b'}) ${MODES[mode].title}: nginx ${MODES[mode].nginx}; servegate ${targets.find((t) => t.name === 'servegate')?.logMode ?? 'not running'}`);
+  const rows = [['target', 'requests/s', 'p50', 'p99', 'errors', 'server CPU', 'CPU/request', 'other CPU']];
+  for (const [name, r] of Object.entries(out)) {
+    rows.push([name, rps(r.rps), ms(r.p50Ms), ms(r.p99Ms), String(r.errors + r.non2xx), pct(r.serverCpuShare), us(r.serverCpuUsPerRequest), cores(r.otherCores)]);
+  }
+  table(rows);
+  const noisy = Object.values(out).filter((r) => r.otherCores > 0.2);
+  if (noisy.length) log('  WARNING: other processes used the CPU during these runs ("other CPU", in cores): the figures are noisy');
+  return out;
+}
+
+/** Access-log lines written per request (servegate: its stdout file; nginx: its access log), to show the mode is what it says. */
+function logLinesPerRequest(target, r) {
+  if (!target?.logFile || !r) return undefined;
+  const lines = countLines(target.logFile);
+  return lines === undefined ? undefined : lines / (r.requests + r.warmupRequests);
+}
+
+/** Throughput and CPU per request of servegate against nginx in one mode. */
+function versusNginx(mode) {
+  const gw = usable(mode?.servegate);
+  const ng = usable(mode?.nginx);
+  if (!gw || !ng) return undefined;
+  return { throughput: gw.rps / ng.rps, cpuNginxOverGateway: ng.serverCpuUsPerRequest / gw.serverCpuUsPerRequest, gw, ng };
+}
+
+function printComparison(results) {
+  log('');
+  const rows = [['servegate vs nginx', 'servegate/s', 'nginx/s', 'throughput', 'servegate CPU/req', 'nginx CPU/req', 'nginx÷servegate CPU']];
+  for (const mode of Object.keys(MODES)) {
+    const v = results.ratios[mode];
+    if (!v) continue;
+    rows.push([MODES[mode].title, rps(v.gw.rps), rps(v.ng.rps), ratio(v.throughput), us(v.gw.serverCpuUsPerRequest), us(v.ng.serverCpuUsPerRequest), ratio(v.cpuNginxOverGateway)]);
+  }
+  if (rows.length > 1) table(rows);
+  else log('  servegate vs nginx: n/a (no usable run of both)');
+  const off = results.modes.off ?? {};
+  const di = usable(off.direct);
+  if (di) log(`  logs off, against direct: servegate ${ratio(usable(off.servegate)?.rps / di.rps)}, nginx ${ratio(usable(off.nginx)?.rps / di.rps)}`);
+  log('  (server CPU: CPU time of the process group the client talks to, in cores; direct = the backend itself;');
+  log('   other CPU: cores used meanwhile by processes that are not this benchmark\'s)');
+  for (const mode of Object.keys(MODES)) {
+    const lines = results.logLines?.[mode];
+    if (!lines) continue;
+    const f = (v) => (v === undefined ? 'n/a' : v.toFixed(2));
+    log(`  ${MODES[mode].title}: access-log lines per request: servegate ${f(lines.servegate)}, nginx ${f(lines.nginx)}`);
+  }
+}
+
+/** GC events of the gateway (bench/lib/gc-probe.mjs lines): [{ at (epoch ms), kind, ms, flags }]. */
+function readGcLog(file) {
+  let text = '';
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch {
+    return undefined;
+  }
+  return text
+    .trim()
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => {
+      const [at, kind, pause, flags] = l.split(' ');
+      return { at: Number(at), kind, ms: Number(pause), flags: Number(flags) };
+    });
+}
+
+/** GC pauses of the gateway inside the given [from, to] epoch windows: count, total and max pause per kind. */
+function gcInWindows(events, windows) {
+  const byKind = {};
+  for (const e of events) {
+    if (!windows.some(([a, b]) => e.at >= a && e.at < b)) continue;
+    const k = (byKind[e.kind] ??= { count: 0, totalMs: 0, maxMs: 0 });
+    k.count++;
+    k.totalMs += e.ms;
+    k.maxMs = Math.max(k.maxMs, e.ms);
+  }
+  return byKind;
+}
+
+/** How many of the sampled slow requests overlapped a GC pause of the gateway (1 ms clock slack). */
+function slowDuringGc(events, r) {
+  if (!r.slow?.length) return { slow: 0, duringGc: 0 };
+  let duringGc = 0;
+  for (const [offset, service] of r.slow) {
+    const from = r.measuredStartEpochMs + offset - 1;
+    const to = from + service + 2;
+    if (events.some((e) => e.at < to && e.at + e.ms > from && e.ms >= 0.5)) duringGc++;
+  }
+  return { slow: r.slow.length, duringGc };
+}
+
+/**
+ * Before the open loop: the old way (--cold-openloop: right after a closed loop on the gateway, 1 s warm-up), or a
+ * settle period, a full GC forced in the gateway and a warm-up at the target rate. Returns the warm-up seconds.
+ */
+async function prepareOpenLoop(ctx, gateway, results) {
+  if (ctx.coldOpenLoop) {
+    if (gateway) await closedRun(ctx, gateway.url, ctx.seconds);
+    log(`  (--cold-openloop: right after a ${ctx.seconds} s closed loop on servegate, 1 s warm-up per target, no settle, no forced GC)`);
+    return 1;
+  }
+  await sleep(ctx.settleSeconds * 1000);
+  const gc = gateway && (await liveHeap(gateway.child));
+  results.beforeOpenLoop = gc;
+  log(`  before it: ${ctx.settleSeconds} s idle, then a full GC forced in servegate (live heap ${mb(gc?.liveHeap)}, RSS ${mb(gc?.rssAfterGc)}), then ${ctx.openLoopWarmup} s per target at the rate (not recorded)`);
+  return ctx.openLoopWarmup;
+}
+
+/** Fixed-rate load on every target in alternating 1 s slices, after preparing (see above); prints the tables. */
+async function addedLatency(ctx, targets, gateway, results) {
+  log('');
+  log(`  open loop: ${ctx.rate} req/s, ${ctx.rateSeconds} s per target in alternating 1 s slices, latency from the scheduled send time`);
+  const warmupSeconds = await prepareOpenLoop(ctx, gateway, results);
+  const load = { targets: targets.map(({ name, url }) => ({ name, url })), method: 'POST', body: BODY, headers: ctx.headers, rate: ctx.rate };
+  const sched = gateway && schedSampler(gateway.child.pid);
+  const snap = cpuSnapshot();
+  const runs = await runOpenLoop({ ...load, seconds: ctx.rateSeconds, sliceSeconds: 1, warmupSeconds, slowMs: 2, gcLog: join(ctx.dir, 'gateway', 'openloop-gc.txt') });
+  const schedSamples = sched?.stop();
+  results.openLoopOtherCores = otherCores(snap, cpuSnapshot());
+  results.openLoop = runs;
+  for (const [name, r] of Object.entries(runs)) {
+    if (r.errors || r.non2xx) log(`  WARNING ${name}: ${r.errors} errors (${r.firstError ?? ''}), ${r.non2xx} non-2xx`);
+  }
+  reportDeath(gateway?.child, results);
+  const rows = [['target', 'achieved', 'p50', 'p90', 'p99', 'max', 'p50 service', 'p99 service', 'new conns']];
+  for (const [name, r] of Object.entries(runs)) {
+    rows.push([name, rps(r.achievedRate), ms(r.fromSchedule.p50), ms(r.fromSchedule.p90), ms(r.fromSchedule.p99), ms(r.fromSchedule.max), ms(r.service.p50), ms(r.service.p99), String(r.connections?.measured ?? 'n/a')]);
+  }
+  log('');
+  table(rows);
+  log('  (new conns: connections the generator opened while measuring, after those of the warm-up)');
+  const other = results.openLoopOtherCores;
+  log(`  other processes (not this benchmark's) used ${cores(other)} cores during the open loop${other > 0.2 ? ' (WARNING: noisy)' : ''}`);
+  for (const [name, r] of Object.entries(runs)) {
+    log(`  ${name.padEnd(9)} by slice, p99: ${r.bySlice.p99.map((v) => v.toFixed(1)).join(' ')} ms; slower than 2 ms: ${r.bySlice.slow.join(' ')}`);
+  }
+  await sleep(600); // the gateway writes its GC lines every 500 ms
+  explainTail(ctx, gateway, runs, schedSamples, results);
+  const gl = usable(runs.servegate);
+  const dl = usable(runs.direct);
+  results.added = gl && dl ? { p50Ms: gl.fromSchedule.p50 - dl.fromSchedule.p50, p99Ms: gl.fromSchedule.p99 - dl.fromSchedule.p99 } : undefined;
+  if (results.added) {
+    log('');
+    log(`  servegate added latency at ${ctx.rate} req/s: p50 ${signedMs(results.added.p50Ms)}, p99 ${signedMs(results.added.p99Ms)}`);
+  }
+}
+
+/**
+ * Where the servegate tail comes from, while its slices were measured: GC pauses of the gateway, time its main
+ * thread was runnable but waiting for a CPU (other processes on the cores), GC pauses of the load generator.
+ */
+function explainTail(ctx, gateway, runs, schedSamples, results) {
+  const r = runs.servegate;
+  const events = gateway && r && readGcLog(gateway.gcLog);
+  if (!events) return;
+  const windows = r.windows.map(([a, b]) => [a, b + 20]);
+  const inside = gcInWindows(events, windows);
+  const slow = slowDuringGc(events, r);
+  const waitMs = schedSamples?.length > 1 ? sumInWindows(schedSamples, 'waitNs', r.windows) / 1e6 : NaN;
+  const runMs = schedSamples?.length > 1 ? sumInWindows(schedSamples, 'runNs', r.windows) / 1e6 : NaN;
+  const generator = readGcLog(join(ctx.dir, 'gateway', 'openloop-gc.txt'));
+  const genInside = generator ? gcInWindows(generator, windows) : {};
+  results.openLoopTail = { gc: inside, slow, mainThread: { runMs, waitMs }, generatorGc: genInside };
+  const kinds = (byKind) => Object.entries(byKind).map(([k, v]) => `${v.count} ${k} (max ${v.maxMs.toFixed(1)} ms, total ${v.totalMs.toFixed(0)} ms)`).join(', ') || 'none';
+  log(`  during servegate's ${r.windows.length} measured slices:`);
+  log(`    servegate GC pauses: ${kinds(inside)}`);
+  const perRequest = (runMs * 1000) / (r.ok + r.non2xx);
+  log(`    servegate main thread: ${runMs.toFixed(0)} ms on a CPU (${us(perRequest)} per request), ${waitMs.toFixed(0)} ms runnable but waiting for a CPU (busy cores)`);
+  const fds = (schedSamples ?? []).filter((x) => r.windows.some(([a, b]) => x.at >= a && x.at <= b)).map((x) => x.fds);
+  if (fds.length) log(`    servegate open file descriptors (client + backend sockets): ${Math.min(...fds)}–${Math.max(...fds)} (${schedSamples[0].fds} before the open loop)`);
+  log(`    load generator GC pauses: ${kinds(genInside)}`);
+  log(`    requests slower than 2 ms (service): ${r.slowCount}; of ${slow.slow} drawn at random among them, ${slow.duringGc} overlapped a GC pause of servegate`);
+}
+
+/** Streams from the SSE backend, direct and through the gateway in turn: median gap between events, first event. */
+async function sseCheck(ctx, sse, gateway) {
+  const rounds = ctx.quick ? 1 : 3;
+  const runs = { direct: [], servegate: [] };
+  const url = { direct: `http://127.0.0.1:${sse.port}${STREAM_PATH}`, servegate: gateway.streamUrl };
+  for (let i = 0; i < rounds; i++) {
+    for (const name of Object.keys(runs)) runs[name].push(await timeStream(url[name], ctx.headers, STREAM_BODY));
+  }
+  const sum = (list) => ({
+    statuses: [...new Set(list.map((x) => x.status))],
+    events: Math.min(...list.map((x) => x.arrivals.length)),
+    medianGapMs: median(list.flatMap((x) => x.gaps)),
+    firstMs: median(list.map((x) => x.firstMs)),
+    lastMs: median(list.map((x) => x.arrivals.at(-1))),
+  });
+  const out = { direct: sum(runs.direct), servegate: sum(runs.servegate), gapMs: sse.gapMs, chunks: sse.chunks + 1 };
+  const gw = out.servegate;
+  const d = out.direct;
+  out.unbuffered =
+    gw.statuses.length === 1 && gw.statuses[0] === 200 && gw.events === out.chunks && Math.abs(gw.medianGapMs - d.medianGapMs) <= 0.25 * sse.gapMs && gw.firstMs <= d.firstMs + 2 * sse.gapMs;
+  log('');
+  log(`  SSE: POST ${STREAM_PATH} (stream: true) to an llm deployment whose backend sends ${sse.chunks} events ${sse.gapMs} ms apart, then [DONE]; ${rounds} stream(s) each`);
+  table([
+    ['path', 'status', 'events', 'median gap', 'first event', 'last event'],
+    ['direct', d.statuses.join(','), String(d.events), ms(d.medianGapMs), ms(d.firstMs), ms(d.lastMs)],
+    ['servegate', gw.statuses.join(','), String(gw.events), ms(gw.medianGapMs), ms(gw.firstMs), ms(gw.lastMs)],
+  ]);
+  return out;
+}
+
+/**
+ * RSS of the gateway over `ctx.rssRequests` requests: closed loop in chunks of about a tenth each (exact counts from
+ * the load tool), RSS sampled every 250 ms. The first chunk is the warm-up. Each later chunk gives its mean RSS (the
+ * GC sawtooth mostly averaged out): flat when the last is within ±10 % of the first (no growth; the highest single
+ * sample, GC slack included, is shown next to them).
+ */
+async function rssOverRequests(ctx, gateway, startRps) {
+  const total = ctx.rssRequests;
+  const step = Math.max(1, Math.round(total / 10));
+  const pid = gateway.child.pid;
+  let samples = [];
+  const timer = setInterval(() => {
+    const m = memoryOf(pid);
+    if (m) samples.push(m.rss);
+  }, 250);
+  const chunks = [];
+  let done = 0;
+  let rate = startRps || 5000;
+  const deadline = Date.now() + Math.max(60, (3 * total) / rate) * 1000;
+  try {
+    while (done < total && Date.now() < deadline) {
+      const seconds = Math.max(1, Math.round(Math.min(step, total - done) / rate));
+      const r = await closedRun(ctx, gateway.url, seconds);
+      done += r.requests;
+      rate = r.rps || rate;
+      const rss = samples.length ? samples : [memoryOf(pid)?.rss];
+      chunks.push({ requests: done, meanRss: rss.reduce((a, b) => a + b, 0) / rss.length, maxRss: Math.max(...rss), rps: r.rps, errors: r.errors + r.non2xx });
+      samples = [];
+      if (r.errors + r.non2xx || gateway.child.exitCode !== null) break;
+    }
+  } finally {
+    clearInterval(timer);
+  }
+  const after = chunks.slice(1);
+  const first = after[0]?.meanRss;
+  const last = after.at(-1)?.meanRss;
+  const max = Math.max(...after.map((c) => c.maxRss));
+  const complete = done >= total && chunks.every((c) => !c.errors) && after.length > 0;
+  const flat = complete ? Math.abs(last / first - 1) <= 0.1 : undefined;
+  return { requests: done, step, chunks, first, last, max, flat, lastOverFirst: last / first - 1, maxOverFirst: max / first - 1 };
+}
+
+function printRss(ctx, rss) {
+  log('');
+  log(`  RSS over ${rss.requests.toLocaleString('en-US')} requests: closed loop in chunks of ~${rss.step.toLocaleString('en-US')} (the first is the warm-up), RSS every 250 ms; mean RSS of each chunk:`);
+  log(`    ${rss.chunks.map((c) => `${Math.round(c.requests / 1000)}k ${(c.meanRss / 1024 / 1024).toFixed(1)}`).join(' · ')} MB`);
+  const f = (v) => `${v >= 0 ? '+' : '−'}${Math.abs(v * 100).toFixed(1)} %`;
+  log(`    first (after the warm-up) ${mb(rss.first)}, last ${mb(rss.last)} (${f(rss.lastOverFirst)}), max sample ${mb(rss.max)} (${f(rss.maxOverFirst)})`);
+  const errors = rss.chunks.reduce((s, c) => s + c.errors, 0);
+  if (errors) log(`    WARNING: ${errors} failed requests; stopped there`);
+  if (rss.requests < ctx.rssRequests) log(`    WARNING: only ${rss.requests.toLocaleString('en-US')} of ${ctx.rssRequests.toLocaleString('en-US')} requests were made`);
+}
+
+/** The goal lines of the part, judged on the access-log-off runs. */
+function judge(ctx, results) {
+  const texts = goalTexts(ctx);
+  const v = results.ratios.off;
+  const fallback = results.logModeOff?.fallback ? ' [logLevel warn]' : '';
+  const cpu = usable(results.modes.off?.servegate)?.serverCpuUsPerRequest;
+  const nginxCpu = usable(results.modes.off?.nginx)?.serverCpuUsPerRequest;
+  const cpuFigure = cpu === undefined ? 'n/a' : `${us(cpu)}${nginxCpu === undefined ? '' : ` (nginx ${us(nginxCpu)})`}${fallback}`;
+  results.goals.cpu = goal(texts.cpu, cpuFigure, cpu === undefined ? undefined : cpu <= 55, 'A');
+  const t = v?.throughput;
+  const figure = v ? `${ratio(t)} (${rps(v.gw.rps)} vs ${rps(v.ng.rps)})${fallback}` : 'n/a (no usable nginx and servegate runs)';
+  results.goals.throughput = goal(texts.throughput, figure, t === undefined ? undefined : t >= 0.35, 'A');
+  results.goals.stretch = goal(texts.stretch, ratio(t), t === undefined ? undefined : t >= 0.48, 'A');
+  const a = results.added?.p99Ms;
+  results.goals.addedLatency = goal(texts.addedLatency, `${signedMs(a)} (p50 ${signedMs(results.added?.p50Ms)})`, a === undefined ? undefined : a <= 1, 'A');
+  const r = results.rss;
+  const pm = (v) => `${v >= 0 ? '+' : '−'}${Math.abs(v * 100).toFixed(1)} %`;
+  const rssFigure = r?.first ? `${mb(r.first)} → ${mb(r.last)} (${pm(r.lastOverFirst)}), max ${mb(r.max)}` : 'n/a';
+  results.goals.rss = goal(texts.rss, rssFigure, r?.flat, 'A');
+  const s = results.sse;
+  const sseFigure = s ? `gap ${ms(s.servegate.medianGapMs)} (direct ${ms(s.direct.medianGapMs)})` : 'n/a';
+  results.goals.sse = goal(texts.sse, sseFigure, s?.unbuffered, 'A');
+}
+
+/** Lines for the closing summary: the ratios against nginx, in both modes. */
+function summaryLines(results) {
+  const lines = [];
+  for (const mode of Object.keys(MODES)) {
+    const v = results.ratios[mode];
+    if (v) {
+      lines.push(
+        `${MODES[mode].title}: servegate ${rps(v.gw.rps)} vs nginx ${rps(v.ng.rps)} = ${ratio(v.throughput)}; CPU/request ${us(v.gw.serverCpuUsPerRequest)} vs ${us(v.ng.serverCpuUsPerRequest)} (nginx÷servegate ${ratio(v.cpuNginxOverGateway)})`,
+      );
+    }
+  }
+  if (results.logModeOff) lines.push(`servegate with access log off ran with: ${results.logModeOff.logMode}`);
+  return lines;
 }
 
 export async function runGatewayBench(ctx) {
@@ -93,129 +470,83 @@ export async function runGatewayBench(ctx) {
   const { key, prefix, sha256 } = makeKey();
   ctx.headers = { 'content-type': 'application/json', authorization: `ApiKey ${key}` };
   ctx.wrkScript = ctx.tools.wrk ? writeWrkScript(dir, { method: 'POST', body: BODY, headers: ctx.headers }) : undefined;
-  const results = { targets: {}, openLoop: {}, goals: {} };
+  const results = { modes: {}, ratios: {}, logLines: {}, openLoop: {}, goals: {} };
   const started = [];
+  let sse;
   try {
-    // Backend.
     const backend = await startBackend(ctx, dir);
     started.push(backend.child);
     results.backend = backend.kind;
-    log(`  backend: ${backend.kind} on 127.0.0.1:${backend.port}`);
-    const targets = [{ name: 'direct', url: `http://127.0.0.1:${backend.port}${MODEL_PATH}`, child: backend.child }];
+    log(`  backend: ${backend.kind} on 127.0.0.1:${backend.port}; SSE backend in this process`);
+    sse = await startSseBackend();
+    const direct = { name: 'direct', url: `http://127.0.0.1:${backend.port}${MODEL_PATH}`, child: backend.child };
+    const manifests = cliBuilt() ? writeManifests(dir, backend.port, sse.port, { prefix, sha256 }) : undefined;
+    if (!ctx.tools.nginx) log('  nginx: SKIPPED (not installed; apt-get install -y nginx-light)');
+    if (!manifests) log(`  servegate: SKIPPED (${CLI} not built; run npx tsc -p .)`);
+    log(`  closed loop: ${ctx.tools.wrk ? `wrk -t${ctx.threads}` : 'autocannon'} -c${ctx.connections}, ${ctx.warmupSeconds} s warm-up + ${ctx.seconds} s per target, POST ${MODEL_PATH} (${BODY.length} B JSON, valid key)`);
+    log('  nginx: worker_processes 1, path strip + API-key map; servegate: node dist/cli/main.js serve --manifests, 1 process, stdout to a file');
 
-    // nginx reverse proxy.
-    if (ctx.tools.nginx) {
-      const port = await freePort();
-      const conf = proxyConfig(dir, port, backend.port, { project: PROJECT, deployment: DEPLOYMENT, key });
-      const url = `http://127.0.0.1:${port}/v1/${PROJECT}/${DEPLOYMENT}${MODEL_PATH}`;
-      const child = await startNginx(ctx.tools.nginx, dir, 'proxy', conf, port, { path: url.slice(url.indexOf('/v1/')), method: 'POST', headers: ctx.headers, body: BODY });
-      started.push(child);
-      await probe(url, { 'content-type': 'application/json' }, 401);
-      targets.push({ name: 'nginx', url, child });
-      log(`  nginx: worker_processes 1, path strip + API-key map, on 127.0.0.1:${port}`);
-    } else {
-      log('  nginx: SKIPPED (not installed; apt-get install -y nginx-light)');
-    }
-
-    // The gateway.
-    let gateway;
-    if (cliBuilt()) {
-      const manifests = join(dir, 'manifests');
-      mkdirSync(manifests, { recursive: true });
-      const docs = [
-        deploymentObject({ namespace: PROJECT, name: DEPLOYMENT, backend: { url: `http://127.0.0.1:${backend.port}` } }),
-        keySecretObject({ name: 'bench-key', prefix, sha256, projects: PROJECT }),
-      ];
-      writeFileSync(join(manifests, 'bench.yaml'), docs.map((d) => stringify(d)).join('---\n'));
-      try {
-        gateway = await startGatewayProcess(dir, ['--manifests', manifests], { profileDir: ctx.profileDir && join(ctx.profileDir, 'gateway') });
-        started.push(gateway.child);
-        const url = `http://127.0.0.1:${gateway.port}/v1/${PROJECT}/${DEPLOYMENT}${MODEL_PATH}`;
-        await waitFor('servegate route', async () => (await probe(url, ctx.headers)) !== undefined, { child: gateway.child, timeoutMs: 20_000 });
-        await probe(url, { 'content-type': 'application/json' }, 401);
-        gateway.url = url;
-        targets.push({ name: 'servegate', url, child: gateway.child });
-        log(`  servegate: node ${CLI.replace(ctx.root, '')} serve --manifests (1 process) on 127.0.0.1:${gateway.port}`);
-      } catch (err) {
-        log(`  servegate: FAILED to start or to route: ${err.message}`);
-        if (gateway) await stopProcess(gateway.child);
-        gateway = undefined;
+    // 1. Throughput in each access-log mode; the off-mode servers stay up for the open loop, SSE and RSS runs.
+    const keep = {};
+    for (const mode of Object.keys(MODES)) {
+      const targets = mode === 'off' ? [direct] : [];
+      if (ctx.tools.nginx) {
+        const proxy = await startProxy(ctx, dir, backend.port, key, mode);
+        started.push(proxy.child);
+        targets.push(proxy);
       }
-    } else {
-      log(`  servegate: SKIPPED (${CLI} not built; run npx tsc -p .)`);
+      let gateway;
+      if (manifests) {
+        try {
+          gateway = await startServegate(ctx, dir, manifests, mode);
+          started.push(gateway.child);
+          targets.push({ name: 'servegate', url: gateway.url, child: gateway.child, logFile: gateway.logFile, logMode: gateway.logMode });
+          if (mode === 'off') {
+            results.logModeOff = { logMode: gateway.logMode, fallback: gateway.fallback };
+            if (gateway.fallback) log('  NOTE: this build refuses `accessLog: false` (unknown key); access log OFF falls back to `logLevel: warn`');
+          }
+        } catch (err) {
+          log(`  servegate (${MODES[mode].title}): FAILED to start or to route: ${err.message}`);
+        }
+      }
+      results.modes[mode] = await closedLoopMode(ctx, mode, targets, results);
+      results.ratios[mode] = versusNginx(results.modes[mode]);
+      if (mode === 'on') {
+        for (const t of targets) if (t.name !== 'direct') await stopProcess(t.child); // nginx flushes its log buffer on exit
+      }
+      const lines = (name) => logLinesPerRequest(targets.find((t) => t.name === name), results.modes[mode][name]);
+      results.logLines[mode] = { servegate: lines('servegate'), nginx: lines('nginx') };
+      if (mode === 'off') Object.assign(keep, { targets, gateway });
+    }
+    printComparison(results);
+
+    // 2. Added latency at a fixed rate (access log off).
+    await addedLatency(ctx, keep.targets, keep.gateway, results);
+
+    // 3. SSE and 4. RSS, through the access-log-off gateway.
+    const gateway = keep.gateway;
+    if (gateway && !results.gatewayDied) {
+      results.sse = await sseCheck(ctx, sse, gateway);
+      results.rss = await rssOverRequests(ctx, gateway, results.modes.off?.servegate?.rps);
+      printRss(ctx, results.rss);
+      reportDeath(gateway.child, results);
     }
 
-    // 1. Throughput.
-    log('');
-    log(`  closed loop: ${ctx.tools.wrk ? `wrk -t${ctx.threads}` : 'autocannon'} -c${ctx.connections}, ${ctx.warmupSeconds} s warm-up + ${ctx.seconds} s, POST ${MODEL_PATH} (${BODY.length} B JSON, valid key)`);
-    for (const t of targets) {
-      const r = await throughput(ctx, t.url, t.child);
-      results.targets[t.name] = r;
-      if (r.errors || r.non2xx) log(`  WARNING ${t.name}: ${r.errors} socket errors, ${r.non2xx} non-2xx responses`);
-      if (t.name === 'servegate') reportDeath(t.child, results);
-      await sleep(500);
-    }
-    const rows = [['target', 'requests/s', 'p50', 'p99', 'errors', 'server CPU', 'CPU/request']];
-    for (const [name, r] of Object.entries(results.targets)) {
-      rows.push([name, rps(r.rps), ms(r.p50Ms), ms(r.p99Ms), String(r.errors + r.non2xx), pct(r.serverCpuShare), us(r.serverCpuUsPerRequest)]);
-    }
-    log('');
-    table(rows);
-    const gw = usable(results.targets.servegate);
-    const ng = usable(results.targets.nginx);
-    const di = usable(results.targets.direct);
-    results.ratios = {
-      gatewayOverNginx: gw && ng ? gw.rps / ng.rps : undefined,
-      gatewayOverDirect: gw && di ? gw.rps / di.rps : undefined,
-      nginxOverDirect: ng && di ? ng.rps / di.rps : undefined,
-    };
-    log('');
-    log(`  servegate / nginx  = ${ratio(results.ratios.gatewayOverNginx)}`);
-    log(`  servegate / direct = ${ratio(results.ratios.gatewayOverDirect)}`);
-    log(`  nginx / direct     = ${ratio(results.ratios.nginxOverDirect)}`);
-    if (gw && ng) {
-      results.ratios.cpuPerRequestNginxOverGateway = ng.serverCpuUsPerRequest / gw.serverCpuUsPerRequest;
-      log(`  per core (nginx CPU/request ÷ servegate CPU/request) = ${ratio(results.ratios.cpuPerRequestNginxOverGateway)}`);
-      log('  (server CPU: CPU time of the process group the client talks to, in cores; direct = the backend itself)');
-    }
-
-    // 2. Added latency at a fixed rate.
-    log('');
-    log(`  open loop: ${ctx.rate} req/s, ${ctx.rateSeconds} s per target in alternating 1 s slices (after a warm-up), latency from the scheduled send time`);
-    results.openLoop = await openLoop(ctx, targets);
-    for (const [name, r] of Object.entries(results.openLoop)) {
-      if (r.errors || r.non2xx) log(`  WARNING ${name}: ${r.errors} errors (${r.firstError ?? ''}), ${r.non2xx} non-2xx`);
-    }
-    if (gateway) reportDeath(gateway.child, results);
-    const lrows = [['target', 'achieved', 'p50', 'p90', 'p99', 'max', 'p50 service', 'p99 service']];
-    for (const [name, r] of Object.entries(results.openLoop)) {
-      lrows.push([name, rps(r.achievedRate), ms(r.fromSchedule.p50), ms(r.fromSchedule.p90), ms(r.fromSchedule.p99), ms(r.fromSchedule.max), ms(r.service.p50), ms(r.service.p99)]);
-    }
-    log('');
-    table(lrows);
-    const gl = usable(results.openLoop.servegate);
-    const dl = usable(results.openLoop.direct);
-    results.added = gl && dl ? { p50Ms: gl.fromSchedule.p50 - dl.fromSchedule.p50, p99Ms: gl.fromSchedule.p99 - dl.fromSchedule.p99 } : undefined;
-    if (results.added) {
-      log('');
-      log(`  servegate added latency at ${ctx.rate} req/s: p50 ${signedMs(results.added.p50Ms)}, p99 ${signedMs(results.added.p99Ms)}`);
-    }
-
-    // Memory.
+    // Memory after everything.
     if (gateway && !results.gatewayDied) {
       results.memory = { ...memoryOf(gateway.child.pid), ...(await heapOf(gateway.adminPort)) };
       Object.assign(results.memory, await liveHeap(gateway.child));
       const m = results.memory;
-      log(`  servegate memory after the run: RSS ${mb(m.rss)} (peak ${mb(m.peak)}, heap used ${mb(m.heapUsed)}); after a full GC: RSS ${mb(m.rssAfterGc)}, live heap ${mb(m.liveHeap)}`);
+      log(`  servegate memory after the runs: RSS ${mb(m.rss)} (peak ${mb(m.peak)}, heap used ${mb(m.heapUsed)}); after a full GC: RSS ${mb(m.rssAfterGc)}, live heap ${mb(m.liveHeap)}${results.beforeOpenLoop ? ` (${mb(results.beforeOpenLoop.liveHeap)} before the open loop)` : ''}`);
     }
 
     log('');
-    const g1 = results.ratios.gatewayOverNginx;
-    results.goals.throughput = goal('servegate throughput >= 0.35x nginx', ratio(g1), g1 === undefined ? undefined : g1 >= 0.35);
-    const g2 = results.added?.p99Ms;
-    results.goals.addedLatency = goal(`p99 added latency <= 1 ms at ${ctx.rate} req/s`, signedMs(g2), g2 === undefined ? undefined : g2 <= 1);
+    judge(ctx, results);
+    results.summary = summaryLines(results);
     return results;
   } finally {
     for (const child of started.reverse()) await stopProcess(child);
+    sse?.server.closeAllConnections();
+    await new Promise((resolve) => (sse ? sse.server.close(resolve) : resolve()));
   }
 }

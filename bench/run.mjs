@@ -1,10 +1,12 @@
-// `npm run bench`: builds, detects the tools, runs Part A (gateway data plane) and Part B (Kubernetes source).
+// `npm run bench`: builds, detects the tools, runs Part A (gateway data plane) and Part B (Kubernetes source), and
+// ends with a summary of every goal (met / MISSED / skipped) and the command line.
 //   node bench/run.mjs [--only gateway|kubernetes] [--seconds 10] [--warmup 2] [--rate 1000] [--rate-seconds 10]
+//                      [--settle 3] [--openloop-warmup 2] [--cold-openloop] [--requests-for-rss 1000000]
 //                      [--connections 64] [--threads 2] [--backend-workers 2] [--deployments 10000] [--events 200]
 //                      [--leader-seconds 15]
 //                      [--no-build] [--quick] [--profile] [--no-nginx] [--no-wrk]
-//   --quick: 2 s runs, 1,000 deployments, 20 events (checks the harness); --profile: gateway CPU profiles in
-//   .bench-tmp/profiles (summarise with node bench/profile-summary.mjs <file>).
+//   --quick: 2 s runs, 1,000 deployments, 20 events, 100,000 requests for RSS (checks the harness); --profile:
+//   gateway CPU profiles in .bench-tmp/profiles (summarise with node bench/profile-summary.mjs <file>).
 // Loopback only; every process it starts is killed at the end, on Ctrl-C, on error and at the time limit.
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -12,7 +14,9 @@ import { cpus, loadavg, platform, release, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { findExecutable, installCleanup, killAllSync, runToEnd } from './lib/procs.mjs';
-import { log, mb } from './lib/report.mjs';
+import { goalLog, log, mb, skipGoals, table } from './lib/report.mjs';
+import { goalTexts as gatewayGoals } from './gateway.mjs';
+import { goalTexts as kubernetesGoals } from './kubernetes.mjs';
 import { ROOT } from './lib/servegate.mjs';
 
 const { values: flags } = parseArgs({
@@ -22,6 +26,10 @@ const { values: flags } = parseArgs({
     warmup: { type: 'string', default: '2' },
     rate: { type: 'string', default: '1000' },
     'rate-seconds': { type: 'string', default: '10' },
+    settle: { type: 'string', default: '3' },
+    'openloop-warmup': { type: 'string', default: '2' },
+    'cold-openloop': { type: 'boolean', default: false },
+    'requests-for-rss': { type: 'string' },
     connections: { type: 'string', default: '64' },
     threads: { type: 'string', default: '2' },
     'backend-workers': { type: 'string', default: '2' },
@@ -39,9 +47,13 @@ const { values: flags } = parseArgs({
 
 if (flags.help) {
   log('usage: npm run bench -- [--only gateway|kubernetes] [--seconds 10] [--warmup 2] [--rate 1000] [--rate-seconds 10]');
+  log('                        [--settle 3] [--openloop-warmup 2] [--cold-openloop] [--requests-for-rss 1000000]');
   log('                        [--connections 64] [--threads 2] [--backend-workers 2] [--deployments 10000] [--events 200]');
   log('                        [--leader-seconds 15]');
   log('                        [--no-build] [--quick] [--profile] [--no-nginx] [--no-wrk]');
+  log('  --settle: idle seconds before the open loop (then a forced GC in the gateway and --openloop-warmup s per target)');
+  log('  --cold-openloop: the open loop right after a closed loop on the gateway, 1 s warm-up, no settle/GC (the old way)');
+  log('  --requests-for-rss: requests driven through the gateway while its RSS is sampled (--quick: 100000)');
   log('  --profile: the gateway runs with --cpu-prof into .bench-tmp/profiles (read with node bench/profile-summary.mjs)');
   process.exit(0);
 }
@@ -59,8 +71,6 @@ const num = (name) => {
   return v;
 };
 
-installCleanup(6 * 60_000);
-
 const version = (bin, args, re) => {
   const res = spawnSync(bin, args, { encoding: 'utf8', timeout: 5000 });
   return re.exec(`${res.stdout ?? ''}${res.stderr ?? ''}`)?.[0] ?? 'unknown version';
@@ -75,6 +85,10 @@ const ctx = {
   warmupSeconds: flags.quick ? 1 : num('warmup'),
   rate: num('rate'),
   rateSeconds: flags.quick ? 2 : num('rate-seconds'),
+  settleSeconds: flags.quick ? 1 : num('settle'),
+  openLoopWarmup: flags.quick ? 1 : num('openloop-warmup'),
+  coldOpenLoop: flags['cold-openloop'],
+  rssRequests: flags['requests-for-rss'] !== undefined ? num('requests-for-rss') : flags.quick ? 100_000 : 1_000_000,
   connections: num('connections'),
   threads: num('threads'),
   backendWorkers: num('backend-workers'),
@@ -84,6 +98,10 @@ const ctx = {
   quick: flags.quick,
   profileDir: flags.profile ? join(ROOT, '.bench-tmp', 'profiles') : undefined,
 };
+
+// Time limit: 6 minutes for the fixed parts, plus the RSS run at 3,000 requests/s at worst.
+const limitMs = (6 * 60 + (flags.only === 'kubernetes' ? 0 : ctx.rssRequests / 3000)) * 1000;
+installCleanup(limitMs);
 
 const started = Date.now();
 log(`servegate benchmark — ${new Date().toISOString()}`);
@@ -97,6 +115,29 @@ if (!flags['no-build']) {
   if (res.code !== 0) log(`build: tsc reported errors (exit ${res.code}); benchmarking whatever dist/ holds:\n${res.stdout.trim().split('\n').slice(0, 10).join('\n')}`);
 }
 
+/** How this run was started, as a reader would type it again. */
+function commandLine() {
+  const args = process.argv.slice(2).join(' ');
+  if (process.env.npm_lifecycle_event === 'bench') return `npm run bench${args ? ` -- ${args}` : ''}`;
+  return `node bench/run.mjs${args ? ` ${args}` : ''}`;
+}
+
+/** The closing block: every goal line with its verdict and figure, the key ratios, the command line. */
+function printSummary(results) {
+  const load = Object.entries(results.loadBefore ?? {}).map(([part, v]) => `${part} ${v.toFixed(2)}`).join(', ');
+  log('');
+  log('== Summary ==');
+  log(`  command: ${commandLine()}`);
+  log(`  ${results.date}, ${results.machine.cpus} × ${results.machine.model?.trim() ?? 'cpu'}, node ${results.machine.node}; load average before: ${load || 'n/a'}`);
+  for (const line of [...(results.gateway?.summary ?? []), ...(results.kubernetes?.summary ?? [])]) log(`  ${line}`);
+  const rows = [['goal', 'measured', 'verdict']];
+  for (const g of goalLog) rows.push([`${g.part}  ${g.text}`, g.measured, g.verdict]);
+  log('');
+  table(rows, { left: [0, 1] });
+  const count = (v) => goalLog.filter((g) => g.verdict === v).length;
+  log(`  ${count('met')} met, ${count('MISSED')} MISSED, ${count('skipped')} skipped`);
+}
+
 /** Other work on the machine skews every figure: say so next to them. */
 function busyCheck(results, part) {
   const [one] = loadavg();
@@ -107,7 +148,7 @@ function busyCheck(results, part) {
 
 if (ctx.profileDir) {
   rmSync(ctx.profileDir, { recursive: true, force: true });
-  log(`profiles: gateway CPU profiles go to ${ctx.profileDir}/{gateway,kubernetes-big,kubernetes-one}/`);
+  log(`profiles: gateway CPU profiles go to ${ctx.profileDir}/{gateway-log-off,gateway-log-on,kubernetes-big,kubernetes-one}/`);
 }
 
 const dir = mkdtempSync(join(tmpdir(), 'servegate-bench-'));
@@ -127,6 +168,7 @@ try {
       log(`Part A FAILED: ${err.stack ?? err}`);
     }
   }
+  skipGoals('A', Object.values(gatewayGoals(ctx)), flags.only === 'kubernetes' ? 'not run (--only kubernetes)' : 'no figure (part failed)');
   if (!flags.only || flags.only === 'kubernetes') {
     log('');
     log('== Part B: Kubernetes source at 10,000 ServingDeployments ==');
@@ -139,13 +181,16 @@ try {
       log(`Part B FAILED: ${err.stack ?? err}`);
     }
   }
+  skipGoals('B', Object.values(kubernetesGoals(ctx)), flags.only === 'gateway' ? 'not run (--only gateway)' : 'no figure (part failed or skipped)');
 } finally {
   killAllSync();
   rmSync(dir, { recursive: true, force: true });
 }
 const out = join(ROOT, '.bench-tmp');
 mkdirSync(out, { recursive: true });
+results.goals = goalLog;
 writeFileSync(join(out, 'bench-results.json'), JSON.stringify(results, null, 2));
+printSummary(results);
 log('');
 log(`done in ${Math.round((Date.now() - started) / 1000)} s; raw figures in .bench-tmp/bench-results.json`);
 process.exit(failed ? 1 : 0);

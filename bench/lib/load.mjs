@@ -82,15 +82,19 @@ export async function runAutocannon(url, { method, body, headers, paths }, { con
 }
 
 const OPENLOOP = fileURLToPath(new URL('../openloop.mjs', import.meta.url));
+const GC_PROBE = fileURLToPath(new URL('./gc-probe.mjs', import.meta.url));
 
 /**
  * Open-loop load at a fixed rate in a separate Node process (bench/openloop.mjs), one target at a time in
  * alternating slices. Latency counts from the time each request was scheduled, so a slow response cannot
- * hide the requests queued behind it. Resolves { [targetName]: result }.
+ * hide the requests queued behind it. With `gcLog`, the generator's own GC pauses go to that file
+ * (bench/lib/gc-probe.mjs). Resolves { [targetName]: result }.
  */
-export async function runOpenLoop({ targets, method, body, headers, rate, seconds, sliceSeconds = 1, warmupSeconds = 0, connections = 32, slowMs }) {
+export async function runOpenLoop({ targets, method, body, headers, rate, seconds, sliceSeconds = 1, warmupSeconds = 0, connections = 32, slowMs, gcLog }) {
   const spec = JSON.stringify({ targets, method, body, headers, rate, seconds, sliceSeconds, warmupSeconds, connections, slowMs });
-  const res = await runToEnd(process.execPath, [OPENLOOP, spec], { timeoutMs: ((seconds + warmupSeconds) * targets.length + 30) * 1000 });
+  const args = gcLog ? ['--import', GC_PROBE, OPENLOOP, spec] : [OPENLOOP, spec];
+  const env = gcLog ? { ...process.env, BENCH_GC_LOG: gcLog } : undefined;
+  const res = await runToEnd(process.execPath, args, { env, timeoutMs: ((seconds + warmupSeconds) * targets.length + 30) * 1000 });
   if (res.code !== 0) throw new Error(`open-loop generator failed (exit ${res.code}):\n${res.stderr}`);
   return JSON.parse(res.stdout);
 }

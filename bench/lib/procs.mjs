@@ -1,7 +1,7 @@
 // Child processes for the benchmark: started in their own process group, all killed at the end,
 // on Ctrl-C, on an uncaught error, and when the global time limit expires.
 import { execFileSync, spawn } from 'node:child_process';
-import { accessSync, constants, readdirSync, readFileSync } from 'node:fs';
+import { accessSync, closeSync, constants, fstatSync, openSync, readdirSync, readFileSync, readSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { delimiter, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -55,21 +55,30 @@ export function installCleanup(limitMs) {
 
 /**
  * Starts a long-running child in its own process group. Keeps the tail of its output for error
- * messages. `child.exited` resolves with the exit code (or signal name).
+ * messages. `child.exited` resolves with the exit code (or signal name). With `stdoutFile`, the child's
+ * stdout goes straight to that file (a server logging every request costs this process nothing; read
+ * the tail with outputOf); stderr is still kept.
  */
 export function startProcess(name, command, args, options = {}) {
-  const child = spawn(command, args, {
-    detached: true,
-    stdio: ['ignore', 'pipe', 'pipe'],
-    env: options.env ?? process.env,
-    cwd: options.cwd,
-  });
+  const out = options.stdoutFile ? openSync(options.stdoutFile, 'a') : 'pipe';
+  let child;
+  try {
+    child = spawn(command, args, {
+      detached: true,
+      stdio: ['ignore', out, 'pipe'],
+      env: options.env ?? process.env,
+      cwd: options.cwd,
+    });
+  } finally {
+    if (typeof out === 'number') closeSync(out);
+  }
   child.benchName = name;
+  child.stdoutFile = options.stdoutFile;
   child.output = '';
   const keep = (chunk) => {
     child.output = (child.output + chunk.toString()).slice(-8000);
   };
-  child.stdout.on('data', keep);
+  child.stdout?.on('data', keep);
   child.stderr.on('data', keep);
   child.exited = new Promise((resolve) => {
     child.on('exit', (code, signal) => {
@@ -84,6 +93,46 @@ export function startProcess(name, command, args, options = {}) {
   });
   children.add(child);
   return child;
+}
+
+/** The last `max` characters of a child's output: stderr (and stdout if piped), then the tail of its stdout file. */
+export function outputOf(child, max = 4000) {
+  if (!child.stdoutFile) return child.output.slice(-max);
+  return `${child.output.slice(-max / 2)}${child.output ? '\n' : ''}${fileTail(child.stdoutFile, max / 2)}`;
+}
+
+/** The last `bytes` bytes of a file as text ('' if unreadable). */
+export function fileTail(file, bytes) {
+  let fd;
+  try {
+    fd = openSync(file, 'r');
+    const size = fstatSync(fd).size;
+    const buf = Buffer.alloc(Math.min(bytes, size));
+    readSync(fd, buf, 0, buf.length, size - buf.length);
+    return buf.toString('utf8');
+  } catch {
+    return '';
+  } finally {
+    if (fd !== undefined) closeSync(fd);
+  }
+}
+
+/** Newlines in a file (read in 1 MB blocks), e.g. access-log lines; undefined if unreadable. */
+export function countLines(file) {
+  let fd;
+  try {
+    fd = openSync(file, 'r');
+    const buf = Buffer.alloc(1 << 20);
+    let n = 0;
+    for (let got; (got = readSync(fd, buf, 0, buf.length, null)) > 0; ) {
+      for (let i = buf.indexOf(10); i !== -1 && i < got; i = buf.indexOf(10, i + 1)) n++;
+    }
+    return n;
+  } catch {
+    return undefined;
+  } finally {
+    if (fd !== undefined) closeSync(fd);
+  }
 }
 
 /** SIGTERM to the process group, SIGKILL after graceMs. */
@@ -155,7 +204,7 @@ export async function waitFor(what, check, { timeoutMs = 15_000, intervalMs = 50
   let lastError;
   while (Date.now() < deadline) {
     if (child && (child.exitCode !== null || child.signalCode !== null)) {
-      throw new Error(`${what}: ${child.benchName} exited (${child.exitCode ?? child.signalCode}):\n${child.output.trim()}`);
+      throw new Error(`${what}: ${child.benchName} exited (${child.exitCode ?? child.signalCode}):\n${outputOf(child).trim()}`);
     }
     try {
       if (await check()) return;
@@ -164,7 +213,7 @@ export async function waitFor(what, check, { timeoutMs = 15_000, intervalMs = 50
     }
     await sleep(intervalMs);
   }
-  const tail = child ? `\n${child.benchName} output:\n${child.output.trim()}` : '';
+  const tail = child ? `\n${child.benchName} output:\n${outputOf(child).trim()}` : '';
   throw new Error(`${what}: not ready after ${timeoutMs} ms${lastError ? ` (${lastError.message})` : ''}${tail}`);
 }
 
@@ -195,11 +244,52 @@ export function memoryOf(pid) {
   }
 }
 
+/**
+ * Samples every `everyMs` the scheduler figures of a process's main thread (Linux /proc/<pid>/schedstat): time on a
+ * CPU and time runnable but waiting for one (ns); and its open file descriptors (sockets, mostly).
+ * stop() returns [{ at (epoch ms), runNs, waitNs, fds }].
+ */
+export function schedSampler(pid, everyMs = 50) {
+  const samples = [];
+  const read = () => {
+    try {
+      const [run, wait] = readFileSync(`/proc/${pid}/schedstat`, 'utf8').trim().split(' ').map(Number);
+      samples.push({ at: Date.now(), runNs: run, waitNs: wait, fds: readdirSync(`/proc/${pid}/fd`).length });
+    } catch {
+      /* gone or not Linux */
+    }
+  };
+  read();
+  const timer = setInterval(read, everyMs);
+  return {
+    stop() {
+      clearInterval(timer);
+      read();
+      return samples;
+    },
+  };
+}
+
+/** Sum of the increments of samples[key] over the intervals that end inside the [from, to] windows. */
+export function sumInWindows(samples, key, windows) {
+  let sum = 0;
+  for (let i = 1; i < samples.length; i++) {
+    const at = samples[i].at;
+    if (windows.some(([a, b]) => at > a && at <= b)) sum += samples[i][key] - samples[i - 1][key];
+  }
+  return sum;
+}
+
 let clockTicks;
 /** CPU seconds (user + system) used so far by every live process in a process group (Linux /proc). */
 export function groupCpuSeconds(pgid) {
+  return cpuOfGroups([pgid])?.get(pgid);
+}
+
+/** Map pgid → CPU seconds (user + system) of the live processes of each group, in one scan of /proc. */
+function cpuOfGroups(pgids) {
   clockTicks ??= Number(spawnSyncText('getconf', ['CLK_TCK'])) || 100;
-  let ticks = 0;
+  const ticks = new Map(pgids.map((g) => [g, 0]));
   let entries = [];
   try {
     entries = readdirSync('/proc');
@@ -216,10 +306,35 @@ export function groupCpuSeconds(pgid) {
     }
     // Fields after the command name "(...)": state ppid pgrp ... utime(14) stime(15), counted from 1 overall.
     const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    if (Number(fields[2]) !== pgid) continue;
-    ticks += Number(fields[11]) + Number(fields[12]);
+    const pgrp = Number(fields[2]);
+    if (ticks.has(pgrp)) ticks.set(pgrp, ticks.get(pgrp) + Number(fields[11]) + Number(fields[12]));
   }
-  return ticks / clockTicks;
+  return new Map([...ticks].map(([g, t]) => [g, t / clockTicks]));
+}
+
+/**
+ * CPU seconds so far: `busy`, of the whole machine (every core, steal included, from /proc/stat), and `ours`, of
+ * this process, its children already reaped (wrk runs, ...) and every live process group it started.
+ * Two snapshots give otherCores(): what the rest of the machine used meanwhile (noise on a shared host).
+ */
+export function cpuSnapshot() {
+  try {
+    const [user, nice, system, , , irq, softirq, steal] = readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1).map(Number);
+    const self = readFileSync('/proc/self/stat', 'utf8');
+    const f = self.slice(self.lastIndexOf(')') + 2).split(' ');
+    const groups = cpuOfGroups([...children].map((c) => c.pid));
+    const hz = clockTicks;
+    const ours = (Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14])) / hz + [...groups.values()].reduce((a, b) => a + b, 0);
+    return { t: Date.now(), busy: (user + nice + system + irq + softirq + (steal || 0)) / hz, ours };
+  } catch {
+    return undefined;
+  }
+}
+
+/** Cores the processes that are not the benchmark's used between two cpuSnapshot()s; NaN if unknown. */
+export function otherCores(a, b) {
+  if (!a || !b || b.t <= a.t) return NaN;
+  return Math.max(0, b.busy - a.busy - (b.ours - a.ours)) / ((b.t - a.t) / 1000);
 }
 
 function spawnSyncText(command, args) {

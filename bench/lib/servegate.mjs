@@ -2,7 +2,8 @@
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { freePort, startProcess } from './procs.mjs';
+import { performance } from 'node:perf_hooks';
+import { freePort, outputOf, startProcess, stopProcess } from './procs.mjs';
 
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 export const CLI = join(ROOT, 'dist', 'cli', 'main.js');
@@ -11,21 +12,68 @@ export function cliBuilt() {
   return existsSync(CLI);
 }
 
+const GC_PROBE = fileURLToPath(new URL('./gc-probe.mjs', import.meta.url));
+
 /**
- * `node dist/cli/main.js serve <sourceArgs> --config <tmp> --port P --admin-port A`, logLevel warn.
- * Resolves { child, port, adminPort } once started (readiness is for the caller to probe).
+ * `node dist/cli/main.js serve <sourceArgs> --config <tmp> --port P --admin-port A`, stdout to <dir>/<name>-stdout.log
+ * (the access log, when on, costs the benchmark process nothing). With `gcLog`, the GC pauses go to that file
+ * (bench/lib/gc-probe.mjs). Resolves { child, port, adminPort } once started (readiness is for the caller to probe).
  */
-export async function startGatewayProcess(dir, sourceArgs, { env, config = {}, profileDir } = {}) {
+export async function startGatewayProcess(dir, sourceArgs, { env, config = {}, profileDir, name = 'servegate', gcLog } = {}) {
   const port = await freePort();
   const adminPort = await freePort();
-  const configFile = join(dir, 'servegate-config.json');
-  writeFileSync(configFile, JSON.stringify({ logLevel: 'warn', shutdown: { drainSeconds: 1 }, ...config }, null, 2));
+  const configFile = join(dir, `${name}-config.json`);
+  writeFileSync(configFile, JSON.stringify({ shutdown: { drainSeconds: 1 }, ...config }, null, 2));
   const args = [CLI, 'serve', ...sourceArgs, '--config', configFile, '--port', String(port), '--admin-port', String(adminPort)];
   // --cpu-prof writes the profile when the process exits normally (servegate exits 0 after SIGTERM).
   // --inspect on an ephemeral loopback port lets liveHeap() force a full GC (no cost while no client is attached).
-  const nodeArgs = ['--inspect=127.0.0.1:0', ...(profileDir ? ['--cpu-prof', '--cpu-prof-dir', profileDir] : [])];
-  const child = startProcess('servegate', process.execPath, [...nodeArgs, ...args], { env: { ...process.env, ...env }, cwd: ROOT });
-  return { child, port, adminPort };
+  const nodeArgs = ['--inspect=127.0.0.1:0', ...(gcLog ? ['--import', GC_PROBE] : []), ...(profileDir ? ['--cpu-prof', '--cpu-prof-dir', profileDir] : [])];
+  const child = startProcess(name, process.execPath, [...nodeArgs, ...args], {
+    env: { ...process.env, ...env, ...(gcLog ? { BENCH_GC_LOG: gcLog } : {}) },
+    cwd: ROOT,
+    stdoutFile: join(dir, `${name}-stdout.log`),
+  });
+  return { child, port, adminPort, stdoutFile: child.stdoutFile, spawnedAt: performance.now() };
+}
+
+/** Access log off as the configuration will say it: `accessLog: false` (a top-level key being added). */
+const ACCESS_LOG_OFF = { accessLog: false };
+/** Access log off for a build whose configuration has no `accessLog` key yet: requests are logged at info. */
+const ACCESS_LOG_OFF_FALLBACK = { logLevel: 'warn' };
+
+/**
+ * Starts the gateway with its access log off (`accessLog: false`) or on (the defaults: one JSON line per request
+ * to stdout) and waits for `ready(gw)` (which must throw when the process exits: waitFor with `child`). A build
+ * that refuses `accessLog` (exits with an error naming it) is started again with `logLevel: warn`.
+ * Resolves gw with `logMode` (what was used) and `fallback` (true when the old way had to be used).
+ */
+export async function startGateway(dir, sourceArgs, { accessLog, ready, config = {}, ...opts }) {
+  if (accessLog) {
+    const gw = await startGatewayProcess(dir, sourceArgs, { config, ...opts });
+    await readyOrStop(gw, ready);
+    return Object.assign(gw, { logMode: 'defaults: one JSON line per request to stdout (to a file)', fallback: false });
+  }
+  const gw = await startGatewayProcess(dir, sourceArgs, { config: { ...ACCESS_LOG_OFF, ...config }, ...opts });
+  try {
+    await ready(gw);
+    return Object.assign(gw, { logMode: 'accessLog: false', fallback: false });
+  } catch (err) {
+    const refused = gw.child.exitCode !== null && /accessLog/.test(outputOf(gw.child));
+    await stopProcess(gw.child);
+    if (!refused) throw err;
+  }
+  const old = await startGatewayProcess(dir, sourceArgs, { config: { ...ACCESS_LOG_OFF_FALLBACK, ...config }, ...opts });
+  await readyOrStop(old, ready);
+  return Object.assign(old, { logMode: 'logLevel: warn (FALLBACK: this build refuses `accessLog: false`)', fallback: true });
+}
+
+async function readyOrStop(gw, ready) {
+  try {
+    await ready(gw);
+  } catch (err) {
+    await stopProcess(gw.child);
+    throw err;
+  }
 }
 
 /** JS heap figures from the admin listener's /metrics (prom-client default metrics), in bytes; {} if unavailable. */
