@@ -13,6 +13,7 @@ import { hostProblem, recordAnswer, type PlaneContext } from './exchange.js';
 import { clientRequestId, upstreamHeaders } from './headers.js';
 import { closeSocket, rawHead, sendRawError } from './reply.js';
 import { readHead } from './request-head.js';
+import { mapUpstreamError } from './upstream-errors.js';
 import type { Route } from '../routing/types.js';
 
 /** Longest error body from a backend that declines an upgrade that is passed on. */
@@ -162,12 +163,9 @@ export class UpgradeJob implements Job {
     upstream.on('timeout', () => upstream.destroy(Object.assign(new Error('timeout'), { code: 'UND_ERR_HEADERS_TIMEOUT' })));
     upstream.on('error', (err: NodeJS.ErrnoException) => {
       if (socket.destroyed || this.tunnel) return;
-      const timeout = err.code === 'UND_ERR_HEADERS_TIMEOUT';
-      ctx.metrics.upstreamErrors.inc({ cause: timeout ? 'headers_timeout' : err.code === 'ECONNREFUSED' ? 'connect_refused' : 'reset' });
-      const e = timeout
-        ? gatewayError('backend_timeout', `deployment ${route.project}/${route.deployment} did not answer within ${route.timeoutMs / 1000}s`)
-        : gatewayError('backend_unavailable', `deployment ${route.project}/${route.deployment}: the backend refused or broke the connection (${err.code ?? err.message})`);
-      this.refuse(e, dialect, extra);
+      const mapped = mapUpstreamError(err.code ?? '', route);
+      ctx.metrics.upstreamErrors.inc({ cause: mapped.cause });
+      this.refuse(mapped.error, dialect, extra);
     });
     upstream.end();
   }
