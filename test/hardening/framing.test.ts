@@ -15,6 +15,7 @@ import {
 } from '../support/backends.js';
 import { rawHttp, send, startGateway, type Gateway } from '../support/harness.js';
 import { Conn, plainAnswer, RawBackend, responsesOf, type ParsedResponse, type RawScript } from '../support/raw-backend.js';
+import { backendSawSince, jsonError } from '../support/raw-backend.js';
 
 let py: RecordingBackend;
 let slow: RecordingBackend;
@@ -80,22 +81,8 @@ async function connect(port = gw.port): Promise<Conn> {
   return c;
 }
 
-/**
- * The URLs a backend saw since `before`, once a harmless marker request sent through the gateway afterwards has
- * been answered: whatever an earlier attack made the gateway forward has arrived by then.
- */
-async function seenSince(backend: RecordingBackend, before: number, markerPath: string): Promise<string[]> {
-  const r = await send(`${gw.url}${markerPath}`, { headers: { authorization: `ApiKey ${key}` } });
-  expect(r.status, `marker ${markerPath}: ${r.text}`).toBe(200);
-  return backend.requests.slice(before).map((q) => q.url);
-}
+const seenSince = (backend: RecordingBackend, before: number, markerPath: string): Promise<string[]> => backendSawSince(gw.url, key, backend, before, markerPath);
 
-function jsonError(r: ParsedResponse): unknown {
-  expect(r.headers['content-type'] ?? '', `content-type of the ${r.status}`).toMatch(/^application\/json/);
-  const doc = JSON.parse(r.body.toString('utf8'));
-  expect(typeof doc.error, `error body ${r.body.toString('utf8')}`).toBe('string');
-  return doc.error;
-}
 
 async function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   let t: NodeJS.Timeout | undefined;

@@ -6,6 +6,7 @@ import WebSocket from 'ws';
 import { RecordingBackend, sha256, startPythonBackend, startV1Backend, type RecordedRequest } from '../support/backends.js';
 import { rawHttp, send, startGateway, type Gateway } from '../support/harness.js';
 import { Conn, type ParsedResponse } from '../support/raw-backend.js';
+import { backendSawSince, jsonError } from '../support/raw-backend.js';
 
 let py: RecordingBackend;
 let v1: RecordingBackend;
@@ -63,18 +64,8 @@ function onlyAt(backend: RecordingBackend, path: string): RecordedRequest {
   return m[0];
 }
 
-/** The URLs a backend saw since `before`, once a marker request sent afterwards has been answered. */
-async function seenSince(backend: RecordingBackend, before: number, markerPath: string): Promise<string[]> {
-  const r = await send(`${gw.url}${markerPath}`, { headers: { authorization: `ApiKey ${key}` } });
-  expect(r.status, `marker ${markerPath}: ${r.text}`).toBe(200);
-  return backend.requests.slice(before).map((q) => q.url);
-}
+const seenSince = (backend: RecordingBackend, before: number, markerPath: string): Promise<string[]> => backendSawSince(gw.url, key, backend, before, markerPath);
 
-function jsonError(r: ParsedResponse): void {
-  expect(r.headers['content-type'] ?? '', `content-type of the ${r.status}`).toMatch(/^application\/json/);
-  const doc = JSON.parse(r.body.toString('utf8'));
-  expect(typeof doc.error, `error body ${r.body.toString('utf8')}`).toBe('string');
-}
 
 /** Header names on the wire at the backend, lower-cased. */
 const wireNames = (rec: RecordedRequest) => rec.rawHeaders.filter((_, i) => i % 2 === 0).map((n) => n.toLowerCase());

@@ -2,6 +2,9 @@
 // a client connection that records every byte and how the connection ended (FIN or RST), and a strict
 // HTTP/1.1 response parser that says whether a message arrived complete.
 import net, { type AddressInfo } from 'node:net';
+import { expect } from 'vitest';
+import type { RecordingBackend } from './backends.js';
+import { send } from './harness.js';
 
 export interface RawRequest {
   /** 1, 2, 3... in arrival order. */
@@ -350,4 +353,22 @@ export function parseResponses(
 /** The responses on a connection, parsed with what is known about how it ended. */
 export function responsesOf(c: Conn, headRequests: number[] = []): ParsedResponse[] {
   return parseResponses(c.data, { headRequests, eof: c.closedBy !== undefined, closedBy: c.closedBy });
+}
+
+/**
+ * The URLs a backend saw since `before`, once a marker request sent afterwards has been answered: whatever an earlier
+ * attack made the gateway forward has arrived by then.
+ */
+export async function backendSawSince(gatewayUrl: string, key: string, backend: RecordingBackend, before: number, markerPath: string): Promise<string[]> {
+  const r = await send(`${gatewayUrl}${markerPath}`, { headers: { authorization: `ApiKey ${key}` } });
+  expect(r.status, `marker ${markerPath}: ${r.text}`).toBe(200);
+  return backend.requests.slice(before).map((q) => q.url);
+}
+
+/** Checks that an answer is the gateway's JSON error ({"error": "..."}) and returns the message. */
+export function jsonError(r: ParsedResponse): string {
+  expect(r.headers['content-type'] ?? '', `content-type of the ${r.status}`).toMatch(/^application\/json/);
+  const doc = JSON.parse(r.body.toString('utf8'));
+  expect(typeof doc.error, `error body ${r.body.toString('utf8')}`).toBe('string');
+  return doc.error;
 }
