@@ -92,6 +92,9 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
 
   start(): void {
     this.res.once('close', this.onClose);
+    // The body idle clock starts now: the sweep then fires between bodyIdleMs and bodyIdleMs + its 1 s period.
+    this.seenBytes = this.conn.socket.bytesRead;
+    this.seenAt = Date.now();
     try {
       this.admitAndForward();
     } catch (err) {

@@ -249,12 +249,12 @@ describe('slow request bodies (limits.requestBodyIdleTimeoutSeconds: 1)', () => 
     ['1 byte of a 100-byte Content-Length body', '/stall-length', [['Content-Type', 'application/octet-stream'], ['Content-Length', '100']], 'a'],
     ['a chunked body that stops after one chunk', '/stall-chunked', [['Content-Type', 'application/octet-stream'], ['Transfer-Encoding', 'chunked']], '5\r\nhello\r\n'],
   ] as Array<[string, string, Array<[string, string]>, string]>)(
-    'python deployment, %s: 408 within ~3 s, the connection closes, the backend request is aborted',
+    'python deployment, %s: 408 within seconds (not the 30 s default), the connection closes, the backend request is aborted',
     async (_what, path, extra, first) => {
       const { c, r, ms } = await stall(`/v1/demo/x${path}`, extra, first);
       expect(r.status).toBe(408);
       jsonError(r);
-      expect(ms).toBeLessThan(3000);
+      expect(ms).toBeLessThan(5000); // 1 s idle + the 1 s sweep, with room for a loaded CI box
       await c.closed(2000);
       const rec = await backendAborted(path);
       expect(rec.complete).toBe(false);
@@ -267,7 +267,7 @@ describe('slow request bodies (limits.requestBodyIdleTimeoutSeconds: 1)', () => 
     const { c, r, ms } = await stall('/v1/demo/iris/v1/models/iris:predict', [['Content-Type', 'application/json'], ['Content-Length', '100']], '{');
     expect(r.status).toBe(408);
     jsonError(r);
-    expect(ms).toBeLessThan(3000);
+    expect(ms).toBeLessThan(5000); // 1 s idle + the 1 s sweep, with room for a loaded CI box
     await c.closed(2000);
     const m = await send(`${sgw.url}/v1/demo/iris/v1/models/iris`, { headers: { authorization: `ApiKey ${skey}` } });
     expect(m.status).toBe(200);
@@ -281,7 +281,7 @@ describe('slow request bodies (limits.requestBodyIdleTimeoutSeconds: 1)', () => 
     const err = JSON.parse(r.body.toString()).error;
     expect(typeof err?.message).toBe('string');
     expect(typeof err?.type).toBe('string');
-    expect(ms).toBeLessThan(3000);
+    expect(ms).toBeLessThan(5000); // 1 s idle + the 1 s sweep, with room for a loaded CI box
     await c.closed(2000);
     expect(llm.requests.length).toBe(before);
   });
