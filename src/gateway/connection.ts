@@ -3,7 +3,7 @@
 // in the pipeline, and everything queued is dropped when the connection closes.
 import type { Socket } from 'node:net';
 import type { Drain } from './drain.js';
-import { gatewayError } from './errors.js';
+import type { GatewayError } from './errors.js';
 import { sendRawError } from './reply.js';
 
 /** A request (or upgrade) waiting for, or holding, its turn on the connection. */
@@ -16,7 +16,7 @@ export interface Job {
   /** Shutdown deadline: end what is still running. */
   deadline(): void;
   /** A parse error while this job's own request is still being read: true when the job answers it. */
-  interrupt?(status: number, message: string): boolean;
+  interrupt?(err: GatewayError): boolean;
 }
 
 /** Pipelined requests parsed ahead of the one being served, beyond which the connection stops reading. */
@@ -30,7 +30,7 @@ export class Conn {
   private paused = false;
   private closed = false;
   /** A parse error seen while earlier requests were still being answered: answered after them. */
-  private pendingError: { status: number; message: string; answered?: boolean } | undefined;
+  private pendingError: { err: GatewayError; answered: boolean } | undefined;
 
   /** The peer address (without the IPv4-mapped IPv6 prefix) and scheme, read once per connection. */
   readonly client: string;
@@ -89,25 +89,15 @@ export class Conn {
   }
 
   /** A malformed request, or headers not received in time: answered once every earlier request is answered. */
-  fail(status: number, message: string): void {
+  fail(err: GatewayError): void {
     if (this.closed || this.pendingError) return;
-    if (this.active?.interrupt?.(status, message)) {
-      this.pendingError = { status, message, answered: true };
-      return;
-    }
-    this.pendingError = { status, message };
+    const answered = this.active?.interrupt?.(err) ?? false;
+    this.pendingError = { err, answered };
     if (this.active === undefined) this.answerError();
   }
 
   private answerError(): void {
-    const e = this.pendingError!;
-    const code = e.status === 431 ? 'headers_too_large' : e.status === 408 ? 'request_timeout' : 'bad_request';
-    sendRawError(this.socket, gatewayError(code, e.message), 'kserve', []);
-  }
-
-  /** Whether this connection is being answered now (drain waits for it). */
-  get idle(): boolean {
-    return this.active === undefined;
+    sendRawError(this.socket, this.pendingError!.err, 'kserve', []);
   }
 
   tick(now: number): void {

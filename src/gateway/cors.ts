@@ -15,7 +15,8 @@ export interface CorsPolicy {
 }
 
 const ALWAYS_ALLOWED = ['authorization', 'content-type'];
-const ALLOWED_METHODS = 'GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS';
+/** The methods the gateway forwards: CORS preflights and the Allow header of its 405s say the same. */
+export const ALLOWED_METHODS = 'GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS';
 const DEFAULT_EXPOSED = ['x-request-id', 'retry-after', 'www-authenticate'];
 
 export function corsPolicy(cors: Config['cors']): CorsPolicy {

@@ -1,7 +1,7 @@
 // The data-plane listener: Node's HTTP server with its events wired to connections and exchanges. Every request and
 // upgrade becomes a job on its connection; parse errors are answered in their place in the pipeline; a once-a-second
 // sweep over the connections (not over requests) runs the body and slow-reader timeouts.
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer, maxHeaderSize, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Config } from '../config/schema.js';
 import { logWriter, type Logger } from '../log.js';
@@ -9,7 +9,7 @@ import type { RouteStore } from '../routing/store.js';
 import type { EndpointResolver } from '../sources/types.js';
 import { AccessLog } from './access-log.js';
 import { Conn } from './connection.js';
-import { corsPolicy } from './cors.js';
+import { ALLOWED_METHODS, corsPolicy } from './cors.js';
 import type { Drain } from './drain.js';
 import { gatewayError } from './errors.js';
 import { Exchange, type PlaneContext } from './exchange.js';
@@ -100,7 +100,7 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
   });
   server.on('connect', (_req: IncomingMessage, socket: Socket) => {
     // CONNECT would make the gateway a TCP proxy: never.
-    sendRawError(socket, gatewayError('method_not_allowed', 'CONNECT is not supported: servegate is not a forward proxy', { allow: 'GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS' }), 'kserve', []);
+    sendRawError(socket, gatewayError('method_not_allowed', 'CONNECT is not supported: servegate is not a forward proxy', { allow: ALLOWED_METHODS }), 'kserve', []);
   });
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
     const code = err.code ?? '';
@@ -108,18 +108,16 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
       socket.destroy();
       return;
     }
-    let status = 400;
-    let message = `malformed HTTP request (${code || 'parse error'}${(err as { reason?: string }).reason ? `: ${(err as { reason?: string }).reason}` : ''})`;
-    if (code === 'HPE_HEADER_OVERFLOW') {
-      status = 431;
-      message = 'request line and headers are larger than the limit of 16 KB';
-    } else if (code === 'ERR_HTTP_REQUEST_TIMEOUT') {
-      status = 408;
-      message = `request headers not received within ${limits.headersTimeoutSeconds}s`;
-    }
+    const reason = (err as { reason?: string }).reason;
+    const e =
+      code === 'HPE_HEADER_OVERFLOW'
+        ? gatewayError('headers_too_large', `request line and headers are larger than the limit of ${Math.round(maxHeaderSize / 1024)} KB`)
+        : code === 'ERR_HTTP_REQUEST_TIMEOUT'
+          ? gatewayError('request_timeout', `request headers not received within ${limits.headersTimeoutSeconds}s`)
+          : gatewayError('bad_request', `malformed HTTP request (${code || 'parse error'}${reason ? `: ${reason}` : ''})`);
     const conn = Conn.of(socket);
-    if (conn) conn.fail(status, message);
-    else sendRawError(socket, gatewayError(status === 431 ? 'headers_too_large' : status === 408 ? 'request_timeout' : 'bad_request', message), 'kserve', []);
+    if (conn) conn.fail(e);
+    else sendRawError(socket, e, 'kserve', []);
   });
 
   const sweep = setInterval(() => {

@@ -12,7 +12,7 @@ import type { Route } from '../routing/types.js';
 import type { AccessLog } from './access-log.js';
 import { admit, type Accepted } from './admit.js';
 import type { Conn, Job } from './connection.js';
-import { isPreflightHead, preflightHeaderList, responseCorsList, type CorsPolicy } from './cors.js';
+import { ALLOWED_METHODS, isPreflightHead, preflightHeaderList, responseCorsList, type CorsPolicy } from './cors.js';
 import type { Drain } from './drain.js';
 import { gatewayError, type Dialect, type GatewayError } from './errors.js';
 import { clientRequestId, downstreamHeaders, upstreamHeaders } from './headers.js';
@@ -20,7 +20,7 @@ import type { Metrics } from './metrics.js';
 import { validateBody } from './protocol.js';
 import type { RateLimiter } from './ratelimit.js';
 import { sendError, closeSocket } from './reply.js';
-import { readHead, validAuthority, type HeadOptions, type RequestHead } from './request-head.js';
+import { headProblem, readHead, type HeadOptions, type RequestHead } from './request-head.js';
 import { BODY_TOO_LARGE, ClientGone, CONNECT_FAILURES, mapUpstreamError, tooLarge } from './upstream-errors.js';
 import { upstreamReset, type Pools, type Target, type TargetPicker } from './upstream.js';
 
@@ -54,6 +54,9 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
   private requestId = '';
   private head: RequestHead | undefined;
   private d: Accepted | undefined;
+  /** The route and key name as far as admission got (for the metric and the log line of a refusal too). */
+  private routeOf: Route | undefined;
+  private keyName = '';
   private dialect: Dialect = 'kserve';
   private extra: string[] = [];
   private body: Buffer | Readable | null = null;
@@ -67,7 +70,8 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
   private over = false;
   /** The gateway's own answer was written: nothing else may be. */
   private answered = false;
-  private responded = false;
+  /** Counted in the in-flight gauge (from dispatch to the end of the backend call). */
+  private inflight = false;
   private closeDelimited = false;
   private sse = false;
   private closeAfter = false;
@@ -141,13 +145,13 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
   }
 
   /** Node's parser failed on this request's own body (bad chunk, ...): it is refused, never forwarded short. */
-  interrupt(status: number, message: string): boolean {
+  interrupt(err: GatewayError): boolean {
     const req = this.req;
     if (this.over || !req || req.complete) return false;
-    this.error = message;
-    this.abort(new EndedByGateway(message));
+    this.error = err.message;
+    this.abort(new EndedByGateway(err.message));
     if (this.res.headersSent) this.res.destroy();
-    else this.refuse(gatewayError(status === 431 ? 'headers_too_large' : 'bad_request', message), true);
+    else this.refuse(err, true);
     return true;
   }
 
@@ -160,17 +164,14 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
     this.extra.push('x-request-id', this.requestId);
 
     // Framing and identity facts first: nothing about such a request can be trusted.
-    if (head.headerLines > ctx.maxHeaders) {
-      return this.refuse(gatewayError('headers_too_large', `the request has ${head.headerLines} header lines; at most ${ctx.maxHeaders} are accepted`), true);
-    }
-    const bad = hostProblem(head, req);
-    if (bad) return this.refuse(gatewayError('bad_request', bad), true);
+    const bad = headProblem(head, req, ctx.maxHeaders);
+    if (bad) return this.refuse(bad, true);
     if (this.expectation !== undefined) {
       return this.refuse(gatewayError('expectation_failed', `Expect: ${this.expectation} is not supported (only 100-continue)`), true);
     }
     if (head.method === 'TRACE' || head.method === 'TRACK') {
       // TRACE would reflect the request (cookies included) back: never forwarded.
-      return this.refuse(gatewayError('method_not_allowed', `${head.method} is not allowed`, { allow: 'GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS' }));
+      return this.refuse(gatewayError('method_not_allowed', `${head.method} is not allowed`, { allow: ALLOWED_METHODS }));
     }
 
     if (isPreflightHead(head)) {
@@ -298,10 +299,6 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
     }
   }
 
-  private inflight = false;
-  private routeOf: Route | undefined;
-  private keyName = '';
-
   onConnect(abort: (err?: Error) => void): void {
     this.abortUpstream = abort;
     if (this.abortReason) abort(this.abortReason);
@@ -311,16 +308,14 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
     if (status < 200) return true; // 1xx: interim answers are the gateway's business (100-continue), not passed on
     const res = this.res;
     if (this.gone || !res) return false;
-    this.responded = true;
     this.resumeUpstream = resume;
     const down = downstreamHeaders(raw, this.ctx.cors.enabled);
     const list = down.list;
-    for (let i = list.length - 2; i >= 0; i -= 2) if (list[i] === 'x-request-id') list.splice(i, 2);
     for (let i = 0; i < this.extra.length; i++) list.push(this.extra[i]);
     const sse = (this.sse = down.contentType !== undefined && down.contentType.startsWith('text/event-stream'));
     if (sse) {
       list.push('x-accel-buffering', 'no');
-      if (!list.includes('cache-control')) list.push('cache-control', 'no-cache');
+      if (!down.cacheControl) list.push('cache-control', 'no-cache');
     }
     if (this.ctx.drain.draining) list.push('connection', 'close');
     this.closeDelimited = !down.length && !down.chunked && !NO_BODY_STATUS(status) && this.req.method !== 'HEAD';
@@ -367,7 +362,7 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
     if (this.gone || err instanceof ClientGone) return;
     if (err instanceof EndedByGateway) return; // answered by whoever ended it
     const code = (err as { code?: string }).code ?? '';
-    if (!this.responded && CONNECT_FAILURES.has(code) && (this.body === null || Buffer.isBuffer(this.body)) && this.attempt < 1) {
+    if (!this.res.headersSent && CONNECT_FAILURES.has(code) && (this.body === null || Buffer.isBuffer(this.body)) && this.attempt < 1) {
       // Nothing reached the backend: one more try, on another endpoint when there is one.
       ctx.logger.debug({ requestId: this.requestId, err: code, target: this.target?.origin }, 'connect failed, retrying once');
       this.attempt++;
@@ -375,7 +370,7 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
       setTimeout(() => this.dispatch(avoid), 25);
       return;
     }
-    if (this.responded || this.res.headersSent) return this.cut(code === 'UND_ERR_BODY_TIMEOUT' ? 'stream_idle_timeout' : 'reset');
+    if (this.res.headersSent) return this.cut(code === 'UND_ERR_BODY_TIMEOUT' ? 'stream_idle_timeout' : 'reset');
     if (code === BODY_TOO_LARGE) return this.refuse(tooLarge(ctx.maxBody), true);
     const mapped = mapUpstreamError(code, route);
     ctx.metrics.upstreamErrors.inc({ cause: mapped.cause });
@@ -515,14 +510,6 @@ export function recordAnswer(ctx: PlaneContext, a: Answer): void {
     bytesOut: a.bytesOut,
     error: a.error,
   });
-}
-
-/** Why the request's Host / authority is unacceptable (RFC 9112 §3.2), or undefined. */
-export function hostProblem(head: RequestHead, req: IncomingMessage): string | undefined {
-  if (head.hostLines > 1) return 'more than one Host header';
-  if (head.hostLines === 0 && req.httpVersionMajor === 1 && req.httpVersionMinor === 1) return 'an HTTP/1.1 request needs a Host header';
-  if (head.authority !== undefined && !validAuthority(head.authority)) return `invalid Host ${JSON.stringify(head.authority.slice(0, 100))}`;
-  return undefined;
 }
 
 /** Streams a chunked body through, failing once it passes max bytes. */

@@ -44,11 +44,16 @@ export function upstreamHeaders(head: RequestHead, ctx: UpstreamContext): string
 
 /**
  * The backend's response header lines as the client gets them: hop-by-hop ones and those named in Connection removed,
- * and the backend's CORS headers too when the gateway answers CORS itself. `raw` is undici's [name, value, ...].
+ * the backend's x-request-id (the gateway sets its own, the one the backend was sent), and the backend's CORS headers
+ * too when the gateway answers CORS itself. `raw` is undici's [name, value, ...].
  */
-export function downstreamHeaders(raw: ReadonlyArray<Buffer | string>, stripCors: boolean): { list: string[]; contentType: string | undefined; length: boolean; chunked: boolean } {
+export function downstreamHeaders(
+  raw: ReadonlyArray<Buffer | string>,
+  stripCors: boolean,
+): { list: string[]; contentType: string | undefined; cacheControl: boolean; length: boolean; chunked: boolean } {
   const list: string[] = [];
   let contentType: string | undefined;
+  let cacheControl = false;
   let length = false;
   let chunked = false;
   let named: Set<string> | undefined;
@@ -64,10 +69,11 @@ export function downstreamHeaders(raw: ReadonlyArray<Buffer | string>, stripCors
       chunked = true;
       continue;
     }
-    if (HOP_BY_HOP.has(name)) continue;
+    if (HOP_BY_HOP.has(name) || name === 'x-request-id') continue;
     if (stripCors && name.startsWith('access-control-')) continue;
     if (name === 'content-length') length = true;
     else if (name === 'content-type') contentType ??= value;
+    else if (name === 'cache-control') cacheControl = true;
     list.push(name, value);
   }
   if (named) {
@@ -75,7 +81,7 @@ export function downstreamHeaders(raw: ReadonlyArray<Buffer | string>, stripCors
       if (named.has(list[i]) && list[i] !== 'content-length' && list[i] !== 'content-type') list.splice(i, 2);
     }
   }
-  return { list, contentType, length, chunked };
+  return { list, contentType, cacheControl, length, chunked };
 }
 
 const REQUEST_ID = /^[\x21-\x7e]{1,200}$/;

@@ -1,6 +1,7 @@
 // One pass over the client's header lines (req.rawHeaders, so Node never builds its headers object): the facts the
 // decisions need, and the lines that may go upstream. Counting happens here too: Host lines, header lines, duplicates.
 import type { IncomingMessage } from 'node:http';
+import { gatewayError, type GatewayError } from './errors.js';
 
 export interface RequestHead {
   method: string;
@@ -60,9 +61,18 @@ function reserved(name: string, trustForwarded: boolean): boolean {
 // host[:port] (RFC 9110 §7.2): a reg-name or IPv4 address, or an IP literal in brackets; no userinfo, path or second port.
 const AUTHORITY = /^(?:[A-Za-z0-9._~!$&'()*+,;=%-]+|\[[0-9A-Fa-f:.]+\])(?::\d{0,5})?$/;
 
-/** Whether a Host value (or an absolute-form target's authority) is a valid authority. */
-export function validAuthority(a: string): boolean {
-  return AUTHORITY.test(a);
+/**
+ * What makes a request's head untrustworthy, for plain requests and upgrades alike: more header lines than allowed
+ * (431), or not exactly one valid Host (RFC 9112 §3.2; HTTP/1.0 may omit it). undefined when the head is sound.
+ */
+export function headProblem(head: RequestHead, req: IncomingMessage, maxHeaders: number): GatewayError | undefined {
+  if (head.headerLines > maxHeaders) {
+    return gatewayError('headers_too_large', `the request has ${head.headerLines} header lines; at most ${maxHeaders} are accepted`);
+  }
+  if (head.hostLines > 1) return gatewayError('bad_request', 'more than one Host header');
+  if (head.hostLines === 0 && req.httpVersionMajor === 1 && req.httpVersionMinor === 1) return gatewayError('bad_request', 'an HTTP/1.1 request needs a Host header');
+  if (head.authority !== undefined && !AUTHORITY.test(head.authority)) return gatewayError('bad_request', `invalid Host ${JSON.stringify(head.authority.slice(0, 100))}`);
+  return undefined;
 }
 
 export function readHead(req: IncomingMessage, opts: HeadOptions): RequestHead {

@@ -9,10 +9,10 @@ import { admit } from './admit.js';
 import type { Conn, Job } from './connection.js';
 import { responseCorsList } from './cors.js';
 import { gatewayError, type Dialect, type GatewayError } from './errors.js';
-import { hostProblem, recordAnswer, type PlaneContext } from './exchange.js';
+import { recordAnswer, type PlaneContext } from './exchange.js';
 import { clientRequestId, upstreamHeaders } from './headers.js';
 import { closeSocket, rawHead, sendRawError } from './reply.js';
-import { readHead } from './request-head.js';
+import { headProblem, readHead } from './request-head.js';
 import { mapUpstreamError } from './upstream-errors.js';
 import type { Route } from '../routing/types.js';
 
@@ -74,11 +74,8 @@ export class UpgradeJob implements Job {
 
     this.requestId = clientRequestId(h.requestId) ?? randomUUID();
     const extra = ['x-request-id', this.requestId, ...(responseCorsList(ctx.cors, h.origin) ?? [])];
-    if (h.headerLines > ctx.maxHeaders) {
-      return this.refuse(gatewayError('headers_too_large', `the request has ${h.headerLines} header lines; at most ${ctx.maxHeaders} are accepted`), 'kserve', extra);
-    }
-    const bad = hostProblem(h, req);
-    if (bad) return this.refuse(gatewayError('bad_request', bad), 'kserve', extra);
+    const bad = headProblem(h, req, ctx.maxHeaders);
+    if (bad) return this.refuse(bad, 'kserve', extra);
 
     const d = admit(
       { method: h.method, url: req.url ?? '/', host: h.authority, authorization: h.authorization, contentType: undefined, now: Date.now() },

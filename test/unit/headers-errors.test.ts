@@ -174,9 +174,10 @@ describe('downstream headers', () => {
     'Access-Control-Allow-Origin', '*',
     'Access-Control-Allow-Credentials', 'true',
     'X-Model', 'iris',
+    'X-Request-Id', 'the-backends-own',
   ].map((s) => Buffer.from(s));
 
-  test('hop-by-hop headers (and those named in Connection) are stripped; framing is reported', () => {
+  test('hop-by-hop headers (and those named in Connection) and the backend\'s x-request-id are stripped; framing is reported', () => {
     const out = downstreamHeaders(backend, false);
     expect(out.list).toEqual([
       'content-type', 'text/event-stream',
@@ -186,7 +187,7 @@ describe('downstream headers', () => {
       'access-control-allow-credentials', 'true',
       'x-model', 'iris',
     ]);
-    expect(out).toMatchObject({ contentType: 'text/event-stream', chunked: true, length: false });
+    expect(out).toMatchObject({ contentType: 'text/event-stream', cacheControl: false, chunked: true, length: false });
   });
 
   test.each([
