@@ -10,7 +10,7 @@ import type { Conn, Job } from './connection.js';
 import { responseCorsList } from './cors.js';
 import { gatewayError, type Dialect, type GatewayError } from './errors.js';
 import { recordAnswer, type PlaneContext } from './exchange.js';
-import { clientRequestId, upstreamHeaders } from './headers.js';
+import { clientRequestId, downstreamHeaders, upstreamHeaders } from './headers.js';
 import { closeSocket, rawHead, sendRawError } from './reply.js';
 import { headProblem, readHead } from './request-head.js';
 import { mapUpstreamError } from './upstream-errors.js';
@@ -135,13 +135,9 @@ export class UpgradeJob implements Job {
       this.record(101);
     });
     upstream.on('response', (res) => {
-      // The backend declined the upgrade: its answer is passed on as a normal response, then the socket closes.
-      const list: string[] = [];
-      for (let i = 0; i < res.rawHeaders.length; i += 2) {
-        const name = res.rawHeaders[i].toLowerCase();
-        if (name === 'connection' || name === 'keep-alive' || name === 'transfer-encoding' || name === 'content-length' || name === 'upgrade') continue;
-        list.push(res.rawHeaders[i], res.rawHeaders[i + 1]);
-      }
+      // The backend declined the upgrade: its answer is passed on as a normal response (headers filtered as for any
+      // answer), then the socket closes. An answer too large to hold is refused rather than passed on cut short.
+      const down = downstreamHeaders(res.rawHeaders, ctx.cors.enabled);
       const chunks: Buffer[] = [];
       let size = 0;
       res.on('data', (c: Buffer) => {
@@ -150,8 +146,14 @@ export class UpgradeJob implements Job {
       });
       res.on('error', () => socket.destroy());
       res.on('end', () => {
-        const body = Buffer.concat(chunks);
-        list.push('content-length', String(body.length), 'connection', 'close', ...extra);
+        if (size > DECLINE_BODY_MAX) {
+          ctx.metrics.upstreamErrors.inc({ cause: 'reset' });
+          return this.refuse(gatewayError('backend_error', `deployment ${route.project}/${route.deployment} declined the upgrade with an answer larger than ${DECLINE_BODY_MAX} bytes`), dialect, extra);
+        }
+        const body = Buffer.concat(chunks, size);
+        const list = down.list;
+        if (!down.length) list.push('content-length', String(size));
+        list.push('connection', 'close', ...extra);
         closeSocket(socket, Buffer.concat([Buffer.from(rawHead(res.statusCode ?? 502, list, res.statusMessage), 'latin1'), body]));
         this.record(res.statusCode ?? 502);
         this.end();

@@ -94,6 +94,30 @@ describe('refused upgrade requests', () => {
     return client;
   };
 
+  it('a declined upgrade is passed on whole with the gateway\'s request id; one too large to hold is a 502, never cut short', async () => {
+    const big = await new DecliningUpgradeBackend(JSON.stringify({ error: 'x'.repeat(70_000) })).listen();
+    try {
+      gw.writeDeployment({ namespace: 'demo', name: 'bigno', type: 'python', url: big.url });
+      await eventually(async () => expect((await send(`${gw.url}/v1/demo/bigno/x`, { headers: { authorization: `ApiKey ${gw.keys['k-demo']}` } })).status).not.toBe(404));
+      const ask = async (path: string) => {
+        const client = await RawClient.connect(gw.port);
+        opened.push(client);
+        client.write(upgradeRequest(path, gw.port, gw.keys['k-demo']));
+        return client.final({ timeoutMs: 3000 });
+      };
+      const small = await ask('/v1/demo/nows/ws');
+      expect(small.status).toBe(400);
+      expect(JSON.parse(small.text)).toEqual({ error: 'no websockets here' });
+      expect(small.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
+      const large = await ask('/v1/demo/bigno/ws');
+      expect(large.status).toBe(502);
+      expect(JSON.parse(large.text).error).toMatch(/declined the upgrade with an answer larger than 65536 bytes/);
+    } finally {
+      gw.removeDeployment('demo', 'bigno');
+      await big.close();
+    }
+  });
+
   it('50 refused upgrades (401, 403, 404, predictive 404, backend 400) whose clients send a byte and half-close or close leave no descriptor behind', async () => {
     expect.hasAssertions();
     // Warm-up: one of each, so lazily made objects (agents, pools) exist before counting.

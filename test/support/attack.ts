@@ -253,13 +253,13 @@ export class ConcurrencyBackend extends RecordingBackend {
   }
 }
 
-/** A backend that declines every websocket upgrade with a 400 (and closes), recording the attempts. */
+/** A backend that declines every websocket upgrade with a 400 and `body` (and closes), recording the attempts. */
 export class DecliningUpgradeBackend {
   readonly server: net.Server;
   attempts = 0;
   port = 0;
   private sockets = new Set<net.Socket>();
-  constructor() {
+  constructor(body = '{"error":"no websockets here"}') {
     this.server = net.createServer((s) => {
       this.sockets.add(s);
       s.on('close', () => this.sockets.delete(s));
@@ -269,7 +269,6 @@ export class DecliningUpgradeBackend {
         head += d.toString('latin1');
         if (!head.includes('\r\n\r\n')) return;
         this.attempts++;
-        const body = '{"error":"no websockets here"}';
         s.end(`HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`);
         head = '';
       });
