@@ -1,7 +1,8 @@
 // The container image's Dockerfile (no Docker engine here): what Kubernetes and the chart rely on.
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { describe, expect, test } from 'vitest';
+import { describe, test } from '@jest/globals';
+import { expect } from './support/expect.js';
 import { parse as parseYaml } from 'yaml';
 
 const ROOT = new URL('..', import.meta.url).pathname;

@@ -1,6 +1,6 @@
 // The Deployment client against a real servegate (files source) and real loopback backends, with a key made by
 // `servegate keys create --manifests` into the gateway's own folder: the whole path a user takes.
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import { keysCommand, type CliIo } from '../src/cli/keys.js';
 import { Deployment, GatewayError } from '../src/client/index.js';
 import { startOpenAIBackend, startPythonBackend, startV1Backend, type OpenAIBackend, type RecordingBackend } from './support/backends.js';

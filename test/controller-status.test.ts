@@ -1,4 +1,4 @@
-import { describe, expect, test } from 'vitest';
+import { describe, expect, test } from '@jest/globals';
 import { buildRouteTable } from '../src/routing/build.js';
 import type { DeploymentStatus } from '../src/routing/types.js';
 import { deepEqual, desiredStatus, formatTime, statusMergePatch, statusNeedsWrite } from '../src/controller/status.js';

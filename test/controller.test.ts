@@ -1,7 +1,7 @@
 // The status controller against a fake kube-apiserver over real HTTP, with the real @kubernetes/client-node:
 // it writes status through the status subresource, only when it changed, only while leader, and retries failures.
 import { Registry } from 'prom-client';
-import { afterEach, beforeEach, describe, expect, test } from 'vitest';
+import { afterEach, beforeEach, describe, expect, test } from '@jest/globals';
 import { kubeStatusWriter, StatusController, type StatusWriter } from '../src/controller/controller.js';
 import { registerControllerMetrics, startStatusController, type ControllerHandle } from '../src/controller/index.js';
 import { RouteStore } from '../src/routing/store.js';

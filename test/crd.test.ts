@@ -3,7 +3,8 @@
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { Ajv, type ValidateFunction } from 'ajv';
-import { describe, expect, test } from 'vitest';
+import { describe, test } from '@jest/globals';
+import { expect } from './support/expect.js';
 import { parseAllDocuments, parse as parseYaml } from 'yaml';
 import { buildRouteTable } from '../src/routing/build.js';
 import { DNS_LABEL, isDnsLabel, MODEL_NAME, PROJECT_NAME } from '../src/routing/names.js';

@@ -1,7 +1,7 @@
 // `servegate demo` / `npm start`: the sample backends and the gateway on examples/ answer the printed requests.
 // The gateway listens on ephemeral ports; the sample backends use the fixed ports examples/deployments.yaml names.
 import OpenAI from 'openai';
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import { silentLogger } from '../src/log.js';
 import { DEMO_API_KEY, demoCommand, startDemo, type Demo } from '../src/cli/demo.js';
 

@@ -1,5 +1,5 @@
 // The sample servers of examples/backends/ speak their protocols well enough for real clients (openai SDK, ws).
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import OpenAI from 'openai';
 import WebSocket from 'ws';
 

@@ -8,7 +8,7 @@ import {
   setHeaderOptions,
   Watch,
 } from '@kubernetes/client-node';
-import { afterEach, beforeEach, describe, expect, test } from 'vitest';
+import { afterEach, beforeEach, describe, expect, test } from '@jest/globals';
 import { FakeApiServer } from './support/fake-apiserver.js';
 
 const GROUP = 'serving.servegate.dev';

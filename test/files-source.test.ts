@@ -4,7 +4,7 @@ import { mkdir, mkdtemp, readFile, rename, rm, symlink, unlink, writeFile } from
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
-import { afterEach, describe, expect, test } from 'vitest';
+import { afterEach, describe, expect, test } from '@jest/globals';
 import { parseConfig } from '../src/config/load.js';
 import { createLogger } from '../src/log.js';
 import { buildRouteTable } from '../src/routing/build.js';

@@ -3,7 +3,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { request } from 'undici';
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import { startKubernetesWith } from '../src/cli/serve-kubernetes.js';
 import { parseConfig } from '../src/config/load.js';
 import type { Servegate } from '../src/server.js';

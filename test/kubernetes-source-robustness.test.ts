@@ -2,7 +2,7 @@
 import { createServer, request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { KubeConfig } from '@kubernetes/client-node';
-import { afterEach, beforeEach, expect, test } from 'vitest';
+import { afterEach, beforeEach, expect, test } from '@jest/globals';
 import { KubernetesSource } from '../src/sources/kubernetes/index.js';
 import type { Snapshot } from '../src/routing/types.js';
 import { FakeApiServer } from './support/fake-apiserver.js';

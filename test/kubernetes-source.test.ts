@@ -1,5 +1,5 @@
 // The kubernetes source with the real @kubernetes/client-node against the fake API server over real HTTP.
-import { afterEach, beforeEach, describe, expect, test } from 'vitest';
+import { afterEach, beforeEach, describe, expect, test } from '@jest/globals';
 import type { Snapshot } from '../src/routing/types.js';
 import { parseConfig } from '../src/config/load.js';
 import { KubernetesSource, kubernetesSourceOptions, type KubernetesSourceOptions } from '../src/sources/kubernetes/index.js';

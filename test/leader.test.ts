@@ -3,7 +3,7 @@ import net from 'node:net';
 import { hostname } from 'node:os';
 import type { AddressInfo } from 'node:net';
 import { KubeConfig } from '@kubernetes/client-node';
-import { afterEach, beforeEach, describe, expect, test } from 'vitest';
+import { afterEach, beforeEach, describe, expect, test } from '@jest/globals';
 import { checkLeaderTimings, defaultIdentity, LeaderElector, leaderTimingsFromConfig, type LeaderElectorOptions } from '../src/controller/leader.js';
 import { FakeApiServer } from './support/fake-apiserver.js';
 

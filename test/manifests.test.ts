@@ -1,5 +1,5 @@
 // Parsing manifest text into ServingDeployments, key Secrets and InferenceServices.
-import { describe, expect, test } from 'vitest';
+import { describe, expect, test } from '@jest/globals';
 import { combineManifests, parseManifests } from '../src/sources/manifests.js';
 
 const opts = { origin: 'app/models.yaml', keysNamespace: 'servegate' };

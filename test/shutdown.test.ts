@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { Agent, request } from 'undici';
-import { afterAll, beforeAll, expect, test } from 'vitest';
+import { afterAll, beforeAll, expect, test } from '@jest/globals';
 
 const CLI = join(import.meta.dirname, '..', 'dist', 'cli', 'main.js');
 const KEY = 'ShutdownTestKey1.0123456789abcdef0123456789abcdef';

@@ -1,6 +1,6 @@
 // The access log (SPEC §11): one JSON line per request with the fields an operator searches by, never a key;
 // `accessLog: false` turns it off.
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import { startPythonBackend, type RecordingBackend } from '../support/backends.js';
 import { eventually, send, startGateway, type Gateway } from '../support/harness.js';
 

@@ -1,5 +1,6 @@
 // The admin listener (SPEC §1): health, readiness, Prometheus metrics and the page listing deployments.
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { afterAll, beforeAll, describe, test } from '@jest/globals';
+import { expect } from '../support/expect.js';
 import { startOpenAIBackend, startPythonBackend, startV1Backend, type RecordingBackend } from '../support/backends.js';
 import { eventually, send, startGateway, type Gateway } from '../support/harness.js';
 

@@ -1,5 +1,6 @@
 // API keys at the gateway (SPEC §4) and the identity headers the backend receives (SPEC §3).
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { afterAll, beforeAll, describe, test } from '@jest/globals';
+import { expect } from '../support/expect.js';
 import { startPythonBackend, type RecordingBackend } from '../support/backends.js';
 import { eventually, newKey, rawHttp, rawRequest, send, startGateway, type Gateway } from '../support/harness.js';
 

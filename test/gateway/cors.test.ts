@@ -2,7 +2,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Browser } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import { startOpenAIBackend, startPythonBackend, type OpenAIBackend, type RecordingBackend } from '../support/backends.js';
 import { browserDisabled, launchChromium } from '../support/browser.js';
 import { send, startGateway, type Gateway } from '../support/harness.js';

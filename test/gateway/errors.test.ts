@@ -1,6 +1,7 @@
 // The gateway's own errors (SPEC §6): dialect per route, 413, 502, 504, stream idle timeout, hang-ups, retries.
 import http from 'node:http';
-import { afterAll, beforeAll, beforeEach, describe, expect, test } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, test } from '@jest/globals';
+import { expect } from '../support/expect.js';
 import {
   closedPort,
   RecordingBackend,

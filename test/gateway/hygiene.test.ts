@@ -1,6 +1,7 @@
 // What may and may not cross the gateway, checked with raw sockets: hop-by-hop headers, message framing,
 // Expect: 100-continue, and path forms that try to reach a deployment the key does not grant (SPEC §3).
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { afterAll, beforeAll, describe, test } from '@jest/globals';
+import { expect } from '../support/expect.js';
 import { startPythonBackend, type RecordingBackend } from '../support/backends.js';
 import { RawClient, rawHttp, rawRequest, startGateway, type Gateway } from '../support/harness.js';
 

@@ -2,7 +2,7 @@
 // incremental delivery, the gateway's errors shown by the SDK, and hang-ups reaching the backend.
 import OpenAI from 'openai';
 import { performance } from 'node:perf_hooks';
-import { afterAll, beforeAll, beforeEach, describe, expect, test } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, test } from '@jest/globals';
 import { sleep, startOpenAIBackend, type OpenAIBackend } from '../support/backends.js';
 import { send, startGateway, type Gateway } from '../support/harness.js';
 

@@ -1,6 +1,6 @@
 // Python deployments: any method, any path, bodies streamed intact, websockets (SPEC §3 "type python").
 import { randomBytes } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import WebSocket from 'ws';
 import { sha256, startPythonBackend, type RecordingBackend } from '../support/backends.js';
 import { send, startGateway, type Gateway } from '../support/harness.js';

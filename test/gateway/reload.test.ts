@@ -1,6 +1,7 @@
 // Live reload of the files source: deployments added, edited and deleted in the manifest folder are served or
 // gone within about a second, without a restart; a bad document is reported while the others keep serving.
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { afterAll, beforeAll, describe, test } from '@jest/globals';
+import { expect } from '../support/expect.js';
 import { startOpenAIBackend, startPythonBackend, startV1Backend, type OpenAIBackend, type RecordingBackend } from '../support/backends.js';
 import { eventually, send, startGateway, type Gateway } from '../support/harness.js';
 

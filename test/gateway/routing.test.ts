@@ -1,5 +1,5 @@
 // Path and legacy host routing through a running gateway (SPEC §3), checked at real loopback backends.
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import { startOpenAIBackend, startV1Backend, type OpenAIBackend, type RecordingBackend } from '../support/backends.js';
 import { send, startGateway, type Gateway } from '../support/harness.js';
 

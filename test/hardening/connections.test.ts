@@ -5,7 +5,8 @@ import { createHash } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, it } from '@jest/globals';
+import { expect } from '../support/expect.js';
 import { RecordingBackend, sleep, startOpenAIBackend, type OpenAIBackend } from '../support/backends.js';
 import { eventually, RawClient, rawHttp, send, startGateway, type Gateway, type Reply } from '../support/harness.js';
 import {

@@ -2,7 +2,8 @@
 // bodies, truncated or malformed backend answers, request smuggling, CONNECT/TRACE and over-long targets.
 // Real loopback sockets; misbehaving backends are raw `net` servers writing exact bytes.
 import type net from 'node:net';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, it } from '@jest/globals';
+import { expect } from '../support/expect.js';
 import {
   RecordingBackend,
   sleep,

@@ -1,7 +1,8 @@
 // Attacker-style header and identity tests: upgrade tokens that are not websocket, underscore look-alikes of the
 // gateway's own headers, request target versus Host, request ids, Connection-named headers, TE and Expect.
 // Real loopback sockets; what reached the backend is read from its recording.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, it } from '@jest/globals';
+import { expect } from '../support/expect.js';
 import WebSocket from 'ws';
 import { RecordingBackend, sha256, startPythonBackend, startV1Backend, type RecordedRequest } from '../support/backends.js';
 import { rawHttp, send, startGateway, type Gateway } from '../support/harness.js';

@@ -2,7 +2,7 @@
 // a client connection that records every byte and how the connection ended (FIN or RST), and a strict
 // HTTP/1.1 response parser that says whether a message arrived complete.
 import net, { type AddressInfo } from 'node:net';
-import { expect } from 'vitest';
+import { expect } from './expect.js';
 import type { RecordingBackend } from './backends.js';
 import { send } from './harness.js';
 

@@ -2,7 +2,7 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, describe, expect, test } from 'vitest';
+import { afterAll, describe, expect, test } from '@jest/globals';
 import { ConfigError, loadConfigFile, ownNamespace, parseConfig } from '../../src/config/load.js';
 import { runtime } from './helpers.js';
 

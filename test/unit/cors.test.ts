@@ -1,5 +1,5 @@
 // CORS decisions (SPEC §5): which origins are allowed and which headers preflights and responses carry.
-import { describe, expect, test } from 'vitest';
+import { describe, expect, test } from '@jest/globals';
 import { parseConfig } from '../../src/config/load.js';
 import { allowedOrigin, corsPolicy, isPreflight, preflightHeaders, responseCorsHeaders } from '../../src/gateway/cors.js';
 import { runtime } from './helpers.js';

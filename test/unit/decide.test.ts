@@ -1,5 +1,5 @@
 // decide(): the whole pre-forwarding decision — path, route, 401 → 403 → 404 (SPEC §4), suffix, error dialect.
-import { describe, expect, test } from 'vitest';
+import { describe, expect, test } from '@jest/globals';
 import { decide, hostOnly, type RequestFacts } from '../../src/gateway/decide.js';
 import { apiKey, sdep } from '../support/fixtures.js';
 import { build } from './helpers.js';

@@ -1,6 +1,6 @@
 // Headers sent upstream and back (SPEC §3), error statuses and bodies (SPEC §6), the per-key rate limiter.
 import type { IncomingMessage } from 'node:http';
-import { describe, expect, test } from 'vitest';
+import { describe, expect, test } from '@jest/globals';
 import { gatewayError, renderError, type ErrorCode } from '../../src/gateway/errors.js';
 import { clientRequestId, downstreamHeaders, upstreamHeaders, type UpstreamContext } from '../../src/gateway/headers.js';
 import { readHead } from '../../src/gateway/request-head.js';

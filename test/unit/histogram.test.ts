@@ -1,6 +1,6 @@
 // The compact request-duration histogram renders exactly what prom-client's Histogram would for the same observations.
 import { Histogram, Registry } from 'prom-client';
-import { expect, test } from 'vitest';
+import { expect, test } from '@jest/globals';
 import { CompactHistogram } from '../../src/gateway/histogram.js';
 import { Metrics } from '../../src/gateway/metrics.js';
 

@@ -1,6 +1,6 @@
 // Path normalisation (SPEC §3: no path form may reach another deployment) and API-key checks (SPEC §4).
 import { createHash } from 'node:crypto';
-import { describe, expect, test } from 'vitest';
+import { describe, expect, test } from '@jest/globals';
 import { authError, grantsProject, parseAuthorization, verifyKey } from '../../src/gateway/auth.js';
 import { GatewayError } from '../../src/gateway/errors.js';
 import { joinPath, parseTarget } from '../../src/gateway/path.js';

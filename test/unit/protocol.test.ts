@@ -1,5 +1,5 @@
 // Which suffixes and bodies each kind of deployment accepts (SPEC §3), and the dialect of its errors (SPEC §6).
-import { describe, expect, test } from 'vitest';
+import { describe, expect, test } from '@jest/globals';
 import { GatewayError } from '../../src/gateway/errors.js';
 import { checkSuffix, dialectOf, validateBody, type BodyCheck } from '../../src/gateway/protocol.js';
 import { sdep } from '../support/fixtures.js';

@@ -1,5 +1,5 @@
 // buildRouteTable: URLs, project forms, legacy hostnames, conflicts, invalid specs, backends, determinism (SPEC §2, §3).
-import { describe, expect, test } from 'vitest';
+import { describe, expect, test } from '@jest/globals';
 import { buildRouteTable, kserveModelServer } from '../../src/routing/build.js';
 import type { InferenceServiceResource, ServingDeploymentResource } from '../../src/routing/types.js';
 import { apiKey, buildOptions, sdep, service, snapshot } from '../support/fixtures.js';

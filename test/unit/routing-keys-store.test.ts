@@ -1,5 +1,5 @@
 // Name rules (names.ts), API-key Secrets (buildKeys) and the route store's swap rules (store.ts).
-import { describe, expect, test } from 'vitest';
+import { describe, expect, test } from '@jest/globals';
 import { buildKeys } from '../../src/routing/build.js';
 import { deploymentUrls, isDnsLabel, legacyHostname, projectHostLabel, projectNamespaceForm } from '../../src/routing/names.js';
 import { RouteStore } from '../../src/routing/store.js';
