@@ -149,7 +149,9 @@ export class RecordingBackend {
   }
 }
 
-export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+// Unref'd: a backend still sleeping in a handler (a 10 s delay the gateway gave up on) must not hold a jest worker
+// open after its tests are done.
+export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms).unref());
 
 function json(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
   const text = JSON.stringify(body);
