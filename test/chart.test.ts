@@ -15,7 +15,7 @@ const ROOT = new URL('..', import.meta.url).pathname;
 const CHART = join(ROOT, 'charts/servegate');
 const read = (p: string) => readFileSync(join(ROOT, p), 'utf8');
 
-type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+type Json = Record<string, any>;  
 const values = parseYaml(read('charts/servegate/values.yaml')) as Json;
 const schema = JSON.parse(read('charts/servegate/values.schema.json')) as Json;
 const chart = parseYaml(read('charts/servegate/Chart.yaml')) as Json;
