@@ -95,6 +95,12 @@ describe('invalid values name the key', () => {
     [{ serverlessDomain: 'serving..local' }, 'serverlessDomain'],
     [{ auth: { keysNamespace: 7 } }, 'auth.keysNamespace'],
     [{ cors: 'yes' }, 'cors'],
+    [{ limits: { redis: { url: 'localhost:6379' } } }, 'limits.redis.url'],
+    [{ limits: { redis: { failOpen: 'yes' } } }, 'limits.redis.failOpen'],
+    [{ limits: { perKey: { tokensPerMinute: -1 } } }, 'limits.perKey.tokensPerMinute'],
+    [{ limits: { perKey: { requestsPerMinute: 2.5 } } }, 'limits.perKey.requestsPerMinute'],
+    [{ auth: { failureLimit: { maxFailures: -1 } } }, 'auth.failureLimit.maxFailures'],
+    [{ auth: { failureLimit: { windowSeconds: 0 } } }, 'auth.failureLimit.windowSeconds'],
   ])('%j → message names %s', (doc, key) => {
     const err = errorOf(doc);
     expect(err.message).toMatch(new RegExp(`(^|\\s)${key.replace(/\./g, '\\.')}:`));
