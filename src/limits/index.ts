@@ -2,3 +2,4 @@
 export { MemoryLimitStore } from './memory.js';
 export { RedisLimitStore, type RedisLimitOptions } from './redis.js';
 export type { Admission, BucketSpec, BucketState, LimitStore } from './buckets.js';
+export { AuthFailureLimiter, type AuthFailureOptions } from './auth-failures.js';
