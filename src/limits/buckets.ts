@@ -64,8 +64,9 @@ export function stateOf(id: string, limit: number, level: number): BucketState {
 
 /** Milliseconds until a bucket at `level` admits a request of `cost` (1 unit for requests, > 0 for tokens). */
 export function waitOf(limit: number, level: number, cost: number): number {
-  const need = cost > 0 ? cost : Number.MIN_VALUE;
-  return level >= need ? 0 : Math.ceil((need - level) / rateOf(limit));
+  if (admits(level, cost)) return 0;
+  // Requests need the level to reach `cost`; token checks need it above 0, so one millisecond past reaching 0.
+  return cost > 0 ? Math.ceil((cost - level) / rateOf(limit)) : Math.floor(-level / rateOf(limit)) + 1;
 }
 
 /** True when a bucket at `level` admits `cost`: requests need a whole unit, token checks need a positive level. */

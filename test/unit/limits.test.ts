@@ -45,7 +45,7 @@ describe('MemoryLimitStore', () => {
     const refused = s.admitNow([tpm]);
     expect(refused.allowed).toBe(false);
     expect(refused.buckets[0]).toMatchObject({ remaining: 0, limit: 600 });
-    expect(refused.retryAfterMs).toBe(30_000); // 300 tokens at 10 per second
+    expect(refused.retryAfterMs).toBe(30_001); // 300 tokens at 10 per second, then above 0
     c.advance(30_001);
     expect(s.admitNow([tpm]).allowed).toBe(true);
   });
