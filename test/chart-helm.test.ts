@@ -107,6 +107,27 @@ describe('the chart, rendered by helm', () => {
     expect(r.output).toMatch(message);
   });
 
+  test('gateway.tls.secretName mounts the Secret and points certFile/keyFile at it; the gateway accepts the config', () => {
+    const configOf = (docs: Doc[]) => {
+      const cm = docs.find((d) => d.kind === 'ConfigMap') as Doc & { data: Record<string, string> };
+      return parseAllDocuments(Object.values(cm.data)[0])[0].toJSON();
+    };
+    type Pod = { volumes: Array<{ name: string; secret?: { secretName: string } }>; containers: Array<{ volumeMounts: Array<{ name: string; mountPath: string; readOnly?: boolean }> }> };
+    const podOf = (docs: Doc[]) => (docs.find((d) => d.kind === 'Deployment') as unknown as { spec: { template: { spec: Pod } } }).spec.template.spec;
+
+    const plain = render();
+    expect(configOf(plain).tls).toEqual({ certFile: '', keyFile: '', httpPort: 0 });
+    expect(podOf(plain).volumes.map((v) => v.name)).not.toContain('tls');
+
+    const docs = render('--set', 'gateway.tls.secretName=models-example-com-tls', '--set', 'gateway.tls.httpPort=8081');
+    const doc = configOf(docs);
+    expect(doc.tls).toEqual({ certFile: '/etc/servegate-tls/tls.crt', keyFile: '/etc/servegate-tls/tls.key', httpPort: 8081 });
+    expect(parseConfig(doc, { port: 8080, namespace: 'servegate' }).tls.certFile).toBe('/etc/servegate-tls/tls.crt');
+    const pod = podOf(docs);
+    expect(pod.volumes.find((v) => v.name === 'tls')).toEqual({ name: 'tls', secret: { secretName: 'models-example-com-tls' } });
+    expect(pod.containers[0].volumeMounts).toContainEqual({ name: 'tls', mountPath: '/etc/servegate-tls', readOnly: true });
+  });
+
   test('the optional HPA and ServiceMonitor render when enabled', () => {
     const kinds = render('--set', 'autoscaling.enabled=true', '--set', 'serviceMonitor.enabled=true').map((d) => d.kind);
     expect(kinds).toContain('HorizontalPodAutoscaler');

@@ -90,6 +90,21 @@ export const configSchema = z
         perKey: { requestsPerMinute: 0, tokensPerMinute: 0 },
         redis: { url: '', failOpen: true },
       }),
+    /** With certFile and keyFile, the gateway listener speaks https; both are re-read when they change. */
+    tls: z
+      .object({
+        certFile: z.string().default(''),
+        keyFile: z.string().default(''),
+        /** With TLS on: an extra plain-http listener on this port (0 = none). */
+        httpPort: z.number().int().min(0).max(65535).default(0),
+      })
+      .strict()
+      .refine((t) => (t.certFile === '') === (t.keyFile === ''), {
+        message: 'certFile and keyFile go together: set both (https) or neither (http)',
+        path: ['keyFile'],
+      })
+      .refine((t) => t.httpPort === 0 || t.certFile !== '', { message: 'httpPort is the extra plain listener next to https: set certFile and keyFile too', path: ['httpPort'] })
+      .default({ certFile: '', keyFile: '', httpPort: 0 }),
     /** Trust X-Forwarded-* from the client (set only behind a trusted load balancer). */
     trustForwardedHeaders: z.boolean().default(false),
     /**

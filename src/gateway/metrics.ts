@@ -54,6 +54,18 @@ export class Metrics {
     labelNames: ['kind', 'reason'] as const,
     registers: [this.registry],
   });
+  readonly tlsReloads = new Counter({
+    name: 'servegate_tls_certificate_reloads_total',
+    help: 'Certificate reloads after a change of tls.certFile/keyFile, by result (success; error: the previous pair stays in use)',
+    labelNames: ['result'] as const,
+    registers: [this.registry],
+  });
+  readonly tlsNotAfter = new Gauge({
+    name: 'servegate_tls_certificate_expiry_timestamp_seconds',
+    help: 'notAfter of the certificate in use (Unix seconds), by its subject; absent without TLS',
+    labelNames: ['subject'] as const,
+    registers: [this.registry],
+  });
   /** Requests being forwarded now; a plain number on the hot path, read by the gauge at scrape time. */
   inflightNow = 0;
   readonly inflight: Gauge = new Gauge({

@@ -78,6 +78,7 @@ export interface ReloaderOptions {
 
 export class CertificateReloader {
   private seen: string;
+  private pending: string | undefined;
   private timer: NodeJS.Timeout | undefined;
   current: CertificatePair;
 
@@ -90,6 +91,7 @@ export class CertificateReloader {
     this.current = loadCertificatePair(files);
   }
 
+  /** Polls every `intervalMs` (default 1 s): a change is in use within two polls. */
   start(): void {
     this.timer ??= setInterval(() => this.check(), this.options.intervalMs ?? 1000).unref();
   }
@@ -99,10 +101,21 @@ export class CertificateReloader {
     this.timer = undefined;
   }
 
-  /** One poll: when either file changed since the last poll, load and check the pair again. */
+  /**
+   * One poll. A change is loaded once the files have stayed the same for one more poll, so that a pair being written
+   * (the certificate renamed into place before the key, a large file still being copied) is not mistaken for a bad one.
+   */
   check(): void {
     const now = signature(this.files);
-    if (now === this.seen) return;
+    if (now === this.seen) {
+      this.pending = undefined;
+      return;
+    }
+    if (now !== this.pending) {
+      this.pending = now;
+      return;
+    }
+    this.pending = undefined;
     this.seen = now;
     let pair: CertificatePair;
     try {

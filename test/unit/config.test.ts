@@ -101,6 +101,10 @@ describe('invalid values name the key', () => {
     [{ limits: { perKey: { requestsPerMinute: 2.5 } } }, 'limits.perKey.requestsPerMinute'],
     [{ auth: { failureLimit: { maxFailures: -1 } } }, 'auth.failureLimit.maxFailures'],
     [{ auth: { failureLimit: { windowSeconds: 0 } } }, 'auth.failureLimit.windowSeconds'],
+    [{ tls: { certFile: '/tls/tls.crt' } }, 'tls.keyFile'],
+    [{ tls: { httpPort: 8081 } }, 'tls.httpPort'],
+    [{ tls: { certFile: 'a', keyFile: 'b', httpPort: 70000 } }, 'tls.httpPort'],
+    [{ tls: { secretName: 'x' } }, 'tls.secretName'],
   ])('%j → message names %s', (doc, key) => {
     const err = errorOf(doc);
     expect(err.message).toMatch(new RegExp(`(^|\\s)${key.replace(/\./g, '\\.')}:`));

@@ -73,10 +73,13 @@ describe('CertificateReloader', () => {
 
     vol.publish(b);
     r.check();
+    expect(reloads).toHaveLength(0); // changed since the last poll: loaded once it holds still for one more
+    r.check();
     expect(reloads.map((p) => p.subject)).toEqual(['CN=beta.test']);
     expect(r.current.subject).toBe('CN=beta.test');
 
     vol.publish({ certFile: a.certFile, keyFile: b.keyFile }); // mismatched
+    r.check();
     r.check();
     r.check();
     expect(errors.map((e) => e.key)).toEqual(['tls.keyFile']);
@@ -84,7 +87,22 @@ describe('CertificateReloader', () => {
 
     vol.publish(a); // fixed
     r.check();
+    r.check();
     expect(reloads.map((p) => p.subject)).toEqual(['CN=beta.test', 'CN=alpha.test']);
+  });
+
+  test('a pair caught half-written is not reported: the certificate changed, then the key, one poll apart', () => {
+    const vol = secretVolume('vol2');
+    const errors: CertificateError[] = [];
+    const reloads: CertificatePair[] = [];
+    const r = new CertificateReloader(vol.files, { onReload: (p) => reloads.push(p), onError: (e) => errors.push(e) });
+    vol.publish({ certFile: b.certFile, keyFile: a.keyFile });
+    r.check();
+    vol.publish(b);
+    r.check();
+    r.check();
+    expect(errors).toEqual([]);
+    expect(reloads.map((p) => p.subject)).toEqual(['CN=beta.test']);
   });
 
   test('a bad pair at start throws', () => {

@@ -56,8 +56,16 @@ app.kubernetes.io/part-of: servegate
 {{- end }}
 
 {{/* The configuration file: .Values.gateway as it is (the same schema as `servegate serve --config`). */}}
+{{/* The gateway configuration: values.gateway without the chart-only gateway.tls.secretName, which becomes the mounted
+     Secret's files. */}}
 {{- define "servegate.config" -}}
-{{ toYaml .Values.gateway }}
+{{- $g := deepCopy .Values.gateway }}
+{{- if $g.tls.secretName }}
+{{- $_ := set $g.tls "certFile" "/etc/servegate-tls/tls.crt" }}
+{{- $_ := set $g.tls "keyFile" "/etc/servegate-tls/tls.key" }}
+{{- end }}
+{{- $_ := unset $g.tls "secretName" }}
+{{ toYaml $g }}
 {{- end }}
 
 {{/* Whole seconds the pod may take to stop: preStop sleep + drain + 5 s for the process to exit. */}}
