@@ -101,6 +101,7 @@ export class Metrics {
   }
 
   constructor(defaults = true) {
-    if (defaults) collectDefaultMetrics({ register: this.registry, prefix: 'servegate_process_' });
+    // Standard names (process_*, nodejs_*): what stock Node.js dashboards and alerts query (SPEC §11).
+    if (defaults) collectDefaultMetrics({ register: this.registry });
   }
 }

@@ -76,3 +76,13 @@ app.kubernetes.io/part-of: servegate
 {{- define "servegate.replicasAboveOne" -}}
 {{- if or .Values.autoscaling.enabled (gt (int .Values.replicaCount) 1) }}true{{ end }}
 {{- end }}
+
+{{/* The public host: an explicit one, else the host of gateway.publicUrl, else "". */}}
+{{- define "servegate.publicHost" -}}
+{{- if .explicit }}{{ .explicit }}{{- else if .root.Values.gateway.publicUrl }}{{ (urlParse .root.Values.gateway.publicUrl).hostname }}{{- end }}
+{{- end }}
+
+{{/* True when the gateway listener speaks https (a mounted Secret or files). */}}
+{{- define "servegate.tlsOn" -}}
+{{- if or .Values.gateway.tls.secretName .Values.gateway.tls.certFile }}true{{ end }}
+{{- end }}
