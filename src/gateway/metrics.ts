@@ -2,6 +2,16 @@
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import { CompactHistogram, type HistogramSeries } from './histogram.js';
 
+interface RouteCounters {
+  project: string;
+  deployment: string;
+  /** Answers and 5xx answers: plain numbers for the admin page's live figures. */
+  total: number;
+  errors: number;
+  requests: Map<number, { inc(): void }>;
+  duration: HistogramSeries;
+}
+
 export class Metrics {
   readonly registry = new Registry();
   readonly requests = new Counter({
@@ -75,7 +85,7 @@ export class Metrics {
     collect: (): void => this.inflight.set(this.inflightNow),
   });
 
-  private perRoute = new Map<string, { requests: Map<number, { inc(): void }>; duration: HistogramSeries }>();
+  private perRoute = new Map<string, RouteCounters>();
 
   /** Counts one answered request; label children are cached so the hot path does no label hashing. */
   observeRequest(project: string, deployment: string, status: number, seconds: number): void {
@@ -83,9 +93,11 @@ export class Metrics {
     let e = this.perRoute.get(key);
     if (!e) {
       if (this.perRoute.size > 50_000) this.perRoute.clear();
-      e = { requests: new Map(), duration: this.duration.child(project, deployment) };
+      e = { project, deployment, total: 0, errors: 0, requests: new Map(), duration: this.duration.child(project, deployment) };
       this.perRoute.set(key, e);
     }
+    e.total++;
+    if (status >= 500) e.errors++;
     let c = e.requests.get(status);
     if (!c) {
       c = this.requests.labels(project, deployment, String(status));
@@ -93,6 +105,23 @@ export class Metrics {
     }
     c.inc();
     this.duration.observe(e.duration, seconds);
+  }
+
+  /** Totals per deployment since start (the admin page's live figures are differences of two of these). */
+  routeTotals(): Array<{ project: string; deployment: string; total: number; errors: number; counts: Float64Array; count: number }> {
+    return [...this.perRoute.values()].map((e) => ({
+      project: e.project,
+      deployment: e.deployment,
+      total: e.total,
+      errors: e.errors,
+      counts: e.duration.counts.slice(),
+      count: e.duration.count,
+    }));
+  }
+
+  /** Upper bounds of the request-duration buckets, ascending (seconds). */
+  get durationBounds(): readonly number[] {
+    return this.duration.bounds;
   }
 
   /** The whole exposition: prom-client's metrics and the compact histogram. */
