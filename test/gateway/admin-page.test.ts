@@ -63,7 +63,7 @@ test('/deployments gives project, type and modelServer of each deployment', asyn
       const r = await send(`${gw.url}/v1/demo/iris/v1/models/iris:predict`, { headers: { authorization: `ApiKey ${key}` }, body: { instances: [[1]] } });
       expect(r.status).toBe(200);
     }
-    await page.waitForFunction(() => document.querySelector('[data-live="demo/iris"][data-f="rps"]')?.textContent !== '–', undefined, { timeout: 12_000 });
+    await page.waitForFunction(`document.querySelector('[data-live="demo/iris"][data-f="rps"]').textContent !== '–'`, undefined, { timeout: 12_000 });
     expect(await page.textContent('[data-live="demo/iris"][data-f="err"]')).toBe('0.0%');
     expect(await page.textContent('[data-live="demo/iris"][data-f="p99"]')).toMatch(/^\d+ ms$/);
     expect(await page.textContent('[data-live="fraud_detection/scorer"][data-f="rps"]')).toBe('–'); // no traffic there
