@@ -7,7 +7,7 @@ import { describe, test } from '@jest/globals';
 import { expect } from './support/expect.js';
 import { parseAllDocuments, parse as parseYaml } from 'yaml';
 import { buildRouteTable } from '../src/routing/build.js';
-import { DNS_LABEL, isDnsLabel, MODEL_NAME, PROJECT_NAME } from '../src/routing/names.js';
+import { DNS_LABEL, isDnsLabel, MODEL_NAME, PROJECT_NAME, SERVED_MODEL_NAME } from '../src/routing/names.js';
 import type { ServingDeploymentResource } from '../src/routing/types.js';
 import { desiredStatus } from '../src/controller/status.js';
 import { buildOptions, sdep, service, snapshot } from './support/fixtures.js';
@@ -101,6 +101,8 @@ const celTwins: Record<string, (self: Json) => boolean> = {
   "size(self.metadata.name) <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')": (self) => isDnsLabel(self.metadata.name),
   "self.type == 'model' ? has(self.modelServer) : !has(self.modelServer)": (self) => (self.type === 'model' ? has(self, 'modelServer') : !has(self, 'modelServer')),
   "self.type == 'model' || !has(self.modelName)": (self) => self.type === 'model' || !has(self, 'modelName'),
+  "!has(self.modelName) || (has(self.modelServer) && self.modelServer == 'llm') || self.modelName.matches('^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$')": (self) =>
+    !has(self, 'modelName') || self.modelServer === 'llm' || MODEL_NAME.test(self.modelName),
   "(has(self.service) && has(self.port) && !has(self.url)) || (has(self.url) && !has(self.service) && !has(self.port))": (self) =>
     (has(self, 'service') && has(self, 'port') && !has(self, 'url')) || (has(self, 'url') && !has(self, 'service') && !has(self, 'port')),
 };
@@ -131,6 +133,7 @@ const good: Array<[string, Json]> = [
   ['sklearn model', obj('fraud', { project: 'fraud_detection', type: 'model', modelServer: 'sklearn', modelName: 'fraud', backend: { service: 'fraud-predictor', port: 8080 }, timeoutSeconds: 60 }, 'fraud-detection')],
   ['tensorflow model, defaults', obj('tf', { type: 'model', modelServer: 'tensorflow', backend: { service: 'tf', port: 8501 } })],
   ['llm model, fractional timeout', obj('chat', { type: 'model', modelServer: 'llm', backend: { service: 'vllm', port: 8000 }, timeoutSeconds: 0.5 })],
+  ['llm model serving a Hugging Face id', obj('llama', { type: 'model', modelServer: 'llm', modelName: 'meta-llama/Llama-3.1-8B-Instruct', backend: { service: 'vllm', port: 8000 } })],
   ['python model server', obj('py', { type: 'model', modelServer: 'python', backend: { service: 'py', port: 1 } })],
   ['python server', obj('app', { type: 'python', backend: { service: 'app', port: 65535 } })],
   ['files-source url backend', obj('local', { type: 'python', backend: { url: 'http://127.0.0.1:8081' } })],
@@ -145,7 +148,8 @@ const bad: Array<[string, Json, RegExp]> = [
   ['project with a dot', obj('a', { project: 'a.b', type: 'python', backend: { service: 's', port: 80 } }), /spec\/project must match pattern/],
   ['project ending in _', obj('a', { project: 'ab_', type: 'python', backend: { service: 's', port: 80 } }), /spec\/project must match pattern/],
   ['project of 64 characters', obj('a', { project: 'p'.repeat(64), type: 'python', backend: { service: 's', port: 80 } }), /spec\/project must NOT have more than 63/],
-  ['model name with a slash', obj('a', { type: 'model', modelServer: 'sklearn', modelName: 'a/b', backend: { service: 's', port: 80 } }), /modelName must match pattern/],
+  ['model name with a slash', obj('a', { type: 'model', modelServer: 'sklearn', modelName: 'a/b', backend: { service: 's', port: 80 } }), /modelName of a predictive server must be/],
+  ['LLM model name with a space', obj('a', { type: 'model', modelServer: 'llm', modelName: 'a b', backend: { service: 's', port: 80 } }), /modelName must match pattern/],
   ['service not a DNS label', obj('a', { type: 'python', backend: { service: 'My_Svc', port: 80 } }), /backend\/service must match pattern/],
   ['port 0', obj('a', { type: 'python', backend: { service: 's', port: 0 } }), /backend\/port must be >= 1/],
   ['port 70000', obj('a', { type: 'python', backend: { service: 's', port: 70000 } }), /backend\/port must be <= 65535/],
@@ -228,13 +232,14 @@ describe('the CRD', () => {
   test('the schema patterns are the ones the builder uses', () => {
     const spec = schema.properties.spec.properties;
     expect(spec.project.pattern).toBe(PROJECT_NAME.source);
-    expect(spec.modelName.pattern).toBe(MODEL_NAME.source);
+    expect(spec.modelName.pattern).toBe(SERVED_MODEL_NAME.source);
+    expect(schema.properties.spec['x-kubernetes-validations'].some((v: { rule: string }) => v.rule.includes(`'${MODEL_NAME.source}'`))).toBe(true);
     expect(spec.backend.properties.service.pattern).toBe(DNS_LABEL.source);
   });
 
   test('every CEL rule has a hand-written twin here (so a changed rule breaks this test until its twin changes too)', () => {
     expect(rules.map((r) => r.rule).sort()).toEqual(Object.keys(celTwins).sort());
-    expect(rules.map((r) => r.at).sort()).toEqual(['', 'spec', 'spec', 'spec.backend']);
+    expect(rules.map((r) => r.at).sort()).toEqual(['', 'spec', 'spec', 'spec', 'spec.backend']);
   });
 
   test('the status schema accepts what the controller writes', () => {

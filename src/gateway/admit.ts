@@ -1,18 +1,18 @@
 // The one admission step for plain requests and upgrades alike: decide() (route, key, project, verb) and then the
 // per-key rate limit. A plain function of the request's facts, the table, the limiter and the clock.
 import type { RouteTable } from '../routing/types.js';
-import { decide, type Accepted, type Refused, type RequestFacts } from './decide.js';
+import { decide, type Accepted, type ByModel, type Refused, type RequestFacts } from './decide.js';
 import { gatewayError } from './errors.js';
 import type { RateLimiter } from './ratelimit.js';
 
-export type { Accepted, Refused, RequestFacts };
+export type { Accepted, ByModel, Refused, RequestFacts };
 
 export interface Refusal extends Refused {
   /** Label for servegate_auth_failures_total when the refusal is an authentication or authorisation one. */
   authMetric?: string;
 }
 
-export function admit(facts: RequestFacts, table: RouteTable, limiter: RateLimiter): Accepted | Refusal {
+export function admit(facts: RequestFacts, table: RouteTable, limiter: RateLimiter): Accepted | ByModel | Refusal {
   const d = decide(facts, table);
   if (!d.ok) {
     const authMetric = d.authFailure ?? (d.error.code === 'project_forbidden' ? 'forbidden' : undefined);

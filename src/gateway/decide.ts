@@ -3,7 +3,8 @@
 import type { ApiKeyRecord, Route, RouteTable } from '../routing/types.js';
 import { authError, grantsProject, parseAuthorization, verifyKey, type AuthFailure } from './auth.js';
 import { gatewayError, type Dialect, type GatewayError } from './errors.js';
-import { joinPath, parseTarget } from './path.js';
+import { BASE_SEGMENTS } from './openai-base.js';
+import { joinPath, parseTarget, type RequestTarget } from './path.js';
 import { checkSuffix, dialectOf, type BodyCheck } from './protocol.js';
 
 export interface RequestFacts {
@@ -17,6 +18,7 @@ export interface RequestFacts {
 
 export interface Accepted {
   ok: true;
+  byModel?: undefined;
   route: Route;
   key: ApiKeyRecord;
   /** Path and query to send upstream (prefix stripped; backend path prefix not yet added). */
@@ -25,6 +27,24 @@ export interface Accepted {
   dialect: Dialect;
   /** Project name as the path wrote it (or the route's, for host routing). */
   project: string;
+}
+
+/**
+ * A request on the one OpenAI base URL (SPEC §9), key checked: its deployment is named by the body's `model`, so the
+ * route is chosen once the body is read (openai-base.ts), or the gateway answers itself (`/models`).
+ */
+export interface ByModel {
+  ok: true;
+  byModel: true;
+  route?: undefined;
+  key: ApiKeyRecord;
+  /** The OpenAI path as a deployment URL would forward it: "/v1/chat/completions". */
+  rest: string;
+  /** "?..." or "". */
+  search: string;
+  dialect: 'openai';
+  /** `GET /openai/v1/models/<id>`: the model id asked for (it may hold an encoded "/"). */
+  modelId?: string;
 }
 
 export interface Refused {
@@ -48,13 +68,18 @@ export function hostOnly(host: string | undefined): string | undefined {
   return h.endsWith('.') ? h.slice(0, -1) : h;
 }
 
-export function decide(req: RequestFacts, table: RouteTable): Accepted | Refused {
-  const target = parseTarget(req.url);
-  if (!('segments' in target)) return { ok: false, error: target, dialect: 'kserve' };
+const MODELS_PREFIX = '/openai/v1/models/';
 
+export function decide(req: RequestFacts, table: RouteTable): Accepted | ByModel | Refused {
   // Legacy host routing first: its paths (/v1/models/...) would otherwise read as /v1/<project>/<deployment>.
   const h = hostOnly(req.host);
   let route = h ? table.byHost.get(h) : undefined;
+  // `GET /openai/v1/models/<project>%2F<deployment>` (how SDKs spell a model id with "/"): answered by the gateway
+  // itself, never forwarded, so the encoded "/" that parseTarget refuses is read here.
+  if (!route && req.url.startsWith(MODELS_PREFIX)) return byModel(req, table, undefined, modelIdOf(req.url));
+  const target = parseTarget(req.url);
+  if (!('segments' in target)) return { ok: false, error: target, dialect: 'kserve' };
+
   let rest: string | undefined;
   let project: string | undefined;
   if (route) {
@@ -62,6 +87,7 @@ export function decide(req: RequestFacts, table: RouteTable): Accepted | Refused
     project = route.project;
   } else {
     const s = target.segments;
+    if (s.length >= 2 && s[0] === BASE_SEGMENTS[0] && s[1] === BASE_SEGMENTS[1]) return byModel(req, table, target);
     if (s.length >= 3 && s[0] === 'v1' && s[1] !== '' && s[2] !== '') {
       project = s[1];
       route = table.byPath.get(`${s[1]}/${s[2]}`);
@@ -100,4 +126,31 @@ export function decide(req: RequestFacts, table: RouteTable): Accepted | Refused
   const suffix = checkSuffix(route, req.method, rest, req.contentType);
   if (!('check' in suffix)) return { ok: false, error: suffix, dialect, route, key };
   return { ok: true, route, key, upstreamPath: rest + target.search, check: suffix.check, dialect, project };
+}
+
+/** The base URL: the key is checked here as anywhere; the deployment is chosen later, by `model`. */
+function byModel(req: RequestFacts, table: RouteTable, target: RequestTarget | undefined, modelId?: string | GatewayError): ByModel | Refused {
+  const auth = parseAuthorization(req.authorization);
+  if ('failure' in auth) return { ok: false, error: authError(auth.failure), dialect: 'openai', authFailure: auth.failure };
+  const verified = verifyKey(table.keys, auth.key, req.now);
+  if ('failure' in verified) return { ok: false, error: authError(verified.failure), dialect: 'openai', authFailure: verified.failure };
+  const key = verified.record;
+  if (modelId instanceof Error) return { ok: false, error: modelId, dialect: 'openai', key };
+  if (modelId !== undefined) return { ok: true, byModel: true, key, rest: '/v1/models', search: '', dialect: 'openai', modelId };
+  return { ok: true, byModel: true, key, rest: joinPath(target!.segments, 1), search: target!.search, dialect: 'openai' };
+}
+
+/** The model id in `/openai/v1/models/<id>[?...]`, percent-decoded. */
+function modelIdOf(url: string): string | GatewayError {
+  const q = url.indexOf('?');
+  const raw = url.slice(MODELS_PREFIX.length, q === -1 ? undefined : q);
+  let id: string;
+  try {
+    id = decodeURIComponent(raw);
+  } catch {
+    return gatewayError('bad_path', 'the path has an invalid percent-encoding');
+  }
+  // eslint-disable-next-line no-control-regex
+  if (/[\x00-\x20\x7f]/.test(id)) return gatewayError('bad_path', 'control characters or spaces are not allowed in the path');
+  return id;
 }

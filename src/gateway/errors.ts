@@ -14,6 +14,8 @@ export type ErrorCode =
   | 'expired_api_key'
   | 'project_forbidden'
   | 'not_found'
+  | 'model_not_found'
+  | 'model_forbidden'
   | 'unknown_verb'
   | 'method_not_allowed'
   | 'body_too_large'
@@ -39,6 +41,8 @@ const STATUS: Record<ErrorCode, number> = {
   expired_api_key: 401,
   project_forbidden: 403,
   not_found: 404,
+  model_not_found: 404,
+  model_forbidden: 403,
   unknown_verb: 404,
   method_not_allowed: 405,
   body_too_large: 413,

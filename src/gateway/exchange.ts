@@ -8,21 +8,23 @@ import { Transform, type Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
 import type { Logger } from '../log.js';
 import type { RouteStore } from '../routing/store.js';
-import type { Route } from '../routing/types.js';
+import type { Route, RouteTable } from '../routing/types.js';
 import type { AccessLog } from './access-log.js';
-import { admit, type Accepted } from './admit.js';
+import { admit, type Accepted, type ByModel } from './admit.js';
 import type { Conn, Job } from './connection.js';
 import { ALLOWED_METHODS, isPreflightHead, preflightHeaderList, responseCorsList, type CorsPolicy } from './cors.js';
 import type { Drain } from './drain.js';
 import { gatewayError, type Dialect, type GatewayError } from './errors.js';
 import { clientRequestId, downstreamHeaders, upstreamHeaders } from './headers.js';
 import type { Metrics } from './metrics.js';
-import { validateBody } from './protocol.js';
+import { acceptByModel, modelRetrieve, modelsList, prepareBody } from './openai-base.js';
+import { isBinaryContentType, validateBody, type BodyCheck } from './protocol.js';
 import type { RateLimiter } from './ratelimit.js';
-import { sendError, closeSocket } from './reply.js';
+import { sendError, sendJson, closeSocket } from './reply.js';
 import { headProblem, readHead, type HeadOptions, type RequestHead } from './request-head.js';
 import { BODY_TOO_LARGE, ClientGone, CONNECT_FAILURES, mapUpstreamError, tooLarge } from './upstream-errors.js';
 import { upstreamReset, type Pools, type Target, type TargetPicker } from './upstream.js';
+import { JsonUsageMeter, SseUsageMeter, type TokenUsage, type UsageMeter } from './usage.js';
 
 /** What every exchange shares: read-only settings and the services it calls. */
 export interface PlaneContext {
@@ -54,6 +56,14 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
   private requestId = '';
   private head: RequestHead | undefined;
   private d: Accepted | undefined;
+  /** A request on the OpenAI base URL until its `model` is read (then `d` is set like any other). */
+  private byModel: ByModel | undefined;
+  private table: RouteTable | undefined;
+  /** The gateway asked the backend for usage the client did not ask for: it is taken out of the answer. */
+  private stripUsage = false;
+  /** LLM answers: reads usage and the first token's time as the bytes pass. */
+  private meter: UsageMeter | undefined;
+  private endAt = 0;
   /** The route and key name as far as admission got (for the metric and the log line of a refusal too). */
   private routeOf: Route | undefined;
   private keyName = '';
@@ -185,9 +195,10 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
     const cors = responseCorsList(ctx.cors, head.origin);
     if (cors) for (let i = 0; i < cors.length; i++) this.extra.push(cors[i]);
 
+    const table = (this.table = ctx.store.current());
     const d = admit(
       { method: head.method, url: req.url ?? '/', host: head.authority, authorization: head.authorization, contentType: head.contentType, now: Date.now() },
-      ctx.store.current(),
+      table,
       ctx.limiter,
     );
     this.dialect = d.dialect;
@@ -197,16 +208,30 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
       this.keyName = d.key?.name ?? '';
       return this.refuse(d.error);
     }
-    this.d = d;
-    this.routeOf = d.route;
     this.keyName = d.key.name;
+    let check: BodyCheck;
+    if (d.byModel) {
+      this.byModel = d;
+      if (d.modelId !== undefined || d.rest === '/v1/models' || d.rest === '/v1/models/') return this.answerModels(d, table);
+      if (isBinaryContentType(head.contentType)) {
+        return this.refuse(
+          gatewayError('invalid_body', `a ${head.contentType} upload cannot be routed by "model" through /openai/v1: send it to the deployment's own URL (/v1/<project>/<deployment>/v1/...)`),
+          true,
+        );
+      }
+      check = 'json';
+    } else {
+      this.d = d;
+      this.routeOf = d.route;
+      check = d.check;
+    }
 
     const declared = head.contentLength;
     if (declared !== undefined && declared > ctx.maxBody) return this.refuse(tooLarge(ctx.maxBody), true);
     if (this.continueRequested) res.writeContinue();
 
     const hasBody = head.chunked || (declared !== undefined && declared > 0);
-    if (d.check === 'none') {
+    if (check === 'none') {
       this.body = !hasBody ? null : declared !== undefined ? req : limitStream(req, ctx.maxBody);
       this.bodyLength = hasBody ? declared : undefined;
       return this.dispatch(undefined);
@@ -240,11 +265,46 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
 
   private checked(buf: Buffer): void {
     if (this.over || this.gone || this.answered) return;
+    if (this.byModel) return this.routeByModel(this.byModel, buf);
     const invalid = validateBody(this.d!.check, buf);
     if (invalid) return this.refuse(invalid);
     this.body = buf;
     this.bodyLength = buf.length;
     this.dispatch(undefined);
+  }
+
+  /** The OpenAI base URL: `model` picks the deployment; the body goes on with `model` rewritten (openai-base.ts). */
+  private routeByModel(b: ByModel, buf: Buffer): void {
+    const p = prepareBody(this.table!, b, buf);
+    if (p instanceof Error) {
+      if (p.code === 'model_forbidden') this.ctx.metrics.authFailures.inc({ reason: 'forbidden' });
+      return this.refuse(p);
+    }
+    this.byModel = undefined;
+    this.d = acceptByModel(b, p.route, b.search);
+    this.routeOf = p.route;
+    this.stripUsage = p.stripUsage;
+    this.body = p.body;
+    this.bodyLength = p.body.length;
+    this.dispatch(undefined);
+  }
+
+  /** `GET /openai/v1/models` and `/models/<id>`: answered by the gateway from the route table. */
+  private answerModels(b: ByModel, table: RouteTable): void {
+    const method = this.head!.method;
+    const unread = this.head!.chunked || (this.head!.contentLength ?? 0) > 0;
+    if (method !== 'GET' && method !== 'HEAD') {
+      return this.refuse(gatewayError('method_not_allowed', `${method} is not allowed on /openai/v1/models; use GET`, { allow: 'GET, HEAD' }), unread);
+    }
+    const body = b.modelId !== undefined ? modelRetrieve(table, b.key, b.modelId) : modelsList(table, b.key);
+    if (body instanceof Error) {
+      if (body.code === 'model_forbidden') this.ctx.metrics.authFailures.inc({ reason: 'forbidden' });
+      return this.refuse(body, unread);
+    }
+    this.answered = true;
+    const closing = unread || this.ctx.drain.draining;
+    if (closing) this.closeAfter = true;
+    sendJson(this.res, 200, body, this.extra, closing, method === 'HEAD');
   }
 
   private bodyTimedOut(): void {
@@ -318,15 +378,29 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
       if (!down.cacheControl) list.push('cache-control', 'no-cache');
     }
     if (this.ctx.drain.draining) list.push('connection', 'close');
+    if (this.d!.route.kind === 'llm' && status >= 200 && status < 300 && this.req.method !== 'HEAD') {
+      if (sse) {
+        this.meter = new SseUsageMeter(this.stripUsage);
+        // Taking the usage event out changes the length: the answer goes chunked instead.
+        if (this.stripUsage && down.length) for (let i = list.length - 2; i >= 0; i -= 2) if (list[i] === 'content-length') list.splice(i, 2);
+      } else if (down.contentType !== undefined && /^application\/(?:[\w.+-]*\+)?json\b/i.test(down.contentType)) {
+        this.meter = new JsonUsageMeter();
+      }
+    }
     this.closeDelimited = !down.length && !down.chunked && !NO_BODY_STATUS(status) && this.req.method !== 'HEAD';
     res.writeHead(status, list);
     if (sse) res.flushHeaders();
     return true;
   }
 
-  onData(chunk: Buffer): boolean {
+  onData(data: Buffer): boolean {
     const res = this.res;
     if (this.gone || !res) return false;
+    let chunk: Buffer | undefined = data;
+    if (this.meter) {
+      chunk = this.meter.push(data, performance.now());
+      if (!chunk) return true;
+    }
     this.bytesOut += chunk.length;
     if (res.write(chunk)) return true;
     this.drainSince = Date.now();
@@ -342,6 +416,7 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
   onComplete(trailers: string[] | null): void {
     if (this.over || !this.res) return;
     this.upstreamOver();
+    this.endAt = performance.now();
     if (this.closeDelimited && upstreamReset()) {
       // The backend reset a close-delimited answer: the client must see it cut, never a clean end.
       return this.cut('reset');
@@ -350,6 +425,11 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
       const t: Array<[string, string]> = [];
       for (let i = 0; i < trailers.length; i += 2) t.push([String(trailers[i]), String(trailers[i + 1])]);
       this.res.addTrailers(t);
+    }
+    const held = this.meter?.end();
+    if (held) {
+      this.bytesOut += held.length;
+      this.res.write(held);
     }
     this.res.end();
   }
@@ -460,6 +540,7 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
       bytesIn: this.bodyLength ?? 0,
       bytesOut: this.bytesOut,
       error: this.error,
+      llm: this.meter && this.endAt ? llmFigures(this.meter, this.started, this.endAt) : undefined,
     });
   }
 
@@ -467,6 +548,7 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
   private release(): void {
     const self = this as unknown as Record<string, unknown>;
     self.req = self.res = self.body = self.conn = self.d = self.head = self.target = self.abortUpstream = self.resumeUpstream = undefined;
+    self.byModel = self.table = self.meter = undefined;
   }
 }
 
@@ -483,6 +565,28 @@ export interface Answer {
   bytesIn: number;
   bytesOut: number;
   error: string | undefined;
+  /** LLM answers that completed: what their usage and timing said. */
+  llm?: LlmFigures;
+}
+
+export interface LlmFigures {
+  tokens: TokenUsage | undefined;
+  /** Seconds from arrival to the first token. */
+  ttft: number | undefined;
+  /** Seconds per output token after the first (streams). */
+  tpot: number | undefined;
+}
+
+/**
+ * TTFT: to the first data event of a stream; for a non-streamed answer, to its first byte when it reports generated
+ * tokens (an embedding has no first token). Time per output token: streams with more than one completion token.
+ */
+function llmFigures(m: UsageMeter, started: number, endAt: number): LlmFigures {
+  const tokens = m.usage;
+  const first = m.firstAt && (m.streamed || (tokens !== undefined && tokens.completion > 0)) ? m.firstAt : 0;
+  const ttft = first ? (first - started) / 1000 : undefined;
+  const tpot = m.streamed && first && tokens && tokens.completion > 1 ? (endAt - first) / 1000 / (tokens.completion - 1) : undefined;
+  return { tokens, ttft, tpot };
 }
 
 /** The one place an answered request is counted and logged (plain requests and upgrades). */
@@ -491,6 +595,8 @@ export function recordAnswer(ctx: PlaneContext, a: Answer): void {
   const project = a.route?.project ?? '';
   const deployment = a.route?.deployment ?? '';
   ctx.metrics.observeRequest(project, deployment, a.status, seconds);
+  const llm = a.llm;
+  if (llm && (llm.tokens || llm.ttft !== undefined)) ctx.metrics.observeLlm(project, deployment, a.keyName, llm.tokens, llm.ttft, llm.tpot);
   const access = ctx.access;
   if (!access) return;
   const url = a.req.url ?? '/';
@@ -509,6 +615,9 @@ export function recordAnswer(ctx: PlaneContext, a: Answer): void {
     bytesIn: a.bytesIn,
     bytesOut: a.bytesOut,
     error: a.error,
+    promptTokens: llm?.tokens?.prompt,
+    completionTokens: llm?.tokens?.completion,
+    ttftMs: llm?.ttft !== undefined ? Math.round(llm.ttft * 10000) / 10 : undefined,
   });
 }
 

@@ -76,6 +76,31 @@ export class Metrics {
     labelNames: ['subject'] as const,
     registers: [this.registry],
   });
+  // LLM usage (SPEC §9): tokens per deployment and per key, time to first token, time per output token.
+  readonly llmTokens = new Counter({
+    name: 'servegate_llm_tokens_total',
+    help: 'Tokens of LLM answers as their usage reported them, by project, deployment and type (prompt, completion)',
+    labelNames: ['project', 'deployment', 'type'] as const,
+    registers: [this.registry],
+  });
+  readonly llmKeyTokens = new Counter({
+    name: 'servegate_llm_key_tokens_total',
+    help: 'Tokens of LLM answers as their usage reported them, by API key name and type (prompt, completion)',
+    labelNames: ['key', 'type'] as const,
+    registers: [this.registry],
+  });
+  readonly ttft = new CompactHistogram(
+    'servegate_llm_time_to_first_token_seconds',
+    'Time from request to the first streamed event (non-streamed: to the first byte of a generated answer), by project and deployment',
+    ['project', 'deployment'],
+    [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 10, 30, 60],
+  );
+  readonly tpot = new CompactHistogram(
+    'servegate_llm_time_per_output_token_seconds',
+    'Streamed LLM answers: time from the first event to the end divided by the completion tokens after the first, by project and deployment',
+    ['project', 'deployment'],
+    [0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1],
+  );
   /** Requests being forwarded now; a plain number on the hot path, read by the gauge at scrape time. */
   inflightNow = 0;
   readonly inflight: Gauge = new Gauge({
@@ -124,9 +149,42 @@ export class Metrics {
     return this.duration.bounds;
   }
 
-  /** The whole exposition: prom-client's metrics and the compact histogram. */
+  private perLlm = new Map<string, { prompt: { inc(n: number): void }; completion: { inc(n: number): void }; ttft: HistogramSeries; tpot: HistogramSeries }>();
+  private perKey = new Map<string, { prompt: { inc(n: number): void }; completion: { inc(n: number): void } }>();
+
+  /** One LLM answer's usage and timing; undefined parts were not seen. */
+  observeLlm(project: string, deployment: string, key: string, tokens: { prompt: number; completion: number } | undefined, ttft: number | undefined, tpot: number | undefined): void {
+    const rk = `${project}\u0000${deployment}`;
+    let e = this.perLlm.get(rk);
+    if (!e) {
+      if (this.perLlm.size > 50_000) this.perLlm.clear();
+      e = {
+        prompt: this.llmTokens.labels(project, deployment, 'prompt'),
+        completion: this.llmTokens.labels(project, deployment, 'completion'),
+        ttft: this.ttft.child(project, deployment),
+        tpot: this.tpot.child(project, deployment),
+      };
+      this.perLlm.set(rk, e);
+    }
+    if (ttft !== undefined) this.ttft.observe(e.ttft, ttft);
+    if (tpot !== undefined) this.tpot.observe(e.tpot, tpot);
+    if (!tokens) return;
+    let k = this.perKey.get(key);
+    if (!k) {
+      if (this.perKey.size > 50_000) this.perKey.clear();
+      k = { prompt: this.llmKeyTokens.labels(key, 'prompt'), completion: this.llmKeyTokens.labels(key, 'completion') };
+      this.perKey.set(key, k);
+    }
+    // Both series exist from a deployment's first answer on, so a rate() over them never starts mid-way.
+    e.prompt.inc(tokens.prompt);
+    e.completion.inc(tokens.completion);
+    k.prompt.inc(tokens.prompt);
+    k.completion.inc(tokens.completion);
+  }
+
+  /** The whole exposition: prom-client's metrics and the compact histograms. */
   async render(): Promise<string> {
-    return (await this.registry.metrics()) + this.duration.render();
+    return (await this.registry.metrics()) + this.duration.render() + this.ttft.render() + this.tpot.render();
   }
 
   constructor(defaults = true) {

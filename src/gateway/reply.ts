@@ -20,6 +20,14 @@ export function sendError(res: ServerResponse, err: GatewayError, dialect: Diale
   res.end(body);
 }
 
+/** The gateway's own successful JSON answer (the model list of the OpenAI base URL). */
+export function sendJson(res: ServerResponse, status: number, body: string, extra: readonly string[], close: boolean, head = false): void {
+  const h: string[] = ['content-type', 'application/json', 'content-length', String(Buffer.byteLength(body)), ...extra];
+  if (close) h.push('connection', 'close');
+  res.writeHead(status, h);
+  res.end(head ? undefined : body);
+}
+
 /** The same answer as raw bytes on a socket Node's HTTP server has let go of (upgrades, parse errors); then closes. */
 export function sendRawError(socket: Socket, err: GatewayError, dialect: Dialect, extra: readonly string[]): void {
   const body = renderError(err, dialect);

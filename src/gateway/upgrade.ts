@@ -5,7 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import { request as httpRequest, type IncomingMessage, type Server } from 'node:http';
 import type { Socket } from 'node:net';
-import { admit } from './admit.js';
+import { admit, type Accepted, type ByModel, type Refusal } from './admit.js';
 import type { Conn, Job } from './connection.js';
 import { responseCorsList } from './cors.js';
 import { gatewayError, type Dialect, type GatewayError } from './errors.js';
@@ -14,7 +14,8 @@ import { clientRequestId, downstreamHeaders, upstreamHeaders } from './headers.j
 import { closeSocket, rawHead, sendRawError } from './reply.js';
 import { headProblem, readHead } from './request-head.js';
 import { mapUpstreamError } from './upstream-errors.js';
-import type { Route } from '../routing/types.js';
+import type { Route, RouteTable } from '../routing/types.js';
+import { acceptByModel, selectModel, servedModel } from './openai-base.js';
 
 /** Longest error body from a backend that declines an upgrade that is passed on. */
 const DECLINE_BODY_MAX = 65_536;
@@ -77,11 +78,14 @@ export class UpgradeJob implements Job {
     const bad = headProblem(h, req, ctx.maxHeaders);
     if (bad) return this.refuse(bad, 'kserve', extra);
 
-    const d = admit(
+    const table = ctx.store.current();
+    const admitted = admit(
       { method: h.method, url: req.url ?? '/', host: h.authority, authorization: h.authorization, contentType: undefined, now: Date.now() },
-      ctx.store.current(),
+      table,
       ctx.limiter,
     );
+    // The OpenAI base URL: a websocket (the realtime API) names its model in the query, `?model=<project>/<deployment>`.
+    const d = admitted.ok && admitted.byModel ? upgradeByModel(table, admitted) : admitted;
     if (!d.ok) {
       if (d.authMetric) ctx.metrics.authFailures.inc({ reason: d.authMetric });
       this.route = d.route;
@@ -215,4 +219,15 @@ export class UpgradeJob implements Job {
     socket.unshift(Buffer.concat([Buffer.from(text, 'latin1'), this.head]));
     this.server.emit('connection', socket);
   }
+}
+
+/** A websocket on the OpenAI base URL: the `model` query parameter picks the deployment and is rewritten like a body's. */
+function upgradeByModel(table: RouteTable, d: ByModel): Accepted | Refusal {
+  const params = new URLSearchParams(d.search);
+  const route = selectModel(table, d.key, params.get('model') ?? undefined);
+  if (route instanceof Error) {
+    return { ok: false, error: route, dialect: 'openai', key: d.key, authMetric: route.code === 'model_forbidden' ? 'forbidden' : undefined };
+  }
+  params.set('model', servedModel(route));
+  return acceptByModel(d, route, `?${params.toString()}`);
 }

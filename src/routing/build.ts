@@ -8,6 +8,7 @@ import {
   MODEL_NAME,
   PROJECT_NAME,
   projectNamespaceForm,
+  SERVED_MODEL_NAME,
   routeKindOf,
   VERBS,
 } from './names.js';
@@ -238,6 +239,12 @@ function servingDeploymentRoute(
     if (typeof modelName !== 'string' || modelName.length > 253 || !MODEL_NAME.test(modelName)) {
       return invalid(`spec.modelName "${String(modelName)}" must be letters, digits, '_', '.' or '-'`);
     }
+  } else if (kind === 'llm' && spec.modelName !== undefined && spec.modelName !== '') {
+    // The name the LLM server serves; the one OpenAI base URL writes it into the body's `model` (SPEC §9).
+    if (typeof spec.modelName !== 'string' || spec.modelName.length > 253 || !SERVED_MODEL_NAME.test(spec.modelName)) {
+      return invalid(`spec.modelName ${JSON.stringify(spec.modelName)} must be the name the LLM server serves: letters, digits and _ . : / @ + -`);
+    }
+    modelName = spec.modelName;
   } else if (spec.modelName !== undefined && kind === 'python') {
     return invalid('spec.modelName is only allowed for predictive model servers');
   }

@@ -6,6 +6,11 @@ export const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
 export const PROJECT_NAME = /^[A-Za-z0-9]([A-Za-z0-9_-]*[A-Za-z0-9])?$/;
 /** Model names as they may appear in `/v1/models/<name>:<verb>`. */
 export const MODEL_NAME = /^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$/;
+/**
+ * Names an LLM server may serve (vLLM's --served-model-name, a Hugging Face id such as `meta-llama/Llama-3.1-8B`,
+ * `llama3:8b`, a local path): the `model` the gateway writes into bodies sent through `/openai/v1` (SPEC §9).
+ */
+export const SERVED_MODEL_NAME = /^[A-Za-z0-9_.:/@+-]+$/;
 
 export function isDnsLabel(s: string): boolean {
   return s.length > 0 && s.length <= 63 && DNS_LABEL.test(s);

@@ -103,7 +103,10 @@ export interface Route {
   deployment: string;
   kind: RouteKind;
   modelServer?: ModelServer;
-  /** Predictive routes: the model name in `/v1/models/<name>:<verb>`. */
+  /**
+   * Predictive routes: the model name in `/v1/models/<name>:<verb>`. LLM routes: `spec.modelName` when set, the
+   * name the server serves (`/openai/v1` rewrites the body's `model` to it, else to the deployment name).
+   */
   modelName?: string;
   /** Predictive routes: the verbs offered (`predict`, `classify`, `regress`). */
   verbs: readonly string[];

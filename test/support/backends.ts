@@ -192,11 +192,28 @@ export interface StreamControl {
   stallAfter?: number;
 }
 
-export class OpenAIBackend extends RecordingBackend {
-  stream: StreamControl = { chunks: 3, delayMs: 10 };
+export interface UsageControl {
+  /** prompt_tokens and completion_tokens of every answer (total_tokens is their sum). */
+  prompt: number;
+  completion: number;
+  /** Pause before the first streamed chunk (a slow time to first token). */
+  firstDelayMs?: number;
+  /** OpenAI's own habit: once usage is asked for, every chunk carries `"usage": null` (vLLM leaves it out). */
+  nullInChunks?: boolean;
+  /** The usage rides on the last content chunk (choices not empty) instead of a chunk of its own. */
+  onLastChunk?: boolean;
 }
 
-/** An OpenAI-compatible server: chat/completions, completions (both streaming), models, embeddings. */
+export class OpenAIBackend extends RecordingBackend {
+  stream: StreamControl = { chunks: 3, delayMs: 10 };
+  /** Streams report usage only when `stream_options.include_usage` asks for it, as vLLM and OpenAI do. */
+  usage: UsageControl = { prompt: 1, completion: 2 };
+}
+
+/**
+ * An OpenAI-compatible server: chat/completions, completions (both streaming), models, embeddings. Usage as
+ * `backend.usage` says; a stream sends its usage chunk (choices: []) before [DONE] only when the request asked for it.
+ */
 export async function startOpenAIBackend(): Promise<OpenAIBackend> {
   const backend: OpenAIBackend = new OpenAIBackend(async (_req, res, rec) => {
     const path = rec.url.split('?')[0];
@@ -240,7 +257,7 @@ export async function startOpenAIBackend(): Promise<OpenAIBackend> {
               created,
               model,
               choices: [{ index: 0, message: { role: 'assistant', content: text }, finish_reason: 'stop', logprobs: null }],
-              usage: { prompt_tokens: 1, completion_tokens: 2, total_tokens: 3 },
+              usage: usageOf(backend.usage),
             }
           : {
               id,
@@ -248,15 +265,24 @@ export async function startOpenAIBackend(): Promise<OpenAIBackend> {
               created,
               model,
               choices: [{ index: 0, text, finish_reason: 'stop', logprobs: null }],
-              usage: { prompt_tokens: 1, completion_tokens: 2, total_tokens: 3 },
+              usage: usageOf(backend.usage),
             },
       );
       return;
     }
     const ctl = { ...backend.stream };
+    const u = { ...backend.usage };
+    const so = body.stream_options as { include_usage?: unknown } | null | undefined;
+    const withUsage = so?.include_usage === true;
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
     res.flushHeaders();
-    const chunk = (i: number, finish: boolean) =>
+    const chunk = (i: number, finish: boolean): Record<string, unknown> => {
+      const c = plainChunk(i, finish);
+      if (withUsage && u.nullInChunks) c.usage = null;
+      if (withUsage && finish && u.onLastChunk) c.usage = usageOf(u);
+      return c;
+    };
+    const plainChunk = (i: number, finish: boolean): Record<string, unknown> =>
       chat
         ? {
             id,
@@ -267,7 +293,7 @@ export async function startOpenAIBackend(): Promise<OpenAIBackend> {
           }
         : { id, object: 'text_completion', created, model, choices: [{ index: 0, text: finish ? '' : `tok${i} `, finish_reason: finish ? 'stop' : null, logprobs: null }] };
     for (let i = 0; i < ctl.chunks; i++) {
-      await sleep(ctl.delayMs);
+      await sleep(i === 0 && u.firstDelayMs !== undefined ? u.firstDelayMs : ctl.delayMs);
       if (res.destroyed || rec.aborted) return;
       if (ctl.stallAfter !== undefined && i >= ctl.stallAfter) {
         await rec.closed; // stalled: write nothing more, wait for the gateway to give up
@@ -278,9 +304,16 @@ export async function startOpenAIBackend(): Promise<OpenAIBackend> {
     }
     if (res.destroyed) return;
     res.write(`data: ${JSON.stringify(chunk(ctl.chunks, true))}\n\n`);
+    if (withUsage && !u.onLastChunk) {
+      res.write(`data: ${JSON.stringify({ id, object: chat ? 'chat.completion.chunk' : 'text_completion', created, model, choices: [], usage: usageOf(u) })}\n\n`);
+    }
     res.end('data: [DONE]\n\n');
   });
   return backend.listen();
+}
+
+function usageOf(u: UsageControl): { prompt_tokens: number; completion_tokens: number; total_tokens: number } {
+  return { prompt_tokens: u.prompt, completion_tokens: u.completion, total_tokens: u.prompt + u.completion };
 }
 
 /**

@@ -35,7 +35,11 @@ function req(url: string, opts: { key?: KeyName; auth?: string; method?: string;
     now: NOW,
   };
 }
-const run = (url: string, opts: Parameters<typeof req>[1] = {}) => decide(req(url, opts), table);
+const run = (url: string, opts: Parameters<typeof req>[1] = {}) => {
+  const d = decide(req(url, opts), table);
+  if (d.ok && d.byModel) throw new Error(`${url} reads as the OpenAI base URL`);
+  return d;
+};
 const statusOf = (d: ReturnType<typeof run>) => (d.ok ? 200 : d.error.status);
 
 const PREDICT = '/v1/fraud_detection/fraud/v1/models/fraud:predict';

@@ -53,6 +53,11 @@ describe('deployment URLs (SPEC §2 status)', () => {
     expect(routeOf(sdep('demo/iris').sklearn()).modelName).toBe('iris');
   });
 
+  test('an LLM keeps the name its server serves (a Hugging Face id may have "/"), and none when unset', () => {
+    expect(routeOf(sdep('demo/chat').llm().modelName('meta-llama/Llama-3.1-8B-Instruct')).modelName).toBe('meta-llama/Llama-3.1-8B-Instruct');
+    expect(routeOf(sdep('demo/chat').llm()).modelName).toBeUndefined();
+  });
+
   test('status carries the resource generation', () => {
     expect(build({ deployments: [sdep('demo/iris').generation(7).build()] }).statuses[0].generation).toBe(7);
   });
@@ -262,6 +267,8 @@ describe('InvalidSpec: one bad resource is reported and skipped (SPEC §2)', () 
     ['type python with a modelName', sdep('demo/a').python().modelName('m').build(), /spec\.modelName/],
     ['a model name with a slash', sdep('demo/a').modelName('a/b').build(), /spec\.modelName/],
     ['a model name with a colon', sdep('demo/a').modelName('a:b').build(), /spec\.modelName/],
+    ['an LLM model name with a space', sdep('demo/a').llm().modelName('a b').build(), /spec\.modelName/],
+    ['an LLM model name that is not a string', sdep('demo/a').llm().set('modelName', 7).build(), /spec\.modelName/],
     ['no backend', sdep('demo/a').set('backend', undefined).build(), /spec\.backend/],
     ['port 0', sdep('demo/a').backend('svc', 0).build(), /spec\.backend\.port/],
     ['port 65536', sdep('demo/a').backend('svc', 65536).build(), /spec\.backend\.port/],
