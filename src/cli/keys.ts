@@ -17,6 +17,8 @@ import {
   summarizeKeySecret,
   type KeySummary,
 } from '../keys/index.js';
+import { apiStatus } from '../kube/objects.js';
+import { isDnsLabel } from '../routing/names.js';
 import { KEY_LABEL } from '../routing/types.js';
 import { listManifestFiles } from '../sources/files/walk.js';
 
@@ -159,11 +161,7 @@ export async function kubeClients(kubeconfig: string | undefined, env: NodeJS.Pr
   return { core: kc.makeApiClient(k8s.CoreV1Api), custom: kc.makeApiClient(k8s.CustomObjectsApi), server: cluster.server };
 }
 
-/** HTTP status of a client error, if it came from the API server. */
-export function apiStatus(err: unknown): number | undefined {
-  const code = (err as { code?: unknown })?.code;
-  return typeof code === 'number' ? code : undefined;
-}
+export { apiStatus };
 
 /** The API server's own message (Status.message) or the error's. */
 export function apiMessage(err: unknown): string {
@@ -274,7 +272,7 @@ function clusterNamespace(flags: Record<string, string | true>, io: CliIo): stri
 }
 
 function checkNamespace(ns: string): void {
-  if (!/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/.test(ns) || ns.length > 63) throw new KeyError(`invalid namespace "${ns}": a namespace is a DNS-1123 label`);
+  if (!isDnsLabel(ns)) throw new KeyError(`invalid namespace "${ns}": a namespace is a DNS-1123 label`);
 }
 
 async function createKey(flags: Record<string, string | true>, io: CliIo): Promise<number> {

@@ -1,6 +1,7 @@
 // `servegate url <project>/<deployment>`: prints a deployment's URLs and legacy hostname, computed by the same
 // route builder the gateway uses (files mode) or read from the resource's status (cluster mode).
 import { stringify } from 'yaml';
+import { readMeta } from '../kube/objects.js';
 import { loadConfigFile, ownNamespace, ConfigError } from '../config/load.js';
 import type { Config } from '../config/schema.js';
 import { buildRouteTable } from '../routing/build.js';
@@ -249,18 +250,11 @@ async function fromCluster(
 }
 
 function toResource<T extends ServingDeploymentResource | InferenceServiceResource>(o: unknown, kind: T['kind']): T {
-  const obj = (o ?? {}) as { apiVersion?: string; metadata?: Record<string, unknown>; spec?: unknown; status?: unknown };
-  const md = obj.metadata ?? {};
-  const ts = md.creationTimestamp;
+  const obj = (o ?? {}) as { apiVersion?: string; spec?: unknown; status?: unknown };
   return {
     apiVersion: obj.apiVersion ?? '',
     kind,
-    metadata: {
-      name: String(md.name ?? ''),
-      namespace: String(md.namespace ?? ''),
-      generation: typeof md.generation === 'number' ? md.generation : undefined,
-      creationTimestamp: ts instanceof Date ? ts.toISOString() : typeof ts === 'string' ? ts : undefined,
-    },
+    metadata: readMeta(o) ?? { name: '', namespace: '' },
     spec: obj.spec,
     status: obj.status,
     origin: 'kubernetes',

@@ -1,12 +1,11 @@
 // servegate/client: the Deployment class. URL helpers in the seed's exact formats, and request helpers that send
 // `authorization: ApiKey <key>` and turn the gateway's error bodies into GatewayError. Uses global fetch only.
-import { deploymentUrls, routeKindOf } from '../routing/names.js';
+import { deploymentUrls, MODEL_SERVERS, routeKindOf } from '../routing/names.js';
 import type { ModelServer, RouteKind } from '../routing/kinds.js';
 
 export type { ModelServer, RouteKind };
 export type DeploymentType = 'model' | 'python';
 
-const MODEL_SERVERS: readonly ModelServer[] = ['python', 'sklearn', 'tensorflow', 'llm'];
 /** Other spellings of the model servers (the interface description's names, KServe's formats). */
 const SERVER_ALIASES: Record<string, ModelServer> = { 'scikit-learn': 'sklearn', scikit_learn: 'sklearn', tf: 'tensorflow', vllm: 'llm' };
 

@@ -1,6 +1,7 @@
 // The status controller: after every build, writes each ServingDeployment's status (URLs, hostname, conditions)
 // through the status subresource, only while leader and only when it changed; a small work queue with retries.
 import { CustomObjectsApi, PatchStrategy, setHeaderMiddleware, type KubeConfig } from '@kubernetes/client-node';
+import { apiStatus, FIELD_MANAGER } from '../kube/objects.js';
 import { silentLogger, type Logger } from '../log.js';
 import { PROJECT_NAME } from '../routing/names.js';
 import type { AppliedBuild, RouteStore } from '../routing/store.js';
@@ -13,7 +14,6 @@ export interface StatusWriter {
   patchStatus(namespace: string, name: string, patch: { status: Record<string, unknown> }): Promise<void>;
 }
 
-const FIELD_MANAGER = 'servegate-controller';
 
 /** A StatusWriter over the real API: PATCH .../servingdeployments/<name>/status, application/merge-patch+json. */
 export function kubeStatusWriter(kc: KubeConfig, opts: { requestTimeoutMs?: number } = {}): StatusWriter {
@@ -80,10 +80,6 @@ interface Written {
   status: ServingDeploymentStatus;
 }
 
-function errorCode(err: unknown): number | undefined {
-  const c = (err as { code?: unknown })?.code;
-  return typeof c === 'number' ? c : undefined;
-}
 
 export class StatusController {
   readonly stats: StatusControllerStats = { writes: 0, failures: 0, conflicts: 0, dropped: 0 };
@@ -302,7 +298,7 @@ export class StatusController {
       this.written.set(key, { uid: e.resource.metadata.uid, resourceVersion: e.resource.metadata.resourceVersion, status: desired });
       this.log.debug({ key, ready: e.status.ready, reason: e.status.reason }, 'status written');
     } catch (err) {
-      const code = errorCode(err);
+      const code = apiStatus(err);
       if (code === 404) {
         this.stats.dropped++;
         this.log.debug({ key }, 'status not written: the object is gone');
@@ -320,7 +316,7 @@ export class StatusController {
     this.attempts.set(key, attempt);
     const base = Math.min(this.maxRetryMs, this.retryBaseMs * 2 ** (attempt - 1));
     const delay = Math.round(base * (0.8 + Math.random() * 0.4));
-    this.log.warn({ key, attempt, retryInMs: delay, code: errorCode(err), err: (err as Error)?.message }, 'status write failed; retrying');
+    this.log.warn({ key, attempt, retryInMs: delay, code: apiStatus(err), err: (err as Error)?.message }, 'status write failed; retrying');
     const t = setTimeout(() => {
       this.retryTimers.delete(key);
       this.enqueue(key);

@@ -2,6 +2,7 @@
 // The holder renews every retryPeriod; it stops leading once it could not renew for renewDeadline; others take over after expiry.
 import { hostname } from 'node:os';
 import { CoordinationV1Api, setHeaderMiddleware, V1MicroTime, type KubeConfig, type V1Lease } from '@kubernetes/client-node';
+import { apiStatus, FIELD_MANAGER } from '../kube/objects.js';
 import { silentLogger, type Logger } from '../log.js';
 
 /** What the status controller needs to know about leadership. */
@@ -71,12 +72,7 @@ export interface LeaderStats {
   errors: number;
 }
 
-const FIELD_MANAGER = 'servegate-controller';
 
-function errorCode(err: unknown): number | undefined {
-  const c = (err as { code?: unknown })?.code;
-  return typeof c === 'number' ? c : undefined;
-}
 
 function timeMs(t: unknown): number | undefined {
   if (t instanceof Date) return t.getTime();
@@ -238,7 +234,7 @@ export class LeaderElector implements Leadership {
     try {
       lease = await this.api.readNamespacedLease({ name, namespace }, this.requestOptions());
     } catch (err) {
-      if (errorCode(err) !== 404) throw err;
+      if (apiStatus(err) !== 404) throw err;
       try {
         await this.api.createNamespacedLease(
           {
@@ -254,7 +250,7 @@ export class LeaderElector implements Leadership {
           this.requestOptions(),
         );
       } catch (e) {
-        if (errorCode(e) === 409) return false; // another candidate created it first
+        if (apiStatus(e) === 409) return false; // another candidate created it first
         throw e;
       }
       this.lastRenew = now;
@@ -287,7 +283,7 @@ export class LeaderElector implements Leadership {
     try {
       await this.api.replaceNamespacedLease({ name, namespace, body: next, fieldManager: FIELD_MANAGER }, this.requestOptions());
     } catch (err) {
-      if (errorCode(err) === 409) return false; // someone wrote the lease since we read it: re-read next round
+      if (apiStatus(err) === 409) return false; // someone wrote the lease since we read it: re-read next round
       throw err;
     }
     this.lastRenew = now;

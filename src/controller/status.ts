@@ -1,5 +1,6 @@
 // The status a ServingDeployment should carry, computed from the builder's DeploymentStatus: pure, the clock passed in.
 // Also: whether a write is needed (deep equality ignoring key order) and the merge patch that performs it.
+import { formatTime, isObject } from '../kube/objects.js';
 import type { DeploymentStatus } from '../routing/types.js';
 
 export type ConditionStatus = 'True' | 'False' | 'Unknown';
@@ -33,10 +34,7 @@ export const HOSTNAME_REASONS = { assigned: 'Assigned', invalid: 'InvalidHostnam
 /** metav1.Condition.message is at most 32768 characters. */
 const MAX_MESSAGE = 32768;
 
-/** RFC 3339 with second precision, as metav1.Time serialises. */
-export function formatTime(now: Date): string {
-  return new Date(Math.floor(now.getTime() / 1000) * 1000).toISOString().replace('.000Z', 'Z');
-}
+export { formatTime };
 
 /**
  * The desired status of one resource.
@@ -129,6 +127,4 @@ export function deepEqual(a: unknown, b: unknown): boolean {
   return false;
 }
 
-function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
+

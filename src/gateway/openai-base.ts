@@ -2,6 +2,7 @@
 // body's `model` ("<project>/<deployment>", or the bare deployment name when it is unambiguous among the key's
 // projects) picks the deployment and is rewritten to the name the backend serves; `GET /openai/v1/models` lists what
 // the key may use. Plain functions of the table, the key and the request body.
+import { isObject } from '../kube/objects.js';
 import type { ApiKeyRecord, Route, RouteTable } from '../routing/types.js';
 import { grantsProject } from './auth.js';
 import type { Accepted, ByModel } from './decide.js';
@@ -143,6 +144,4 @@ export function prepareBody(table: RouteTable, d: ByModel, raw: Buffer): Prepare
   return { route, body, stripUsage };
 }
 
-function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
+

@@ -2,7 +2,8 @@
 // Pure helpers shared by `servegate keys` and the tests; the same rules as buildKeys in src/routing/build.ts.
 import { createHash, randomBytes } from 'node:crypto';
 import { Document, isScalar } from 'yaml';
-import { PROJECT_NAME } from '../routing/names.js';
+import { formatTime, isObject, secretData } from '../kube/objects.js';
+import { isDnsSubdomain, KEY_PREFIX, KEY_SHA256, PROJECT_NAME } from '../routing/names.js';
 import { KEY_LABEL } from '../routing/types.js';
 
 export const PREFIX_LENGTH = 16;
@@ -10,9 +11,6 @@ export const PREFIX_LENGTH = 16;
 export const SECRET_LENGTH = 43;
 const ALNUM = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
 
-export const KEY_FORMAT = /^[A-Za-z0-9]{16}\.[A-Za-z0-9_-]{32,}$/;
-/** Secret names are DNS-1123 subdomains. */
-export const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 
 export class KeyError extends Error {
   constructor(message: string) {
@@ -47,14 +45,10 @@ export function hashKey(key: string): string {
   return createHash('sha256').update(key, 'utf8').digest('hex');
 }
 
-export function isKeyFormat(key: string): boolean {
-  return KEY_FORMAT.test(key);
-}
-
 /** undefined when `name` is a valid Secret name, else why not. */
 export function keyNameProblem(name: string): string | undefined {
   if (!name) return 'a key needs a name (--name)';
-  if (name.length > 253 || !DNS_SUBDOMAIN.test(name)) {
+  if (!isDnsSubdomain(name)) {
     return `invalid key name "${name}": a key is stored as a Secret, whose name must be a DNS-1123 subdomain (lower-case a-z, 0-9, '-' and '.', starting and ending with a letter or digit, at most 253 characters)`;
   }
   return undefined;
@@ -104,10 +98,7 @@ export function parseExpires(raw: string, now: number = Date.now()): Date {
   );
 }
 
-/** RFC 3339 in UTC without milliseconds: 2027-01-01T00:00:00Z. */
-export function formatTime(d: Date): string {
-  return d.toISOString().replace(/\.\d{3}Z$/, 'Z');
-}
+export { formatTime };
 
 export interface KeySecretManifest {
   apiVersion: 'v1';
@@ -131,8 +122,8 @@ export interface KeySecretOptions {
 export function keySecretManifest(o: KeySecretOptions): KeySecretManifest {
   const problem = keyNameProblem(o.name);
   if (problem) throw new KeyError(problem);
-  if (!/^[A-Za-z0-9]{16}$/.test(o.prefix)) throw new KeyError('prefix must be 16 characters [A-Za-z0-9]');
-  if (!/^[0-9a-f]{64}$/.test(o.sha256)) throw new KeyError('sha256 must be 64 lowercase hex characters');
+  if (!KEY_PREFIX.test(o.prefix)) throw new KeyError('prefix must be 16 characters [A-Za-z0-9]');
+  if (!KEY_SHA256.test(o.sha256)) throw new KeyError('sha256 must be 64 lowercase hex characters');
   const metadata: KeySecretManifest['metadata'] = o.namespace
     ? { name: o.name, namespace: o.namespace, labels: { [KEY_LABEL]: 'true' } }
     : { name: o.name, labels: { [KEY_LABEL]: 'true' } };
@@ -190,18 +181,5 @@ export function summarizeKeySecret(obj: unknown, now: number = Date.now(), origi
   };
 }
 
-/** `data` (base64) merged with `stringData` (which wins, as the API server does). */
-export function secretFields(obj: Record<string, unknown>): Record<string, string> {
-  const out: Record<string, string> = {};
-  if (isObject(obj.data)) {
-    for (const [k, v] of Object.entries(obj.data)) if (typeof v === 'string') out[k] = Buffer.from(v, 'base64').toString('utf8');
-  }
-  if (isObject(obj.stringData)) {
-    for (const [k, v] of Object.entries(obj.stringData)) if (typeof v === 'string') out[k] = v;
-  }
-  return out;
-}
-
-function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
+/** `data` (base64) merged with `stringData` (which wins, as the API server does): src/kube/objects.ts. */
+export const secretFields = secretData;

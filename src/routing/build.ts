@@ -1,9 +1,13 @@
 // buildRouteTable(snapshot, options) → { table, statuses, keyProblems }: a pure function, deterministic output.
 // Invalid resources become statuses with a stable reason; they never affect another resource.
 import { createHash } from 'node:crypto';
+import { isObject } from '../kube/objects.js';
 import {
   deploymentUrls,
   isDnsLabel,
+  KEY_PREFIX,
+  KEY_SHA256,
+  MODEL_SERVERS,
   legacyHostname,
   MODEL_NAME,
   PROJECT_NAME,
@@ -62,7 +66,6 @@ type Rejection = { meta: ObjectMeta; resourceKind: Route['resourceKind']; reason
 type Evaluated = { deps: string; service: ServiceResource | undefined | null; value: Candidate | Rejection };
 const evaluated = new WeakMap<object, Evaluated>();
 
-const MODEL_SERVERS: readonly ModelServer[] = ['python', 'sklearn', 'tensorflow', 'llm'];
 
 export function buildRouteTable(snapshot: Snapshot, options: BuildOptions): BuildResult {
   const servicesById = snapshot.services ? indexServices(snapshot.services) : undefined;
@@ -202,9 +205,6 @@ function invalid(message: string): { reason: ReadyReason; message: string } {
   return { reason: 'InvalidSpec', message };
 }
 
-function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
 
 function servingDeploymentRoute(
   res: ServingDeploymentResource,
@@ -434,9 +434,9 @@ function buildKeysWithDigests(
 function parseKeySecret(s: KeySecretResource, keysNamespace: string): ApiKeyRecord | string {
   const d = s.data;
   const prefix = (d.prefix ?? '').trim();
-  if (!/^[A-Za-z0-9]{16}$/.test(prefix)) return 'prefix must be 16 characters [A-Za-z0-9]';
+  if (!KEY_PREFIX.test(prefix)) return 'prefix must be 16 characters [A-Za-z0-9]';
   const sha = (d.sha256 ?? '').trim().toLowerCase();
-  if (!/^[0-9a-f]{64}$/.test(sha)) return 'sha256 must be 64 hex characters (SHA-256 of the whole key "<prefix>.<secret>")';
+  if (!KEY_SHA256.test(sha)) return 'sha256 must be 64 hex characters (SHA-256 of the whole key "<prefix>.<secret>")';
   const projectsRaw = (d.projects ?? '').trim();
   if (!projectsRaw) return 'projects is required: a comma-separated list of project names, or "*"';
   let projects: '*' | Set<string>;

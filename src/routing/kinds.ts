@@ -2,5 +2,7 @@
 // file must stay free of Node.js types, so that `servegate/client`'s declarations type-check anywhere).
 export type DeploymentType = 'model' | 'python';
 export type ModelServer = 'python' | 'sklearn' | 'tensorflow' | 'llm';
+/** Every model server, in the order messages list them. */
+export const MODEL_SERVERS: readonly ModelServer[] = ['python', 'sklearn', 'tensorflow', 'llm'];
 /** How the gateway treats a route: which suffixes it accepts and which error dialect it speaks. */
 export type RouteKind = 'predictive' | 'llm' | 'python';

@@ -1,7 +1,21 @@
-// Name rules shared by the builder, the CLI and the client: project forms, hostnames, deployment URLs.
+// Name rules shared by the builder, the gateway, the CLI and the client — one home for each: DNS names, project and
+// model names, API-key formats, project forms, hostnames, deployment URLs.
 import type { ModelServer, RouteKind } from './kinds.js';
+export { MODEL_SERVERS } from './kinds.js';
 
+/** DNS-1123 label (namespaces, Service and deployment names): also at most 63 characters, see isDnsLabel. */
 export const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+/** DNS-1123 subdomain (Secret names): also at most 253 characters, see isDnsSubdomain. */
+export const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+/** An API key's prefix: 16 characters [A-Za-z0-9] (SPEC §4). */
+export const KEY_PREFIX = /^[A-Za-z0-9]{16}$/;
+/**
+ * A whole API key `<prefix>.<secret>` (SPEC §4): the secret is at least 32 visible ASCII characters (keys servegate
+ * makes use base64url; a key made elsewhere may use any character a header value can carry without quoting).
+ */
+export const API_KEY = /^([A-Za-z0-9]{16})\.([\x21-\x7e]{32,})$/;
+/** What a key Secret stores: the lowercase hex SHA-256 of the whole key. */
+export const KEY_SHA256 = /^[0-9a-f]{64}$/;
 /** Project names as they may appear in a URL path segment. */
 export const PROJECT_NAME = /^[A-Za-z0-9]([A-Za-z0-9_-]*[A-Za-z0-9])?$/;
 /** Model names as they may appear in `/v1/models/<name>:<verb>`. */
@@ -14,6 +28,10 @@ export const SERVED_MODEL_NAME = /^[A-Za-z0-9_.:/@+-]+$/;
 
 export function isDnsLabel(s: string): boolean {
   return s.length > 0 && s.length <= 63 && DNS_LABEL.test(s);
+}
+
+export function isDnsSubdomain(s: string): boolean {
+  return s.length > 0 && s.length <= 253 && DNS_SUBDOMAIN.test(s);
 }
 
 /** The namespace form of a project name: lower case, every character outside a-z0-9- turned into '-'. */

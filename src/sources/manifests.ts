@@ -12,7 +12,8 @@ import {
   type ReadError,
   type ServingDeploymentResource,
 } from '../routing/types.js';
-import { isDnsLabel } from '../routing/names.js';
+import { isObject, readMeta as readObjectMeta } from '../kube/objects.js';
+import { isDnsLabel, isDnsSubdomain } from '../routing/names.js';
 
 export const KSERVE_GROUP = 'serving.kserve.io';
 export const KSERVE_API_VERSION = `${KSERVE_GROUP}/v1beta1`;
@@ -150,7 +151,7 @@ export function classifyObject(obj: unknown, opts: ManifestOptions, node?: YamlN
     if (!isKeySecret(obj.metadata)) return { kind: 'ignored' };
     const meta = readMeta(obj.metadata, opts.keysNamespace, 'key Secret');
     if (typeof meta === 'string') return err(meta);
-    if (!isSubdomain(meta.name)) return err(`key Secret metadata.name "${meta.name}" must be a DNS-1123 subdomain (lower-case a-z, 0-9, '-', '.')`);
+    if (!isDnsSubdomain(meta.name)) return err(`key Secret metadata.name "${meta.name}" must be a DNS-1123 subdomain (lower-case a-z, 0-9, '-', '.')`);
     const data = secretData(obj, node);
     if (typeof data === 'string') return err(`key Secret ${meta.namespace}/${meta.name}: ${data}`);
     return { kind: 'keySecret', resource: { metadata: meta, data, origin: opts.origin } };
@@ -179,28 +180,10 @@ function readMeta(raw: unknown, defaultNamespace: string, what: string): ObjectM
     }
     ns = namespace;
   }
-  const meta: ObjectMeta = { name, namespace: ns };
-  if (typeof raw.uid === 'string') meta.uid = raw.uid;
-  if (typeof raw.generation === 'number' && Number.isInteger(raw.generation)) meta.generation = raw.generation;
-  if (typeof raw.resourceVersion === 'string') meta.resourceVersion = raw.resourceVersion;
-  if (typeof raw.creationTimestamp === 'string') meta.creationTimestamp = raw.creationTimestamp;
-  else if (raw.creationTimestamp instanceof Date) meta.creationTimestamp = raw.creationTimestamp.toISOString();
-  const labels = stringMap(raw.labels);
-  if (labels) meta.labels = labels;
-  const annotations = stringMap(raw.annotations);
-  if (annotations) meta.annotations = annotations;
-  return meta;
+  // Checked and defaulted here; read like any API object (src/kube/objects.ts).
+  return readObjectMeta({ metadata: { ...raw, namespace: ns } }, false)!;
 }
 
-function stringMap(v: unknown): Record<string, string> | undefined {
-  if (!isObject(v)) return undefined;
-  const out: Record<string, string> = {};
-  for (const [k, val] of Object.entries(v)) {
-    if (typeof val === 'string') out[k] = val;
-    else if (typeof val === 'number' || typeof val === 'boolean') out[k] = String(val);
-  }
-  return out;
-}
 
 const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
 
@@ -248,15 +231,6 @@ function scalarSources(node: YamlNode | undefined, key: string): Map<string, str
   return m;
 }
 
-const SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
-
-function isSubdomain(s: string): boolean {
-  return s.length <= 253 && SUBDOMAIN.test(s);
-}
-
-function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v) && !(v instanceof Date);
-}
 
 function firstLine(e: unknown): string {
   const msg = e instanceof Error ? e.message : String(e);

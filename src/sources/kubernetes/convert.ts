@@ -8,40 +8,15 @@ import type {
   ServicePortInfo,
   ServingDeploymentResource,
 } from '../../routing/types.js';
+import { isObject as isObj, readMeta, secretData } from '../../kube/objects.js';
 import { API_VERSION, KIND } from '../../routing/types.js';
 
 type Raw = Record<string, unknown>;
 
 export const ORIGIN = 'kubernetes';
 
-function isObj(v: unknown): v is Raw {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
-function stringMap(v: unknown): Record<string, string> | undefined {
-  if (!isObj(v)) return undefined;
-  const out: Record<string, string> = {};
-  for (const [k, val] of Object.entries(v)) if (typeof val === 'string') out[k] = val;
-  return out;
-}
-
-/** The metadata servegate uses; undefined when name or namespace is missing. */
-export function metaOf(raw: unknown, namespaced = true): ObjectMeta | undefined {
-  if (!isObj(raw) || !isObj(raw.metadata)) return undefined;
-  const m = raw.metadata;
-  if (typeof m.name !== 'string' || m.name === '') return undefined;
-  if (namespaced && (typeof m.namespace !== 'string' || m.namespace === '')) return undefined;
-  const meta: ObjectMeta = { name: m.name, namespace: typeof m.namespace === 'string' ? m.namespace : '' };
-  if (typeof m.uid === 'string') meta.uid = m.uid;
-  if (typeof m.generation === 'number') meta.generation = m.generation;
-  if (typeof m.resourceVersion === 'string') meta.resourceVersion = m.resourceVersion;
-  if (typeof m.creationTimestamp === 'string') meta.creationTimestamp = m.creationTimestamp;
-  const labels = stringMap(m.labels);
-  if (labels) meta.labels = labels;
-  const annotations = stringMap(m.annotations);
-  if (annotations) meta.annotations = annotations;
-  return meta;
-}
+/** The metadata servegate uses; undefined when name or namespace is missing (src/kube/objects.ts). */
+export const metaOf = readMeta;
 
 export function toServingDeployment(raw: unknown): ServingDeploymentResource | undefined {
   const metadata = metaOf(raw);
@@ -63,14 +38,7 @@ export function toKeySecret(raw: unknown): KeySecretResource | undefined {
   const metadata = metaOf(raw);
   if (!metadata) return undefined;
   const r = raw as Raw;
-  const data: Record<string, string> = {};
-  if (isObj(r.data)) {
-    for (const [k, v] of Object.entries(r.data)) if (typeof v === 'string') data[k] = Buffer.from(v, 'base64').toString('utf8');
-  }
-  if (isObj(r.stringData)) {
-    for (const [k, v] of Object.entries(r.stringData)) if (typeof v === 'string') data[k] = v;
-  }
-  return { metadata, data, origin: ORIGIN };
+  return { metadata, data: secretData(r), origin: ORIGIN };
 }
 
 export function toService(raw: unknown): ServiceResource | undefined {

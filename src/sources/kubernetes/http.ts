@@ -86,13 +86,4 @@ export function errorText(err: unknown): string {
   return String(err);
 }
 
-/** The HTTP status carried by an error, if any (ApiStatusError, the Watch class's statusCode). */
-export function statusOf(err: unknown): number | undefined {
-  if (err instanceof ApiStatusError) return err.code;
-  if (err && typeof err === 'object') {
-    const e = err as { statusCode?: unknown; code?: unknown };
-    if (typeof e.statusCode === 'number') return e.statusCode;
-    if (typeof e.code === 'number') return e.code;
-  }
-  return undefined;
-}
+

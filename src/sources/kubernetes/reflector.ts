@@ -3,7 +3,8 @@
 // failing lists retry. It tells its handler about every change as upsert/delete, relists included (diffed).
 import { Watch, type KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from '../../log.js';
-import { errorText, getJson, statusOf } from './http.js';
+import { apiStatus } from '../../kube/objects.js';
+import { errorText, getJson } from './http.js';
 
 /** Why a watch was (re)started: the `reason` label of servegate_watch_restarts_total. */
 export type RestartReason = 'closed' | 'error' | 'expired' | 'idle' | 'list_error';
@@ -128,7 +129,7 @@ export class Reflector {
       this.healthy = false;
       if (this.stopped || out.kind === 'stopped') break;
       if (out.healthy) attempt = 0;
-      const status = statusOf(out.err);
+      const status = apiStatus(out.err);
       if (out.kind === 'expired' || status === 410) {
         // Our resourceVersion is too old: list again (the diff tells the handler what changed meanwhile).
         this.rv = undefined;
@@ -199,12 +200,12 @@ export class Reflector {
         );
       } catch (err) {
         // A continue token that expired mid-list: start the list over (a few times), as client-go does.
-        if (cont !== undefined && statusOf(err) === 410 && restarts++ < 3) {
+        if (cont !== undefined && apiStatus(err) === 410 && restarts++ < 3) {
           items = [];
           cont = undefined;
           continue;
         }
-        if (this.o.optional && statusOf(err) === 404 && !this.isSynced) {
+        if (this.o.optional && apiStatus(err) === 404 && !this.isSynced) {
           // The API is not installed: do not hold readiness hostage; keep retrying in the background.
           this.isSynced = true;
           this.syncedResolve();
