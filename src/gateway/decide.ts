@@ -136,6 +136,7 @@ function byModel(req: RequestFacts, table: RouteTable, target: RequestTarget | u
   if ('failure' in verified) return { ok: false, error: authError(verified.failure), dialect: 'openai', authFailure: verified.failure };
   const key = verified.record;
   if (modelId instanceof Error) return { ok: false, error: modelId, dialect: 'openai', key };
+  if (modelId === '') return { ok: true, byModel: true, key, rest: '/v1/models', search: '', dialect: 'openai' };
   if (modelId !== undefined) return { ok: true, byModel: true, key, rest: '/v1/models', search: '', dialect: 'openai', modelId };
   return { ok: true, byModel: true, key, rest: joinPath(target!.segments, 1), search: target!.search, dialect: 'openai' };
 }
