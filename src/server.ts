@@ -7,6 +7,8 @@ import { adminHandler } from './gateway/admin.js';
 import { createDataPlane } from './gateway/dataplane.js';
 import { Drain } from './gateway/drain.js';
 import { Metrics } from './gateway/metrics.js';
+import { CertificateReloader, CertificateError } from './gateway/tls.js';
+import { ConfigError } from './config/load.js';
 import { silentLogger, type Logger } from './log.js';
 import { RouteStore } from './routing/store.js';
 import type { EndpointResolver, RouteSource } from './sources/types.js';
@@ -32,6 +34,8 @@ export interface ServeOptions {
 
 export interface Servegate {
   port: number;
+  /** With TLS and tls.httpPort: the extra plain-http listener's port. */
+  httpPort?: number;
   adminPort: number;
   store: RouteStore;
   metrics: Metrics;
@@ -53,6 +57,31 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
   });
   observeBuilds(store, metrics, logger);
   const drain = new Drain();
+
+  // The certificate is checked before anything listens: a bad pair stops start-up naming the file.
+  let certs: CertificateReloader | undefined;
+  if (config.tls.certFile) {
+    try {
+      certs = new CertificateReloader(config.tls, {
+        onReload: (pair) => {
+          plane?.setCertificate(pair);
+          metrics.tlsReloads.inc({ result: 'success' });
+          metrics.tlsNotAfter.reset();
+          metrics.tlsNotAfter.set({ subject: pair.subject }, pair.notAfter / 1000);
+          logger.info({ subject: pair.subject, notAfter: new Date(pair.notAfter).toISOString() }, 'TLS certificate reloaded');
+        },
+        onError: (err) => {
+          metrics.tlsReloads.inc({ result: 'error' });
+          logger.error({ key: err.key }, `TLS certificate not reloaded, keeping the one in use: ${err.message}`);
+        },
+      });
+    } catch (err) {
+      if (err instanceof CertificateError) throw new ConfigError(err.message);
+      throw err;
+    }
+    metrics.tlsNotAfter.set({ subject: certs.current.subject }, certs.current.notAfter / 1000);
+  }
+  let plane: ReturnType<typeof createDataPlane> | undefined;
 
   let started = false;
   const admin = createServer(adminHandler({ store, source, metrics, isDraining: () => drain.draining, started: () => started }));
@@ -81,29 +110,44 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
   }
   started = true;
 
-  const plane = createDataPlane({ config, store, metrics, logger, drain, endpoints: opts.endpoints });
-  const server = plane.server;
+  plane = createDataPlane({
+    config,
+    store,
+    metrics,
+    logger,
+    drain,
+    endpoints: opts.endpoints,
+    tls: certs && { cert: certs.current.cert, key: certs.current.key, plain: config.tls.httpPort > 0 },
+  });
+  const { server, plain, servers } = plane;
   await listen(server, opts.port, opts.host);
-  logger.info({ port: port(server), adminPort: port(admin), routes: store.current().routes.length }, 'servegate listening');
+  if (plain) await listen(plain, config.tls.httpPort, opts.host);
+  certs?.start();
+  logger.info(
+    { port: port(server), tls: Boolean(certs), httpPort: plain && port(plain), adminPort: port(admin), routes: store.current().routes.length },
+    'servegate listening',
+  );
+  const dataPlane = plane;
 
   let closed = false;
   const close = async (): Promise<void> => {
     if (closed) return;
     closed = true;
     clearInterval(health);
+    certs?.stop();
     for (const c of drain.connections) c.destroy();
     await attached?.stop().catch((err: unknown) => logger.warn({ err }, 'stopping the controller failed'));
-    await Promise.all([closeServer(server), closeServer(admin), source.stop().catch(() => undefined), plane.close()]);
+    await Promise.all([...servers.map(closeServer), closeServer(admin), source.stop().catch(() => undefined), dataPlane.close()]);
   };
 
   const shutdown = async (drainMs = config.shutdown.drainSeconds * 1000): Promise<void> => {
     if (drain.draining || closed) return;
-    await drain.run(server, drainMs, config.shutdown.acceptSeconds * 1000, logger);
+    await drain.run(servers, drainMs, config.shutdown.acceptSeconds * 1000, logger);
     await close();
     logger.info('servegate stopped');
   };
 
-  return { port: port(server), adminPort: port(admin), store, metrics, shutdown, close };
+  return { port: port(server), httpPort: plain && port(plain), adminPort: port(admin), store, metrics, shutdown, close };
 }
 
 /** Counts and logs every route-table build: sizes, problems by reason (each problem logged once when it appears). */

@@ -6,8 +6,9 @@ import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync } fr
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
-import { beforeAll, describe, expect, test } from '@jest/globals';
+import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import { parseConfig } from '../src/config/load.js';
+import { send, startGateway, type Gateway } from './support/harness.js';
 
 const ROOT = join(import.meta.dirname, '..');
 const CHART = join(ROOT, 'charts', 'servegate');
@@ -107,9 +108,101 @@ describe('the chart, rendered by helm', () => {
     expect(r.output).toMatch(message);
   });
 
+  test('gateway.tls.secretName mounts the Secret and points certFile/keyFile at it; the gateway accepts the config', () => {
+    const configOf = (docs: Doc[]) => {
+      const cm = docs.find((d) => d.kind === 'ConfigMap') as Doc & { data: Record<string, string> };
+      return parseAllDocuments(Object.values(cm.data)[0])[0].toJSON();
+    };
+    type Pod = { volumes: Array<{ name: string; secret?: { secretName: string } }>; containers: Array<{ volumeMounts: Array<{ name: string; mountPath: string; readOnly?: boolean }> }> };
+    const podOf = (docs: Doc[]) => (docs.find((d) => d.kind === 'Deployment') as unknown as { spec: { template: { spec: Pod } } }).spec.template.spec;
+
+    const plain = render();
+    expect(configOf(plain).tls).toEqual({ certFile: '', keyFile: '', httpPort: 0 });
+    expect(podOf(plain).volumes.map((v) => v.name)).not.toContain('tls');
+
+    const docs = render('--set', 'gateway.tls.secretName=models-example-com-tls', '--set', 'gateway.tls.httpPort=8081');
+    const doc = configOf(docs);
+    expect(doc.tls).toEqual({ certFile: '/etc/servegate-tls/tls.crt', keyFile: '/etc/servegate-tls/tls.key', httpPort: 8081 });
+    expect(parseConfig(doc, { port: 8080, namespace: 'servegate' }).tls.certFile).toBe('/etc/servegate-tls/tls.crt');
+    const pod = podOf(docs);
+    expect(pod.volumes.find((v) => v.name === 'tls')).toEqual({ name: 'tls', secret: { secretName: 'models-example-com-tls' } });
+    expect(pod.containers[0].volumeMounts).toContainEqual({ name: 'tls', mountPath: '/etc/servegate-tls', readOnly: true });
+  });
+
   test('the optional HPA and ServiceMonitor render when enabled', () => {
     const kinds = render('--set', 'autoscaling.enabled=true', '--set', 'serviceMonitor.enabled=true').map((d) => d.kind);
     expect(kinds).toContain('HorizontalPodAutoscaler');
     expect(kinds).toContain('ServiceMonitor');
+  });
+});
+
+describe('the optional edges (SPEC §11), rendered by helm', () => {
+  type Any = Record<string, any>;
+  const one = (docs: Doc[], kind: string) => docs.find((d) => d.kind === kind) as Any | undefined;
+  const gatewayService = (docs: Doc[]) => docs.find((d) => d.kind === 'Service' && !d.metadata.name.endsWith('-admin'))!.metadata.name;
+
+  test('ingress, httpRoute, networkPolicy, dashboards and prometheusRule each render with defaults alone', () => {
+    for (const [value, kind] of [
+      ['ingress.enabled', 'Ingress'],
+      ['httpRoute.enabled', 'HTTPRoute'],
+      ['networkPolicy.enabled', 'NetworkPolicy'],
+      ['dashboards.enabled', 'ConfigMap'],
+      ['prometheusRule.enabled', 'PrometheusRule'],
+    ] as const) {
+      const before = render().filter((d) => d.kind === kind).length;
+      const after = render('--set', `${value}=true`).filter((d) => d.kind === kind).length;
+      expect([value, after - before]).toEqual([value, 1]);
+    }
+  });
+
+  test('Ingress and HTTPRoute point at the gateway Service (never the admin one), host from gateway.publicUrl', () => {
+    const docs = render('--set', 'ingress.enabled=true', '--set', 'httpRoute.enabled=true', '--set', 'gateway.publicUrl=https://models.example.com');
+    const svc = gatewayService(docs);
+    const ing = one(docs, 'Ingress')!;
+    expect(ing.spec.rules).toEqual([
+      { host: 'models.example.com', http: { paths: [{ path: '/', pathType: 'Prefix', backend: { service: { name: svc, port: { name: 'http' } } } }] } },
+    ]);
+    const route = one(docs, 'HTTPRoute')!;
+    expect(route.spec.hostnames).toEqual(['models.example.com']);
+    expect(route.spec.parentRefs).toEqual([{ name: 'gateway' }]);
+    expect(route.spec.rules[0].backendRefs).toEqual([{ name: svc, port: 80 }]);
+    const overridden = one(render('--set', 'httpRoute.enabled=true', '--set', 'httpRoute.parentRefs[0].name=edge', '--set', 'httpRoute.parentRefs[0].namespace=infra'), 'HTTPRoute')!;
+    expect(overridden.spec.parentRefs).toEqual([{ name: 'edge', namespace: 'infra' }]);
+    expect(overridden.spec.hostnames).toBeUndefined();
+  });
+
+  test('the NetworkPolicy opens the gateway port to all and the admin port to adminFrom', () => {
+    const np = one(render('--set', 'networkPolicy.enabled=true'), 'NetworkPolicy')!;
+    expect(np.spec.policyTypes).toEqual(['Ingress']);
+    expect(np.spec.ingress).toEqual([
+      { ports: [{ port: 'http', protocol: 'TCP' }] },
+      { ports: [{ port: 'admin', protocol: 'TCP' }], from: [{ namespaceSelector: {} }] },
+    ]);
+  });
+
+  describe('every metric the dashboard and the alerts use exists in /metrics', () => {
+    let gw: Gateway;
+    beforeAll(async () => {
+      gw = await startGateway();
+    });
+    afterAll(async () => {
+      await gw?.close();
+    });
+
+    test('dashboard ConfigMap is labelled for the Grafana sidecar; its queries and the alert rules name only real metrics', async () => {
+      const docs = render('--set', 'dashboards.enabled=true', '--set', 'prometheusRule.enabled=true');
+      const cm = docs.find((d) => d.kind === 'ConfigMap' && d.metadata.name.endsWith('-dashboard')) as Any;
+      expect(cm.metadata.labels.grafana_dashboard).toBe('1');
+      const dashboard = JSON.parse(cm.data['servegate.json']);
+      const exprs: string[] = dashboard.panels.flatMap((p: Any) => p.targets.map((t: Any) => t.expr));
+      const rules: Any[] = one(docs, 'PrometheusRule')!.spec.groups.flatMap((g: Any) => g.rules);
+      exprs.push(...rules.map((r) => r.expr));
+      const used = new Set<string>();
+      for (const e of exprs) for (const m of e.matchAll(/\b((?:servegate|process|nodejs)_[a-z0-9_]+)/g)) used.add(m[1].replace(/_(bucket|sum|count)$/, ''));
+      expect(used.size).toBeGreaterThan(10);
+      const exposition = (await send(`${gw.adminUrl}/metrics`)).text;
+      const declared = new Set([...exposition.matchAll(/^# TYPE (\S+) /gm)].map((m) => m[1]));
+      expect([...used].filter((m) => !declared.has(m))).toEqual([]);
+    });
   });
 });

@@ -15,7 +15,7 @@ const ROOT = new URL('..', import.meta.url).pathname;
 const CHART = join(ROOT, 'charts/servegate');
 const read = (p: string) => readFileSync(join(ROOT, p), 'utf8');
 
-type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+type Json = Record<string, any>;  
 const values = parseYaml(read('charts/servegate/values.yaml')) as Json;
 const schema = JSON.parse(read('charts/servegate/values.schema.json')) as Json;
 const chart = parseYaml(read('charts/servegate/Chart.yaml')) as Json;
@@ -100,13 +100,17 @@ describe('values.yaml and values.schema.json', () => {
 
 describe('gateway: is the configuration schema (src/config/schema.ts)', () => {
   test('values.gateway is accepted by parseConfig', () => {
-    expect(() => parseConfig(values.gateway, { port: 8080, namespace: 'servegate' })).not.toThrow();
+    const { secretName: _chartOnly, ...tls } = values.gateway.tls;
+    expect(() => parseConfig({ ...values.gateway, tls }, { port: 8080, namespace: 'servegate' })).not.toThrow();
   });
 
   test('values.gateway holds every key of the configuration with its default (publicUrl, whose default is computed, aside)', () => {
     const defaults = configSchema.parse({}) as Json;
     expect(defaults.publicUrl).toBeUndefined();
-    expect(values.gateway).toEqual(defaults);
+    // gateway.tls.secretName is the one chart-only key (SPEC §11): the chart turns it into certFile/keyFile.
+    expect(values.gateway.tls.secretName).toBe('');
+    const { secretName: _chartOnly, ...tls } = values.gateway.tls;
+    expect({ ...values.gateway, tls }).toEqual(defaults);
   });
 
   test("the schema's gateway part has the same keys, types and bounds as the configuration schema", () => {
@@ -127,7 +131,9 @@ describe('gateway: is the configuration schema (src/config/schema.ts)', () => {
       }
       if (want.type === 'array') walk(want.items, got.items, `${path}[]`);
     };
-    walk(zodJson, schema.properties.gateway, 'gateway');
+    const gatewaySchema = structuredClone(schema.properties.gateway);
+    delete gatewaySchema.properties.tls.properties.secretName; // chart only (SPEC §11)
+    walk(zodJson, gatewaySchema, 'gateway');
     expect(diffs).toEqual([]);
   });
 
@@ -213,9 +219,14 @@ describe('templates', () => {
       '_helpers.tpl',
       '_rbac.tpl',
       'configmap.yaml',
+      'dashboards.yaml',
       'deployment.yaml',
       'hpa.yaml',
+      'httproute.yaml',
+      'ingress.yaml',
+      'networkpolicy.yaml',
       'pdb.yaml',
+      'prometheusrule.yaml',
       'rbac.yaml',
       'service.yaml',
       'serviceaccount.yaml',
@@ -224,7 +235,7 @@ describe('templates', () => {
   });
 
   test('the ConfigMap is .Values.gateway rendered as the config file, and its hash rolls the pods', () => {
-    expect(templates['_helpers.tpl']).toMatch(/define "servegate.config" -\}\}\n\{\{ toYaml \.Values\.gateway \}\}/);
+    expect(templates['_helpers.tpl']).toMatch(/define "servegate.config" -\}\}\n\{\{- \$g := deepCopy \.Values\.gateway \}\}/);
     expect(templates['configmap.yaml']).toContain('config.yaml: |\n    {{- include "servegate.config" . | nindent 4 }}');
     expect(templates['deployment.yaml']).toContain('checksum/config: {{ include "servegate.config" . | sha256sum }}');
   });

@@ -1,5 +1,6 @@
 // The Deployment client against a real servegate (files source) and real loopback backends, with a key made by
 // `servegate keys create --manifests` into the gateway's own folder: the whole path a user takes.
+import type OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import { keysCommand, type CliIo } from '../src/cli/keys.js';
 import { Deployment, GatewayError } from '../src/client/index.js';
@@ -71,7 +72,7 @@ describe('Deployment client through the gateway', () => {
   });
 
   test('the openai SDK from openai() chats with an LLM deployment', async () => {
-    const client = await dep({ project: 'demo', deployment: 'chat', modelServer: 'llm' }).openai({ maxRetries: 0 });
+    const client = await dep({ project: 'demo', deployment: 'chat', modelServer: 'llm' }).openai<OpenAI>({ maxRetries: 0 });
     const out = await client.chat.completions.create({ model: 'tiny-llm', messages: [{ role: 'user', content: 'hello' }] });
     expect(out.choices[0].message.content).toBe('echo: hello');
     const stream = await client.chat.completions.create({ model: 'tiny-llm', messages: [{ role: 'user', content: 'hi' }], stream: true });

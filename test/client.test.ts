@@ -1,5 +1,6 @@
 // servegate/client: URL helpers in the seed's formats, request helpers, and GatewayError from both error dialects,
 // against a real loopback HTTP server.
+import type OpenAI from 'openai';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
@@ -217,7 +218,7 @@ describe('requests against a loopback server', () => {
   });
 
   test('openai() returns a client whose chat completions go to the OpenAI URL with the key as Bearer', async () => {
-    const client = await dep('chat', { modelServer: 'llm' }).openai({ maxRetries: 0 });
+    const client = await dep('chat', { modelServer: 'llm' }).openai<OpenAI>({ maxRetries: 0 });
     const out = await client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hello' }] });
     expect(out.choices[0].message.content).toBe('hi there');
     expect(last().url).toBe('/v1/p/chat/v1/chat/completions');

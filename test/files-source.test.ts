@@ -9,7 +9,7 @@ import { parseConfig } from '../src/config/load.js';
 import { createLogger } from '../src/log.js';
 import { buildRouteTable } from '../src/routing/build.js';
 import type { Snapshot } from '../src/routing/types.js';
-import { FilesSource, listManifestFiles, type FilesSourceOptions } from '../src/sources/files.js';
+import { FilesSource, listManifestFiles, type FilesSourceOptions } from '../src/sources/files/index.js';
 import { parseManifests } from '../src/sources/manifests.js';
 
 /** The reload contract: a change shows up in a snapshot within one second. */

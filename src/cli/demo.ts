@@ -10,7 +10,7 @@ import { createLogger, type Logger } from '../log.js';
 import { deploymentUrls } from '../routing/names.js';
 import type { Route } from '../routing/types.js';
 import { startServegate, type Servegate } from '../server.js';
-import { FilesSource } from '../sources/files.js';
+import { FilesSource } from '../sources/files/index.js';
 
 /** The package's examples/ folder: ../../examples from src/cli/ and from dist/cli/ alike. */
 export const EXAMPLES_DIR = fileURLToPath(new URL('../../examples/', import.meta.url));

@@ -4,7 +4,7 @@ import { ConfigError, loadConfigFile, ownNamespace } from '../config/load.js';
 import type { Config } from '../config/schema.js';
 import { createLogger, type Logger } from '../log.js';
 import { startServegate, type Servegate } from '../server.js';
-import { FilesSource } from '../sources/files.js';
+import { FilesSource } from '../sources/files/index.js';
 
 export const SERVE_USAGE = `usage: servegate serve (--manifests <dir|file> | --kubernetes) [--config FILE] [--port 8080] [--admin-port 9090] [--host ADDR]`;
 

@@ -7,7 +7,7 @@ import { buildRouteTable } from '../routing/build.js';
 import { deploymentUrls, projectNamespaceForm } from '../routing/names.js';
 import type { DeploymentStatus, InferenceServiceResource, Route, ServingDeploymentResource, Snapshot } from '../routing/types.js';
 import { API_GROUP } from '../routing/types.js';
-import { FilesSource } from '../sources/files.js';
+import { FilesSource } from '../sources/files/index.js';
 import { KSERVE_GROUP } from '../sources/manifests.js';
 import {
   apiMessage,

@@ -1,7 +1,7 @@
 // servegate/client: the Deployment class. URL helpers in the seed's exact formats, and request helpers that send
 // `authorization: ApiKey <key>` and turn the gateway's error bodies into GatewayError. Uses global fetch only.
 import { deploymentUrls, routeKindOf } from '../routing/names.js';
-import type { ModelServer, RouteKind } from '../routing/types.js';
+import type { ModelServer, RouteKind } from '../routing/kinds.js';
 
 export type { ModelServer, RouteKind };
 export type DeploymentType = 'model' | 'python';
@@ -15,6 +15,15 @@ function normalizeServer(s: unknown): ModelServer | undefined {
   const k = s.trim().toLowerCase();
   return MODEL_SERVERS.includes(k as ModelServer) ? (k as ModelServer) : SERVER_ALIASES[k];
 }
+
+/** What `Deployment.openai()` returns when no type is named: the part of the `openai` client it is sure to have. */
+export interface OpenAILike {
+  baseURL: string;
+  apiKey: string;
+  chat: { completions: { create(body: Record<string, unknown>, options?: Record<string, unknown>): Promise<unknown> } };
+}
+
+type OpenAIConstructor = new (options: Record<string, unknown>) => unknown;
 
 export interface DeploymentOptions {
   /** The gateway's public URL, e.g. https://models.example.com (a trailing slash is ignored). */
@@ -249,17 +258,21 @@ export class Deployment {
   /**
    * LLM deployments: an `openai` client (the `openai` npm package, loaded on first use: install it yourself)
    * with baseURL = getOpenaiUrl() and the API key as its apiKey (the gateway accepts `Bearer <key>`).
+   * Name the type for full typing — `await dep.openai<OpenAI>()` — so that servegate's own types never need `openai`.
    */
-  async openai(options: Record<string, unknown> = {}): Promise<import('openai').OpenAI> {
+  async openai<Client = OpenAILike>(options: Record<string, unknown> = {}): Promise<Client> {
     const baseURL = this.getOpenaiUrl();
     if (!baseURL) throw new Error(`${this.describe()} is not an LLM deployment: it has no OpenAI-compatible API`);
-    let mod: typeof import('openai');
+    // A computed specifier: bundlers and type checkers leave the optional package alone.
+    const specifier = 'openai';
+    let mod: { OpenAI?: OpenAIConstructor; default?: OpenAIConstructor };
     try {
-      mod = await import('openai');
+      mod = (await import(specifier)) as typeof mod;
     } catch {
       throw new Error('Deployment.openai() needs the "openai" package: npm install openai');
     }
-    const OpenAI = mod.OpenAI ?? (mod as unknown as { default: typeof mod.OpenAI }).default;
+    const OpenAI = mod.OpenAI ?? mod.default;
+    if (typeof OpenAI !== 'function') throw new Error('the "openai" package has no OpenAI class: install openai 4 or later');
     return new OpenAI({
       baseURL,
       apiKey: this.apiKey,
@@ -267,7 +280,7 @@ export class Deployment {
       ...(Object.keys(this.extraHeaders).length ? { defaultHeaders: this.extraHeaders } : {}),
       ...(this.fetchImpl !== globalThis.fetch ? { fetch: this.fetchImpl } : {}),
       ...options,
-    });
+    }) as Client;
   }
 
   /** LLM deployments without the openai package: POST `{base}/v1/chat/completions` (non-streaming). */

@@ -41,7 +41,7 @@ export function parseConfig(doc: unknown, runtime: RuntimeDefaults, origin = 'co
   return {
     ...parsed,
     publicUrl,
-    auth: { keysNamespace: parsed.auth.keysNamespace || runtime.namespace },
+    auth: { ...parsed.auth, keysNamespace: parsed.auth.keysNamespace || runtime.namespace },
   };
 }
 

@@ -32,9 +32,17 @@ export const configSchema = z
     auth: z
       .object({
         keysNamespace: z.string().default(''),
+        /** A client address with more than maxFailures failed authentications in windowSeconds gets 429 (0 = off). */
+        failureLimit: z
+          .object({
+            maxFailures: z.number().int().min(0).default(100),
+            windowSeconds: positiveInt.default(60),
+          })
+          .strict()
+          .default({ maxFailures: 100, windowSeconds: 60 }),
       })
       .strict()
-      .default({ keysNamespace: '' }),
+      .default({ keysNamespace: '', failureLimit: { maxFailures: 100, windowSeconds: 60 } }),
     limits: z
       .object({
         maxRequestBodyBytes: positiveInt.default(33_554_432),
@@ -48,6 +56,26 @@ export const configSchema = z
         /** Requests per second per API key, 0 = unlimited. */
         rateLimitPerKey: z.number().min(0).default(0),
         rateLimitBurst: z.number().int().min(0).default(0),
+        /** Defaults for keys whose Secret has no `rpm`/`tpm` (0 = no limit). */
+        perKey: z
+          .object({
+            requestsPerMinute: z.number().int().min(0).default(0),
+            tokensPerMinute: z.number().int().min(0).default(0),
+          })
+          .strict()
+          .default({ requestsPerMinute: 0, tokensPerMinute: 0 }),
+        /** Counters shared by every replica; empty url = in-process counters (one replica). */
+        redis: z
+          .object({
+            url: z
+              .string()
+              .refine((s) => s === '' || /^rediss?:\/\/[^\s]+$/.test(s), { message: 'must be a redis:// or rediss:// URL' })
+              .default(''),
+            /** Redis unreachable: true admits requests without limits, false refuses them (503). */
+            failOpen: z.boolean().default(true),
+          })
+          .strict()
+          .default({ url: '', failOpen: true }),
       })
       .strict()
       .default({
@@ -59,7 +87,24 @@ export const configSchema = z
         maxRequestHeaders: 100,
         rateLimitPerKey: 0,
         rateLimitBurst: 0,
+        perKey: { requestsPerMinute: 0, tokensPerMinute: 0 },
+        redis: { url: '', failOpen: true },
       }),
+    /** With certFile and keyFile, the gateway listener speaks https; both are re-read when they change. */
+    tls: z
+      .object({
+        certFile: z.string().default(''),
+        keyFile: z.string().default(''),
+        /** With TLS on: an extra plain-http listener on this port (0 = none). */
+        httpPort: z.number().int().min(0).max(65535).default(0),
+      })
+      .strict()
+      .refine((t) => (t.certFile === '') === (t.keyFile === ''), {
+        message: 'certFile and keyFile go together: set both (https) or neither (http)',
+        path: ['keyFile'],
+      })
+      .refine((t) => t.httpPort === 0 || t.certFile !== '', { message: 'httpPort is the extra plain listener next to https: set certFile and keyFile too', path: ['httpPort'] })
+      .default({ certFile: '', keyFile: '', httpPort: 0 }),
     /** Trust X-Forwarded-* from the client (set only behind a trusted load balancer). */
     trustForwardedHeaders: z.boolean().default(false),
     /**
@@ -121,5 +166,5 @@ export type ParsedConfig = z.output<typeof configSchema>;
 /** Configuration after defaults that depend on the runtime (port, namespace) are filled in. */
 export interface Config extends Omit<ParsedConfig, 'publicUrl'> {
   publicUrl: string;
-  auth: { keysNamespace: string };
+  auth: ParsedConfig['auth'] & { keysNamespace: string };
 }

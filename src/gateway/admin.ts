@@ -3,6 +3,8 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { RouteStore } from '../routing/store.js';
 import type { DeploymentStatus } from '../routing/types.js';
 import type { RouteSource } from '../sources/types.js';
+import { deploymentsPage } from './admin-page.js';
+import { LiveStats } from './live-stats.js';
 import type { Metrics } from './metrics.js';
 
 export interface AdminDeps {
@@ -15,6 +17,7 @@ export interface AdminDeps {
 }
 
 export function adminHandler(deps: AdminDeps): (req: IncomingMessage, res: ServerResponse) => void {
+  const live = new LiveStats(deps.metrics);
   return (req, res) => {
     const path = (req.url ?? '/').split('?', 1)[0];
     if (req.method !== 'GET' && req.method !== 'HEAD') return send(res, 405, 'application/json', JSON.stringify({ error: 'method not allowed' }));
@@ -34,10 +37,17 @@ export function adminHandler(deps: AdminDeps): (req: IncomingMessage, res: Serve
       case '/deployments':
       case '/api/deployments':
         return send(res, 200, 'application/json', JSON.stringify(deploymentsView(deps), null, 2));
-      case '/':
-        return send(res, 200, 'text/html; charset=utf-8', page(deps));
+      case '/api/stats':
+        return send(res, 200, 'application/json', JSON.stringify({ windowSeconds: 60, deployments: Object.fromEntries(live.read()) }));
+      case '/': {
+        live.read(); // the first sample, so the page's first poll already has a window
+        const h = deps.source.health();
+        const routes = new Map(deps.store.current().routes.map((r) => [r.id, r]));
+        const page = deploymentsPage({ statuses: byName(deps), routes, synced: h.synced, stalenessMs: h.stalenessMs, problems: h.problems });
+        return send(res, 200, 'text/html; charset=utf-8', page);
+      }
       default:
-        return send(res, 404, 'application/json', JSON.stringify({ error: `no admin page at ${path}; try /, /healthz, /readyz, /metrics, /deployments` }));
+        return send(res, 404, 'application/json', JSON.stringify({ error: `no admin page at ${path}; try /, /healthz, /readyz, /metrics, /deployments, /api/stats` }));
     }
   };
 }
@@ -58,11 +68,17 @@ function byName(deps: AdminDeps): DeploymentStatus[] {
 }
 
 function deploymentsView(deps: AdminDeps) {
+  const routes = new Map(deps.store.current().routes.map((r) => [r.id, r]));
   return {
-    deployments: byName(deps).map((s) => ({
+    deployments: byName(deps).map((s) => {
+      const r = routes.get(s.id);
+      return {
       kind: s.resourceKind,
       namespace: s.namespace,
       name: s.name,
+      project: r?.project,
+      type: r ? (r.modelServer ? 'model' : 'python') : undefined,
+      modelServer: r?.modelServer,
       ready: s.ready,
       reason: s.reason,
       message: s.message || undefined,
@@ -71,33 +87,11 @@ function deploymentsView(deps: AdminDeps) {
       openaiUrl: s.openaiUrl,
       endpointUrl: s.endpointUrl,
       hostname: s.hostname,
-    })),
+      };
+    }),
     keyProblems: deps.store.keyProblems(),
     source: deps.source.health(),
   };
-}
-
-const esc = (s: unknown): string =>
-  String(s ?? '').replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
-
-function page(deps: AdminDeps): string {
-  const routes = new Map(deps.store.current().routes.map((r) => [r.id, r]));
-  const rows = byName(deps)
-    .map((s) => {
-      const r = routes.get(s.id);
-      const url = s.inferenceUrl ?? s.openaiUrl ?? s.endpointUrl ?? '';
-      return `<tr><td>${esc(r?.project ?? '')}</td><td>${esc(s.name)}</td><td>${esc(s.namespace)}</td><td>${esc(r ? (r.modelServer ?? r.kind) : '')}</td>` +
-        `<td>${s.ready ? 'Ready' : `<b>${esc(s.reason)}</b>: ${esc(s.message)}`}</td><td><code>${esc(url)}</code></td><td><code>${esc(s.hostname ?? '')}</code></td></tr>`;
-    })
-    .join('\n');
-  const h = deps.source.health();
-  return `<!doctype html><html><head><meta charset="utf-8"><title>servegate deployments</title>
-<style>body{font-family:system-ui,sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}code{font-size:90%}</style></head>
-<body><h1>servegate</h1><p>${deps.store.current().routes.length} deployments served; source ${h.synced ? 'synced' : 'not synced'}${h.stalenessMs ? `, stale for ${Math.round(h.stalenessMs / 1000)}s` : ''}.</p>
-${h.problems.length ? `<ul>${h.problems.map((p) => `<li>${esc(p)}</li>`).join('')}</ul>` : ''}
-<table><thead><tr><th>Project</th><th>Deployment</th><th>Namespace</th><th>Server</th><th>Status</th><th>URL</th><th>Legacy hostname</th></tr></thead><tbody>
-${rows}
-</tbody></table></body></html>`;
 }
 
 function send(res: ServerResponse, status: number, type: string, body: string): void {

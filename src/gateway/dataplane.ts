@@ -1,7 +1,8 @@
 // The data-plane listener: Node's HTTP server with its events wired to connections and exchanges. Every request and
 // upgrade becomes a job on its connection; parse errors are answered in their place in the pipeline; a once-a-second
 // sweep over the connections (not over requests) runs the body and slow-reader timeouts.
-import { createServer, maxHeaderSize, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer, maxHeaderSize, type IncomingMessage, type Server, type ServerOptions, type ServerResponse } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
 import type { Socket } from 'node:net';
 import type { Config } from '../config/schema.js';
 import { logWriter, type Logger } from '../log.js';
@@ -26,10 +27,19 @@ export interface DataPlaneDeps {
   logger: Logger;
   drain: Drain;
   endpoints?: EndpointResolver;
+  /** The certificate pair: the main listener speaks https (and `plain` is the optional extra http one). */
+  tls?: { cert: Buffer; key: Buffer; plain: boolean };
 }
 
 export interface DataPlane {
+  /** The main listener: https with `tls`, else http. */
   server: Server;
+  /** With `tls.plain`: the extra plain-http listener, served the same way. */
+  plain?: Server;
+  /** Every listener, for listen and drain. */
+  servers: Server[];
+  /** Swaps the certificate for new TLS connections (connections already open keep theirs). */
+  setCertificate(pair: { cert: Buffer; key: Buffer }): void;
   ctx: PlaneContext;
   /** Closes the backend connection pools and stops the sweep. */
   close(): Promise<void>;
@@ -58,7 +68,7 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
     bodyIdleMs: limits.requestBodyIdleTimeoutSeconds * 1000,
   };
 
-  const server = createServer({
+  const options: ServerOptions = {
     noDelay: true,
     keepAlive: true,
     requestTimeout: 0, // uploads and streams may be long; slow bodies have their own idle timeout
@@ -68,7 +78,16 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
     keepAliveTimeout: 75_000,
     // The gateway answers a missing Host itself, as JSON.
     requireHostHeader: false,
-  });
+  };
+  const tls = deps.tls;
+  const server: Server = tls
+    ? (createHttpsServer({ ...options, cert: tls.cert, key: tls.key, minVersion: 'TLSv1.2' }) as unknown as Server)
+    : createServer(options);
+  const plain = tls?.plain ? createServer(options) : undefined;
+  const servers = plain ? [server, plain] : [server];
+  for (const s of servers) wire(s, s !== server || !tls);
+
+  function wire(server: Server, cleartext: boolean): void {
   // One more than the limit, so that a request over it is seen (and refused) instead of silently cut short: Node drops
   // the header lines past maxHeadersCount, the framing ones included.
   server.maxHeadersCount = limits.maxRequestHeaders + 1;
@@ -79,9 +98,12 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
     drain.connections.add(c);
     return c;
   };
-  server.on('connection', (socket: Socket) => {
+  // A TLS connection is tracked once its handshake is done (its requests come on the TLSSocket, not the TCP one); a
+  // failed handshake is dropped without a word (there is no HTTP to answer in).
+  server.on(cleartext ? 'connection' : 'secureConnection', (socket: Socket) => {
     if (!Conn.of(socket)) track(socket);
   });
+  if (!cleartext) server.on('tlsClientError', (_err: Error, socket: Socket) => socket.destroy());
   server.on('request', (req: IncomingMessage, res: ServerResponse) => {
     const conn = connOf(req.socket);
     conn.submit(new Exchange(ctx, conn, req, res, false));
@@ -119,6 +141,7 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
     if (conn) conn.fail(e);
     else sendRawError(socket, e, 'kserve', []);
   });
+  }
 
   const sweep = setInterval(() => {
     const now = Date.now();
@@ -130,6 +153,11 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
 
   return {
     server,
+    plain,
+    servers,
+    setCertificate(pair) {
+      (server as unknown as { setSecureContext(o: object): void }).setSecureContext({ cert: pair.cert, key: pair.key, minVersion: 'TLSv1.2' });
+    },
     ctx,
     async close() {
       clearInterval(sweep);

@@ -36,15 +36,15 @@ export class Drain {
     });
   }
 
-  /** Graceful stop of `server`; resolves once every connection is closed. */
-  async run(server: Server, drainMs: number, acceptMs: number, logger: Logger): Promise<void> {
+  /** Graceful stop of the listeners; resolves once every connection is closed. */
+  async run(servers: readonly Server[], drainMs: number, acceptMs: number, logger: Logger): Promise<void> {
     this.draining = true;
     const deadline = Date.now() + drainMs;
     logger.info({ busy: this.busy, drainMs }, 'shutting down: draining requests');
     // For a short while new connections are still accepted (load balancers take a moment to stop sending); each
     // answer carries Connection: close. net.Server's close stops listening without touching open connections.
     if (acceptMs > 0) await new Promise((r) => setTimeout(r, Math.min(acceptMs, drainMs)));
-    const stopped = new Promise<void>((resolve) => NetServer.prototype.close.call(server, () => resolve()));
+    const stopped = Promise.all(servers.map((server) => new Promise<void>((resolve) => NetServer.prototype.close.call(server, () => resolve()))));
     await this.idle(deadline - Date.now());
     if (this.busy > 0) {
       logger.warn({ busy: this.busy }, 'drain deadline reached: ending the remaining answers');

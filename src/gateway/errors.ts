@@ -19,7 +19,8 @@ export type ErrorCode =
   | 'unknown_verb'
   | 'method_not_allowed'
   | 'body_too_large'
-  | 'rate_limited'
+  | 'rate_limit_exceeded'
+  | 'limits_unavailable'
   | 'backend_unavailable'
   | 'backend_error'
   | 'no_ready_endpoint'
@@ -45,7 +46,8 @@ const STATUS: Record<ErrorCode, number> = {
   unknown_verb: 404,
   method_not_allowed: 405,
   body_too_large: 413,
-  rate_limited: 429,
+  rate_limit_exceeded: 429,
+  limits_unavailable: 503,
   backend_unavailable: 502,
   backend_error: 502,
   no_ready_endpoint: 503,

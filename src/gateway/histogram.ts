@@ -10,7 +10,7 @@ export interface HistogramSeries {
 
 export class CompactHistogram {
   private readonly series = new Map<string, { labels: string; s: HistogramSeries }>();
-  private readonly bounds: readonly number[];
+  readonly bounds: readonly number[];
   private readonly le: readonly string[];
 
   constructor(

@@ -2,6 +2,16 @@
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import { CompactHistogram, type HistogramSeries } from './histogram.js';
 
+interface RouteCounters {
+  project: string;
+  deployment: string;
+  /** Answers and 5xx answers: plain numbers for the admin page's live figures. */
+  total: number;
+  errors: number;
+  requests: Map<number, { inc(): void }>;
+  duration: HistogramSeries;
+}
+
 export class Metrics {
   readonly registry = new Registry();
   readonly requests = new Counter({
@@ -54,6 +64,18 @@ export class Metrics {
     labelNames: ['kind', 'reason'] as const,
     registers: [this.registry],
   });
+  readonly tlsReloads = new Counter({
+    name: 'servegate_tls_certificate_reloads_total',
+    help: 'Certificate reloads after a change of tls.certFile/keyFile, by result (success; error: the previous pair stays in use)',
+    labelNames: ['result'] as const,
+    registers: [this.registry],
+  });
+  readonly tlsNotAfter = new Gauge({
+    name: 'servegate_tls_certificate_expiry_timestamp_seconds',
+    help: 'notAfter of the certificate in use (Unix seconds), by its subject; absent without TLS',
+    labelNames: ['subject'] as const,
+    registers: [this.registry],
+  });
   // LLM usage (SPEC §9): tokens per deployment and per key, time to first token, time per output token.
   readonly llmTokens = new Counter({
     name: 'servegate_llm_tokens_total',
@@ -88,7 +110,7 @@ export class Metrics {
     collect: (): void => this.inflight.set(this.inflightNow),
   });
 
-  private perRoute = new Map<string, { requests: Map<number, { inc(): void }>; duration: HistogramSeries }>();
+  private perRoute = new Map<string, RouteCounters>();
 
   /** Counts one answered request; label children are cached so the hot path does no label hashing. */
   observeRequest(project: string, deployment: string, status: number, seconds: number): void {
@@ -96,9 +118,11 @@ export class Metrics {
     let e = this.perRoute.get(key);
     if (!e) {
       if (this.perRoute.size > 50_000) this.perRoute.clear();
-      e = { requests: new Map(), duration: this.duration.child(project, deployment) };
+      e = { project, deployment, total: 0, errors: 0, requests: new Map(), duration: this.duration.child(project, deployment) };
       this.perRoute.set(key, e);
     }
+    e.total++;
+    if (status >= 500) e.errors++;
     let c = e.requests.get(status);
     if (!c) {
       c = this.requests.labels(project, deployment, String(status));
@@ -106,6 +130,23 @@ export class Metrics {
     }
     c.inc();
     this.duration.observe(e.duration, seconds);
+  }
+
+  /** Totals per deployment since start (the admin page's live figures are differences of two of these). */
+  routeTotals(): Array<{ project: string; deployment: string; total: number; errors: number; counts: Float64Array; count: number }> {
+    return [...this.perRoute.values()].map((e) => ({
+      project: e.project,
+      deployment: e.deployment,
+      total: e.total,
+      errors: e.errors,
+      counts: e.duration.counts.slice(),
+      count: e.duration.count,
+    }));
+  }
+
+  /** Upper bounds of the request-duration buckets, ascending (seconds). */
+  get durationBounds(): readonly number[] {
+    return this.duration.bounds;
   }
 
   private perLlm = new Map<string, { prompt: { inc(n: number): void }; completion: { inc(n: number): void }; ttft: HistogramSeries; tpot: HistogramSeries }>();
@@ -147,6 +188,7 @@ export class Metrics {
   }
 
   constructor(defaults = true) {
-    if (defaults) collectDefaultMetrics({ register: this.registry, prefix: 'servegate_process_' });
+    // Standard names (process_*, nodejs_*): what stock Node.js dashboards and alerts query (SPEC §11).
+    if (defaults) collectDefaultMetrics({ register: this.registry });
   }
 }

@@ -1,5 +1,5 @@
 // Name rules shared by the builder, the CLI and the client: project forms, hostnames, deployment URLs.
-import type { ModelServer, RouteKind } from './types.js';
+import type { ModelServer, RouteKind } from './kinds.js';
 
 export const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
 /** Project names as they may appear in a URL path segment. */

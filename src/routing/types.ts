@@ -6,10 +6,8 @@ export const API_VERSION = `${API_GROUP}/v1alpha1`;
 export const KIND = 'ServingDeployment';
 export const KEY_LABEL = `${API_GROUP}/api-key`;
 
-export type DeploymentType = 'model' | 'python';
-export type ModelServer = 'python' | 'sklearn' | 'tensorflow' | 'llm';
-/** How the gateway treats a route: which suffixes it accepts and which error dialect it speaks. */
-export type RouteKind = 'predictive' | 'llm' | 'python';
+import type { ModelServer, RouteKind } from './kinds.js';
+export type { DeploymentType, ModelServer, RouteKind } from './kinds.js';
 
 export interface ObjectMeta {
   name: string;

@@ -5,7 +5,7 @@ import { afterAll, afterEach, beforeAll, describe, it } from '@jest/globals';
 import { expect } from '../support/expect.js';
 import WebSocket from 'ws';
 import { RecordingBackend, sha256, startPythonBackend, startV1Backend, type RecordedRequest } from '../support/backends.js';
-import { rawHttp, send, startGateway, type Gateway } from '../support/harness.js';
+import { rawHttp, startGateway, type Gateway } from '../support/harness.js';
 import { Conn, type ParsedResponse } from '../support/raw-backend.js';
 import { backendSawSince, jsonError } from '../support/raw-backend.js';
 

@@ -6,7 +6,7 @@ import http from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { KubeConfig } from '@kubernetes/client-node';
 
-/* eslint-disable @typescript-eslint/no-explicit-any */
+ 
 type Obj = Record<string, any>;
 
 export interface ResourceDef {

@@ -11,7 +11,7 @@ import { stringify } from 'yaml';
 import { parseConfig } from '../../src/config/load.js';
 import { createLogger } from '../../src/log.js';
 import { startServegate } from '../../src/server.js';
-import { FilesSource } from '../../src/sources/files.js';
+import { FilesSource } from '../../src/sources/files/index.js';
 
 export const KEYS_NAMESPACE = 'servegate';
 

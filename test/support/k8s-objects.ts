@@ -1,7 +1,7 @@
 // Raw Kubernetes objects (as kubectl would send them) for tests against the fake API server.
 import type { KeySecretResource } from '../../src/routing/types.js';
 
-/* eslint-disable @typescript-eslint/no-explicit-any */
+ 
 export type Obj = Record<string, any>;
 
 export const SDEP_API = 'serving.servegate.dev/v1alpha1';

@@ -95,6 +95,16 @@ describe('invalid values name the key', () => {
     [{ serverlessDomain: 'serving..local' }, 'serverlessDomain'],
     [{ auth: { keysNamespace: 7 } }, 'auth.keysNamespace'],
     [{ cors: 'yes' }, 'cors'],
+    [{ limits: { redis: { url: 'localhost:6379' } } }, 'limits.redis.url'],
+    [{ limits: { redis: { failOpen: 'yes' } } }, 'limits.redis.failOpen'],
+    [{ limits: { perKey: { tokensPerMinute: -1 } } }, 'limits.perKey.tokensPerMinute'],
+    [{ limits: { perKey: { requestsPerMinute: 2.5 } } }, 'limits.perKey.requestsPerMinute'],
+    [{ auth: { failureLimit: { maxFailures: -1 } } }, 'auth.failureLimit.maxFailures'],
+    [{ auth: { failureLimit: { windowSeconds: 0 } } }, 'auth.failureLimit.windowSeconds'],
+    [{ tls: { certFile: '/tls/tls.crt' } }, 'tls.keyFile'],
+    [{ tls: { httpPort: 8081 } }, 'tls.httpPort'],
+    [{ tls: { certFile: 'a', keyFile: 'b', httpPort: 70000 } }, 'tls.httpPort'],
+    [{ tls: { secretName: 'x' } }, 'tls.secretName'],
   ])('%j → message names %s', (doc, key) => {
     const err = errorOf(doc);
     expect(err.message).toMatch(new RegExp(`(^|\\s)${key.replace(/\./g, '\\.')}:`));

@@ -227,7 +227,7 @@ describe('errors (SPEC §6)', () => {
     ['not_found', 404],
     ['unknown_verb', 404],
     ['body_too_large', 413],
-    ['rate_limited', 429],
+    ['rate_limit_exceeded', 429],
     ['backend_unavailable', 502],
     ['backend_error', 502],
     ['no_ready_endpoint', 503],
@@ -245,7 +245,7 @@ describe('errors (SPEC §6)', () => {
     ['missing_api_key', 'authentication_error'],
     ['project_forbidden', 'permission_error'],
     ['not_found', 'not_found_error'],
-    ['rate_limited', 'rate_limit_error'],
+    ['rate_limit_exceeded', 'rate_limit_error'],
     ['backend_error', 'api_error'],
     ['backend_timeout', 'api_error'],
   ])('OpenAI dialect for %s: {"error":{"message","type":"%s","code"}}', (code, type) => {

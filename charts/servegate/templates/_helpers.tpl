@@ -56,8 +56,16 @@ app.kubernetes.io/part-of: servegate
 {{- end }}
 
 {{/* The configuration file: .Values.gateway as it is (the same schema as `servegate serve --config`). */}}
+{{/* The gateway configuration: values.gateway without the chart-only gateway.tls.secretName, which becomes the mounted
+     Secret's files. */}}
 {{- define "servegate.config" -}}
-{{ toYaml .Values.gateway }}
+{{- $g := deepCopy .Values.gateway }}
+{{- if $g.tls.secretName }}
+{{- $_ := set $g.tls "certFile" "/etc/servegate-tls/tls.crt" }}
+{{- $_ := set $g.tls "keyFile" "/etc/servegate-tls/tls.key" }}
+{{- end }}
+{{- $_ := unset $g.tls "secretName" }}
+{{ toYaml $g }}
 {{- end }}
 
 {{/* Whole seconds the pod may take to stop: preStop sleep + drain + 5 s for the process to exit. */}}
@@ -67,4 +75,14 @@ app.kubernetes.io/part-of: servegate
 
 {{- define "servegate.replicasAboveOne" -}}
 {{- if or .Values.autoscaling.enabled (gt (int .Values.replicaCount) 1) }}true{{ end }}
+{{- end }}
+
+{{/* The public host: an explicit one, else the host of gateway.publicUrl, else "". */}}
+{{- define "servegate.publicHost" -}}
+{{- if .explicit }}{{ .explicit }}{{- else if .root.Values.gateway.publicUrl }}{{ (urlParse .root.Values.gateway.publicUrl).hostname }}{{- end }}
+{{- end }}
+
+{{/* True when the gateway listener speaks https (a mounted Secret or files). */}}
+{{- define "servegate.tlsOn" -}}
+{{- if or .Values.gateway.tls.secretName .Values.gateway.tls.certFile }}true{{ end }}
 {{- end }}

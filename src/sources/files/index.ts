@@ -4,12 +4,12 @@ import { createHash } from 'node:crypto';
 import { watch, type FSWatcher } from 'node:fs';
 import { readFile, stat } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
-import { silentLogger, type Logger } from '../log.js';
-import type { ReadError, Snapshot } from '../routing/types.js';
-import { IGNORE_FILE, NO_IGNORES, parseIgnoreFile, type IgnoreRules } from './files/ignore.js';
-import { walkManifestDir, type ListedFile } from './files/walk.js';
-import { combineManifests, emptyResources, parseManifests, type ManifestResources } from './manifests.js';
-import type { RouteSource, SourceHealth } from './types.js';
+import { silentLogger, type Logger } from '../../log.js';
+import type { ReadError, Snapshot } from '../../routing/types.js';
+import { IGNORE_FILE, NO_IGNORES, parseIgnoreFile, type IgnoreRules } from './ignore.js';
+import { walkManifestDir, type ListedFile } from './walk.js';
+import { combineManifests, emptyResources, parseManifests, type ManifestResources } from '../manifests.js';
+import type { RouteSource, SourceHealth } from '../types.js';
 
 export interface FilesSourceOptions {
   /** Namespace of key Secrets written without metadata.namespace. */
@@ -23,7 +23,7 @@ export interface FilesSourceOptions {
   watch?: boolean;
 }
 
-export { listManifestFiles } from './files/walk.js';
+export { listManifestFiles } from './walk.js';
 
 /** Files larger than this are reported and not read. */
 export const MAX_FILE_BYTES = 8 * 1024 * 1024;

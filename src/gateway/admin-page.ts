@@ -1,0 +1,173 @@
+// The admin listener's deployments page (SPEC §11): every deployment with its project, kind, server, status and
+// reason, its URLs, ready-to-run curl, Python and OpenAI-SDK snippets with copy buttons, live requests/s, share of
+// 5xx and p99 (polled from /api/stats), and a filter box. One self-contained document: no external assets.
+import type { DeploymentStatus, Route } from '../routing/types.js';
+
+const esc = (s: unknown): string =>
+  String(s ?? '').replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
+
+/** A shell-quoted word ('...' with ' escaped). */
+const sq = (s: string): string => `'${s.replace(/'/g, `'\\''`)}'`;
+
+export interface Snippets {
+  curl: string;
+  python: string;
+  openai?: string;
+}
+
+const KEY_HEADER = '-H "authorization: ApiKey $SERVEGATE_KEY"';
+
+/** Ready-to-run calls for one deployment; the key is a placeholder ($SERVEGATE_KEY), never a real one. */
+export function snippets(route: Route, status: DeploymentStatus): Snippets | undefined {
+  if (route.kind === 'llm' && status.openaiUrl) {
+    const model = route.modelName ?? route.deployment;
+    const body = JSON.stringify({ model, messages: [{ role: 'user', content: 'Hello!' }], stream: true });
+    return {
+      curl: `curl -sN ${sq(`${status.openaiUrl}/chat/completions`)} \\\n  ${KEY_HEADER} \\\n  -H 'content-type: application/json' \\\n  -d ${sq(body)}`,
+      python: [
+        'import os, requests',
+        `r = requests.post(${JSON.stringify(`${status.openaiUrl}/chat/completions`)},`,
+        '    headers={"authorization": f"ApiKey {os.environ[\'SERVEGATE_KEY\']}"},',
+        `    json={"model": ${JSON.stringify(model)}, "messages": [{"role": "user", "content": "Hello!"}]})`,
+        'print(r.json()["choices"][0]["message"]["content"])',
+      ].join('\n'),
+      openai: [
+        'import os',
+        'from openai import OpenAI',
+        `client = OpenAI(base_url=${JSON.stringify(status.openaiUrl)}, api_key=os.environ["SERVEGATE_KEY"])`,
+        `stream = client.chat.completions.create(model=${JSON.stringify(model)}, messages=[{"role": "user", "content": "Hello!"}], stream=True)`,
+        'for chunk in stream:',
+        '    print(chunk.choices[0].delta.content or "", end="", flush=True)',
+      ].join('\n'),
+    };
+  }
+  if (route.kind === 'predictive' && status.inferenceUrl) {
+    const body = '{"instances": [[1.0, 2.0, 3.0, 4.0]]}';
+    return {
+      curl: `curl -s ${sq(status.inferenceUrl)} \\\n  ${KEY_HEADER} \\\n  -H 'content-type: application/json' \\\n  -d ${sq(body)}`,
+      python: [
+        'import os, requests',
+        `r = requests.post(${JSON.stringify(status.inferenceUrl)},`,
+        '    headers={"authorization": f"ApiKey {os.environ[\'SERVEGATE_KEY\']}"},',
+        '    json={"instances": [[1.0, 2.0, 3.0, 4.0]]})',
+        'print(r.json())',
+      ].join('\n'),
+    };
+  }
+  const base = status.endpointUrl ?? status.url;
+  if (!base) return undefined;
+  return {
+    curl: `curl -s ${sq(`${base}/`)} \\\n  ${KEY_HEADER}`,
+    python: [
+      'import os, requests',
+      `r = requests.get(${JSON.stringify(`${base}/`)},`,
+      '    headers={"authorization": f"ApiKey {os.environ[\'SERVEGATE_KEY\']}"})',
+      'print(r.status_code, r.text)',
+    ].join('\n'),
+  };
+}
+
+export interface PageInput {
+  statuses: readonly DeploymentStatus[];
+  routes: ReadonlyMap<string, Route>;
+  synced: boolean;
+  stalenessMs: number;
+  problems: readonly string[];
+}
+
+export function deploymentsPage(input: PageInput): string {
+  let n = 0;
+  const block = (title: string, text: string) => {
+    const id = `s${++n}`;
+    return `<div class="snip"><div class="bar">${esc(title)}<button type="button" data-copy="${id}">Copy</button></div><pre id="${id}">${esc(text)}</pre></div>`;
+  };
+  const rows = input.statuses
+    .map((s) => {
+      const r = input.routes.get(s.id);
+      const project = r?.project ?? '';
+      const server = r ? (r.modelServer ?? r.kind) : '';
+      const statusText = s.ready ? 'Ready' : `${s.reason}: ${s.message}`;
+      const urls = [
+        ['URL', s.url],
+        ['Inference', s.inferenceUrl],
+        ['OpenAI base', s.openaiUrl],
+        ['Endpoint', s.endpointUrl],
+        ['Legacy host', s.hostname],
+      ]
+        .filter(([, v]) => v)
+        .map(([k, v]) => `<div><span class="k">${esc(k)}</span> <code>${esc(v)}</code></div>`)
+        .join('');
+      const sn = r && s.ready ? snippets(r, s) : undefined;
+      const details = sn
+        ? `<details><summary>Call it</summary>${block('curl', sn.curl)}${block('Python', sn.python)}${sn.openai ? block('OpenAI SDK (Python)', sn.openai) : ''}</details>`
+        : '';
+      const search = [project, s.name, s.namespace, s.resourceKind, server, statusText].join(' ').toLowerCase();
+      const live = r ? `${project}/${r.deployment}` : '';
+      return (
+        `<tr data-search="${esc(search)}"><td>${esc(project)}</td><td>${esc(s.name)}<div class="k">${esc(s.namespace)}</div></td>` +
+        `<td>${esc(s.resourceKind)}</td><td>${esc(server)}</td>` +
+        `<td class="${s.ready ? 'ok' : 'bad'}">${s.ready ? 'Ready' : `<b>${esc(s.reason)}</b> ${esc(s.message)}`}</td>` +
+        `<td>${urls}${details}</td>` +
+        `<td class="num" data-live="${esc(live)}" data-f="rps">–</td><td class="num" data-live="${esc(live)}" data-f="err">–</td>` +
+        `<td class="num" data-live="${esc(live)}" data-f="p99">–</td></tr>`
+      );
+    })
+    .join('\n');
+  const served = input.statuses.filter((s) => s.ready).length;
+  return `<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>servegate deployments</title>
+<style>
+body{font-family:system-ui,sans-serif;margin:1.5em;color:#1b1f24}h1{margin:0 0 .3em}
+input[type=search]{padding:6px 8px;width:22em;margin:.6em 0;font-size:1em}
+table{border-collapse:collapse;width:100%}td,th{border-bottom:1px solid #ddd;padding:6px 8px;text-align:left;vertical-align:top}
+th{background:#f4f5f7;position:sticky;top:0}.k{color:#667;font-size:85%}code{font-size:90%}
+.ok{color:#116329}.bad{color:#a40e26}.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+details summary{cursor:pointer;color:#0550ae;margin-top:4px}.snip{margin:6px 0}.bar{font-size:85%;color:#667;display:flex;gap:8px;align-items:center}
+pre{background:#f6f8fa;padding:8px;margin:2px 0;overflow-x:auto;font-size:85%}button{font-size:85%}
+</style></head>
+<body><h1>servegate</h1>
+<p>${served} of ${input.statuses.length} deployments served; route source ${input.synced ? 'synced' : '<b>not synced</b>'}${input.stalenessMs ? `, <b>stale for ${Math.round(input.stalenessMs / 1000)} s</b>` : ''}. Live figures cover the last minute. Snippets read the key from <code>$SERVEGATE_KEY</code>.</p>
+${input.problems.length ? `<ul class="bad">${input.problems.map((p) => `<li>${esc(p)}</li>`).join('')}</ul>` : ''}
+<input type="search" id="filter" placeholder="Filter: project, name, server, status…" aria-label="Filter deployments">
+<table><thead><tr><th>Project</th><th>Deployment</th><th>Kind</th><th>Server</th><th>Status</th><th>URLs</th><th>Req/s</th><th>5xx</th><th>p99</th></tr></thead><tbody id="rows">
+${rows}
+</tbody></table>
+<script>
+(function () {
+  var rows = Array.prototype.slice.call(document.querySelectorAll('#rows tr'));
+  document.getElementById('filter').addEventListener('input', function (e) {
+    var words = e.target.value.toLowerCase().split(/\\s+/).filter(Boolean);
+    rows.forEach(function (r) {
+      var t = r.getAttribute('data-search');
+      r.hidden = !words.every(function (w) { return t.indexOf(w) >= 0; });
+    });
+  });
+  document.addEventListener('click', function (e) {
+    var id = e.target.getAttribute && e.target.getAttribute('data-copy');
+    if (!id) return;
+    var text = document.getElementById(id).textContent;
+    var done = function () { e.target.textContent = 'Copied'; setTimeout(function () { e.target.textContent = 'Copy'; }, 1500); };
+    if (navigator.clipboard && window.isSecureContext) navigator.clipboard.writeText(text).then(done);
+    else { var ta = document.createElement('textarea'); ta.value = text; document.body.appendChild(ta); ta.select(); document.execCommand('copy'); ta.remove(); done(); }
+  });
+  function fmt(f, v) {
+    if (v === null || v === undefined) return '–';
+    if (f === 'rps') return v.toFixed(v < 10 ? 2 : 0);
+    if (f === 'err') return (v * 100).toFixed(1) + '%';
+    return v < 1 ? (v * 1000).toFixed(0) + ' ms' : v.toFixed(2) + ' s';
+  }
+  function poll() {
+    fetch('/api/stats', { cache: 'no-store' }).then(function (r) { return r.json(); }).then(function (s) {
+      document.querySelectorAll('[data-live]').forEach(function (td) {
+        var d = s.deployments[td.getAttribute('data-live')] || {};
+        var f = td.getAttribute('data-f');
+        td.textContent = fmt(f, f === 'rps' ? d.requestsPerSecond : f === 'err' ? d.errorRatio : d.p99Seconds);
+      });
+    }).catch(function () {});
+  }
+  poll();
+  setInterval(poll, 5000);
+})();
+</script>
+</body></html>`;
+}

@@ -1,0 +1,75 @@
+// Per-minute limits as token buckets: capacity = the per-minute limit, refilled continuously at limit/60 s. A full
+// bucket is the same as no bucket, so state exists only for keys that spent something recently (in memory: swept;
+// in Redis: a key expires when its bucket would be full again). Requests take 1 at admission; tokens are charged
+// after the response reports them and may push a bucket below zero (a debt): the next request is admitted only
+// once that bucket has budget again (> 0), as OpenAI does.
+
+/** One window a request must pass: `cost` 1 takes a request; `cost` 0 only checks that budget is left (tokens). */
+export interface BucketSpec {
+  /** Stable id, e.g. `key:<name>:rpm` or `deployment:<project>/<name>:tpm`. */
+  id: string;
+  /** Per minute; > 0. */
+  limit: number;
+  cost: 0 | 1;
+}
+
+export interface BucketState {
+  id: string;
+  limit: number;
+  /** Whole units left after this admission (0 when in debt). */
+  remaining: number;
+  /** Milliseconds until the bucket is full again ("resets to its initial state"). */
+  resetMs: number;
+}
+
+export interface Admission {
+  allowed: boolean;
+  /** One per spec, in the same order; empty when the store could not be asked (fail-open/closed). */
+  buckets: BucketState[];
+  /** When refused: milliseconds until every refusing bucket admits again. */
+  retryAfterMs: number;
+  /** Set when the store was unreachable and the answer is the configured fail-open/fail-closed default. */
+  unavailable?: string;
+}
+
+export interface LimitStore {
+  /** Admits when every bucket has budget; only then takes each bucket's cost (all or nothing). */
+  admit(specs: readonly BucketSpec[]): Promise<Admission>;
+  /** Charges `amount` units (tokens) to a bucket after the fact; never refuses. */
+  charge(id: string, limit: number, amount: number): Promise<void>;
+  /** `undefined` when healthy, else why not (shown on /readyz detail). */
+  problem(): string | undefined;
+  close(): Promise<void>;
+}
+
+/** Units per millisecond. */
+export function rateOf(limit: number): number {
+  return limit / 60_000;
+}
+
+/** The level of a bucket `elapsedMs` after it was `level`: refilled, capped at the limit. */
+export function refill(level: number, limit: number, elapsedMs: number): number {
+  return Math.min(limit, level + Math.max(0, elapsedMs) * rateOf(limit));
+}
+
+/** What a refusing or admitting bucket reports; `level` is after any cost was taken. */
+export function stateOf(id: string, limit: number, level: number): BucketState {
+  return {
+    id,
+    limit,
+    remaining: Math.max(0, Math.floor(level)),
+    resetMs: Math.ceil((limit - Math.min(limit, level)) / rateOf(limit)),
+  };
+}
+
+/** Milliseconds until a bucket at `level` admits a request of `cost` (1 unit for requests, > 0 for tokens). */
+export function waitOf(limit: number, level: number, cost: number): number {
+  if (admits(level, cost)) return 0;
+  // Requests need the level to reach `cost`; token checks need it above 0, so one millisecond past reaching 0.
+  return cost > 0 ? Math.ceil((cost - level) / rateOf(limit)) : Math.floor(-level / rateOf(limit)) + 1;
+}
+
+/** True when a bucket at `level` admits `cost`: requests need a whole unit, token checks need a positive level. */
+export function admits(level: number, cost: number): boolean {
+  return cost > 0 ? level >= cost : level > 0;
+}
