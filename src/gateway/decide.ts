@@ -136,6 +136,7 @@ function byModel(req: RequestFacts, table: RouteTable, target: RequestTarget | u
   if ('failure' in verified) return { ok: false, error: authError(verified.failure), dialect: 'openai', authFailure: verified.failure };
   const key = verified.record;
   if (modelId instanceof Error) return { ok: false, error: modelId, dialect: 'openai', key };
+  if (modelId === '') return { ok: true, byModel: true, key, rest: '/v1/models', search: '', dialect: 'openai' };
   if (modelId !== undefined) return { ok: true, byModel: true, key, rest: '/v1/models', search: '', dialect: 'openai', modelId };
   return { ok: true, byModel: true, key, rest: joinPath(target!.segments, 1), search: target!.search, dialect: 'openai' };
 }
@@ -150,7 +151,6 @@ function modelIdOf(url: string): string | GatewayError {
   } catch {
     return gatewayError('bad_path', 'the path has an invalid percent-encoding');
   }
-  // eslint-disable-next-line no-control-regex
   if (/[\x00-\x20\x7f]/.test(id)) return gatewayError('bad_path', 'control characters or spaces are not allowed in the path');
   return id;
 }

@@ -540,7 +540,7 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
       bytesIn: this.bodyLength ?? 0,
       bytesOut: this.bytesOut,
       error: this.error,
-      llm: this.meter && this.endAt ? llmFigures(this.meter, this.started, this.endAt) : undefined,
+      llm: this.meter ? llmFigures(this.meter, this.started, this.endAt) : undefined,
     });
   }
 
@@ -579,13 +579,14 @@ export interface LlmFigures {
 
 /**
  * TTFT: to the first data event of a stream; for a non-streamed answer, to its first byte when it reports generated
- * tokens (an embedding has no first token). Time per output token: streams with more than one completion token.
+ * tokens (an embedding has no first token). Time per output token: streams that completed (`endAt`, else 0) with
+ * more than one completion token. An answer cut short gives what it reported before it ended.
  */
 function llmFigures(m: UsageMeter, started: number, endAt: number): LlmFigures {
   const tokens = m.usage;
   const first = m.firstAt && (m.streamed || (tokens !== undefined && tokens.completion > 0)) ? m.firstAt : 0;
   const ttft = first ? (first - started) / 1000 : undefined;
-  const tpot = m.streamed && first && tokens && tokens.completion > 1 ? (endAt - first) / 1000 / (tokens.completion - 1) : undefined;
+  const tpot = m.streamed && first && endAt && tokens && tokens.completion > 1 ? (endAt - first) / 1000 / (tokens.completion - 1) : undefined;
   return { tokens, ttft, tpot };
 }
 

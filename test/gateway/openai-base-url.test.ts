@@ -4,12 +4,15 @@
 import OpenAI from 'openai';
 import http from 'node:http';
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from '@jest/globals';
-import { closedPort, startOpenAIBackend, type OpenAIBackend } from '../support/backends.js';
+import WebSocket from 'ws';
+import { closedPort, startOpenAIBackend, startPythonBackend, type OpenAIBackend, type RecordingBackend } from '../support/backends.js';
 import { send, startGateway, type Gateway } from '../support/harness.js';
 
 let llama: OpenAIBackend;
 let mistral: OpenAIBackend;
 let research: OpenAIBackend;
+/** Stands in for a realtime (websocket) LLM server: it echoes messages and records upgrades. */
+let realtime: RecordingBackend;
 let gw: Gateway;
 let app: string;
 let both: string;
@@ -21,7 +24,7 @@ const backends = () => [llama, mistral, research];
 const seen = () => backends().reduce((n, b) => n + b.requests.length, 0);
 
 beforeAll(async () => {
-  [llama, mistral, research] = await Promise.all([startOpenAIBackend(), startOpenAIBackend(), startOpenAIBackend()]);
+  [llama, mistral, research, realtime] = await Promise.all([startOpenAIBackend(), startOpenAIBackend(), startOpenAIBackend(), startPythonBackend()]);
   const down = await closedPort();
   gw = await startGateway({
     config: { cors: { allowedOrigins: [ORIGIN] }, limits: { maxRequestBodyBytes: 65_536 } },
@@ -32,6 +35,7 @@ beforeAll(async () => {
       { namespace: 'genai', name: 'down', modelServer: 'llm', url: `http://127.0.0.1:${down}` },
       { namespace: 'research-lab', project: 'research_lab', name: 'llama', modelServer: 'llm', url: research.url },
       { namespace: 'secret', name: 'gpt', modelServer: 'llm', url: research.url },
+      { namespace: 'genai', name: 'rt', modelServer: 'llm', modelName: 'gpt-realtime', url: realtime.url },
     ],
     keys: [
       { name: 'apikey-app', projects: 'genai' },
@@ -44,7 +48,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await gw?.close();
-  await Promise.all(backends().map((b) => b?.close()));
+  await Promise.all([...backends(), realtime].map((b) => b?.close()));
 });
 
 beforeEach(() => {
@@ -60,10 +64,10 @@ const chatTo = (apiKey: string, body: unknown, headers: Record<string, string> =
 describe('models', () => {
   test('models.list lists exactly the LLM deployments the key may use, as "<project>/<deployment>"', async () => {
     const mine = await sdk(app).models.list();
-    expect(mine.data.map((m) => m.id).sort()).toEqual(['genai/down', 'genai/llama', 'genai/mistral']);
+    expect(mine.data.map((m) => m.id).sort()).toEqual(['genai/down', 'genai/llama', 'genai/mistral', 'genai/rt']);
     expect(mine.data.every((m) => m.object === 'model' && typeof m.created === 'number' && m.owned_by === 'genai')).toBe(true);
     const wider = await sdk(both).models.list();
-    expect(wider.data.map((m) => m.id).sort()).toEqual(['genai/down', 'genai/llama', 'genai/mistral', 'research_lab/llama']);
+    expect(wider.data.map((m) => m.id).sort()).toEqual(['genai/down', 'genai/llama', 'genai/mistral', 'genai/rt', 'research_lab/llama']);
     expect(seen()).toBe(0);
   });
 
@@ -75,7 +79,7 @@ describe('models', () => {
     expect(Object.keys(list).sort()).toEqual(['data', 'object']);
     expect(list.object).toBe('list');
     const byId = [...list.data].sort((a: { id: string }, b: { id: string }) => a.id.localeCompare(b.id));
-    expect(byId).toEqual(['genai/down', 'genai/llama', 'genai/mistral'].map((id) => ({ id, object: 'model', created: 0, owned_by: 'genai' })));
+    expect(byId).toEqual(['genai/down', 'genai/llama', 'genai/mistral', 'genai/rt'].map((id) => ({ id, object: 'model', created: 0, owned_by: 'genai' })));
     expect(r.headers['access-control-allow-origin']).toBe(ORIGIN);
     expect(r.headers['x-request-id']).toBeTruthy();
   });
@@ -327,4 +331,40 @@ test('a refused request with a body does not poison the next request on the same
   expect((await post(JSON.stringify({ model: 'genai/nope', messages: [] }))).status).toBe(404);
   expect((await post(JSON.stringify({ model: 'genai/mistral', messages: [{ role: 'user', content: 'after' }] }))).status).toBe(200);
   agent.destroy();
+});
+
+describe('websockets (the realtime API) name the model in the query', () => {
+  const open = (url: string) => {
+    const ws = new WebSocket(url, { headers: { authorization: `Bearer ${app}` } });
+    return new Promise<{ ws: WebSocket; status: number }>((resolve, reject) => {
+      ws.once('open', () => resolve({ ws, status: 101 }));
+      ws.once('unexpected-response', (_req, res) => resolve({ ws, status: res.statusCode ?? 0 }));
+      ws.once('error', reject);
+    });
+  };
+
+  test('?model=<project>/<deployment> reaches the deployment, with the model rewritten', async () => {
+    const { ws, status } = await open(`ws://127.0.0.1:${gw.port}/openai/v1/realtime?model=genai%2Frt&x=1`);
+    try {
+      expect(status).toBe(101);
+      const echo = new Promise<string>((resolve) => ws.once('message', (d) => resolve(String(d))));
+      ws.send('hello realtime');
+      expect(await echo).toBe('hello realtime');
+    } finally {
+      ws.close();
+    }
+    const up = realtime.upgrades.at(-1)!;
+    expect(up.url).toBe('/v1/realtime?model=gpt-realtime&x=1');
+    expect(up.headers['x-servegate-deployment']).toBe('rt');
+  });
+
+  test('an unknown or missing model is refused before any upgrade', async () => {
+    const before = realtime.upgrades.length;
+    for (const [query, want] of [['?model=genai%2Fnope', 404], ['?model=secret%2Fgpt', 403], ['', 400]] as const) {
+      const { ws, status } = await open(`ws://127.0.0.1:${gw.port}/openai/v1/realtime${query}`);
+      ws.terminate();
+      expect(status).toBe(want);
+    }
+    expect(realtime.upgrades.length).toBe(before);
+  });
 });
