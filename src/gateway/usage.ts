@@ -33,6 +33,7 @@ const NL = 0x0a;
 const CR = 0x0d;
 const USAGE_KEY = Buffer.from('"usage"');
 const DATA = Buffer.from('data:');
+const EMPTY = Buffer.alloc(0);
 
 /** Reads a usage object in either naming (chat/completions: prompt/completion; responses: input/output). */
 export function readUsage(u: unknown): TokenUsage | undefined {
@@ -44,121 +45,186 @@ export function readUsage(u: unknown): TokenUsage | undefined {
   return { prompt: prompt ?? 0, completion: completion ?? 0 };
 }
 
+/**
+ * Where `"usage"` starts in `buf` at or after `from`, else -1. A search for its `u` (a one-byte search is native and
+ * fast; a multi-byte needle costs several times more) and a check of the bytes around it.
+ */
+export function findUsage(buf: Buffer, from: number): number {
+  let u = buf.indexOf(0x75, from + 1);
+  while (u !== -1) {
+    if (buf[u - 1] === 0x22 && buf[u + 1] === 0x73 && buf[u + 2] === 0x61 && buf[u + 3] === 0x67 && buf[u + 4] === 0x65 && buf[u + 5] === 0x22) return u - 1;
+    u = buf.indexOf(0x75, u + 1);
+  }
+  return -1;
+}
+
 function num(v: unknown): number | undefined {
   return typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : undefined;
 }
 
 // ---- event streams ------------------------------------------------------------------------------------------------
 
+type Piece = Buffer | [number, number];
+
 export class SseUsageMeter implements UsageMeter {
   usage: TokenUsage | undefined;
   firstAt = 0;
   readonly streamed = true;
-  /** The current line so far, across chunks (copied when a chunk ends inside it). */
-  private line: Buffer[] = [];
-  private lineLength = 0;
-  /** The line grew past MAX_LINE: it is not read (and, when not stripping, not kept). */
-  private lineTooLong = false;
-  /** strip: the lines of the current event (copies, terminators included), held until the blank line ends it. */
-  private held: Buffer[] = [];
-  private heldLength = 0;
-  /** strip: the current event grew past MAX_EVENT and passes as it comes (not stripped). */
+  /** The beginning of a line that has not ended yet (a copy), while it is short enough to read. */
+  private carry: Buffer | undefined;
+  /** Bytes of that unfinished line so far (counted on past MAX_LINE, when `carry` is let go). */
+  private carryLength = 0;
+  // strip only ---------------------------------------------------------------------------------------------------
+  /** The current event: copies (earlier chunks, rewritten lines) and [start, end) ranges of the chunk being read. */
+  private ev: Piece[] = [];
+  private evLength = 0;
+  /** The current event grew past MAX_EVENT: its bytes pass as they come, unstripped. */
   private passing = false;
-  /** strip: the current event carries only the usage the client did not ask for. */
+  /** The current event carries only the usage the client did not ask for. */
   private drop = false;
+  /** While a chunk is read: what goes out, the open run of it that is a range of the chunk. */
+  private out: Buffer[] = [];
+  private runStart = -1;
+  private runEnd = -1;
+  private chunk: Buffer | undefined;
 
   constructor(private readonly strip: boolean) {}
 
   push(chunk: Buffer, now: number): Buffer | undefined {
-    const out: Buffer[] | undefined = this.strip ? [] : undefined;
+    const strip = this.strip;
+    if (strip) this.chunk = chunk;
     let from = 0;
-    while (from < chunk.length) {
-      const nl = chunk.indexOf(NL, from);
+    if (this.carryLength > 0) {
+      // The line left open by the previous chunk.
+      const nl = chunk.indexOf(NL);
       const end = nl === -1 ? chunk.length : nl + 1;
-      const part = chunk.subarray(from, end);
-      if (out && this.passing) out.push(part);
-      this.addToLine(part, out);
-      if (nl !== -1) this.lineDone(now, out);
+      if (strip && !this.passing && this.evLength + this.carryLength + end > MAX_EVENT) this.overflow();
+      if (strip && this.passing) this.emitRange(0, end);
+      this.carryLength += end;
+      this.carry = this.carry && this.carryLength <= MAX_LINE ? Buffer.concat([this.carry, chunk.subarray(0, end)]) : undefined;
+      if (nl === -1) return this.result(chunk);
+      const line = this.carry;
+      this.carry = undefined;
+      this.carryLength = 0;
       from = end;
+      // A line too long to read went out as it came: only an event that is passing can hold one.
+      if (line) this.lineDone(line, 0, line.length, findUsage(line, 0) !== -1, now, true);
     }
-    // A line still open refers to this chunk's memory: keep a copy.
-    if (this.line.length) this.line = [Buffer.concat(this.line)];
-    if (!out) return chunk;
-    return out.length === 0 ? undefined : out.length === 1 ? out[0] : Buffer.concat(out);
+    let hint = findUsage(chunk, from);
+    for (;;) {
+      const nl = chunk.indexOf(NL, from);
+      if (nl === -1) break;
+      const hasUsage = hint !== -1 && hint < nl;
+      this.lineDone(chunk, from, nl + 1, hasUsage, now, false);
+      if (hasUsage) hint = findUsage(chunk, nl + 1);
+      from = nl + 1;
+    }
+    if (from < chunk.length) {
+      // A line that ends in a later chunk: kept (a copy) to be read when it does.
+      this.carryLength = chunk.length - from;
+      if (strip && !this.passing && this.evLength + this.carryLength > MAX_EVENT) this.overflow();
+      if (strip && this.passing) this.emitRange(from, chunk.length);
+      this.carry = this.carryLength <= MAX_LINE ? Buffer.from(chunk.subarray(from)) : undefined;
+    }
+    return this.result(chunk);
   }
 
   end(): Buffer | undefined {
     if (!this.strip) return undefined;
-    const rest = this.passing ? [] : [...(this.drop ? [] : this.held), ...this.line];
-    this.held = [];
-    this.line = [];
+    // An event the stream did not finish with a blank line goes as it is (unless it was all usage).
+    const rest: Buffer[] = this.passing || this.drop ? [] : (this.ev as Buffer[]);
+    if (!this.passing && !this.drop && this.carry) rest.push(this.carry);
+    this.ev = [];
+    this.carry = undefined;
     return rest.length ? Buffer.concat(rest) : undefined;
   }
 
-  private addToLine(part: Buffer, out: Buffer[] | undefined): void {
-    this.lineLength += part.length;
-    if (this.lineLength > MAX_LINE) this.lineTooLong = true;
-    if (!out) {
-      if (this.lineTooLong) this.line = [];
-      else this.line.push(part);
-      return;
-    }
-    this.line.push(part);
-    if (!this.passing && this.heldLength + this.lineLength > MAX_EVENT) {
-      // Too big to hold: what is held goes now, the rest of the event as it comes, unstripped.
-      for (const b of this.held) out.push(b);
-      for (const b of this.line) out.push(b);
-      this.held = [];
-      this.heldLength = 0;
-      this.passing = true;
-      this.drop = false;
-    }
+  /** The bytes to send for this chunk; what stays held is copied, since the chunk's memory is not ours to keep. */
+  private result(chunk: Buffer): Buffer | undefined {
+    if (!this.strip) return chunk;
+    if (this.ev.length) this.ev = [Buffer.concat(this.ev.map((p) => (Buffer.isBuffer(p) ? p : chunk.subarray(p[0], p[1]))))];
+    this.flushRun();
+    const out = this.out;
+    this.out = [];
+    this.chunk = undefined;
+    return out.length === 0 ? undefined : out.length === 1 ? out[0] : Buffer.concat(out);
   }
 
-  /** A whole line (terminator included) is in `this.line`. */
-  private lineDone(now: number, out: Buffer[] | undefined): void {
-    const parts = this.line;
-    const tooLong = this.lineTooLong;
-    this.line = [];
-    this.lineLength = 0;
-    this.lineTooLong = false;
-    const raw = parts.length === 1 ? parts[0] : Buffer.concat(parts);
-    let end = raw.length - 1; // the "\n"
-    if (end > 0 && raw[end - 1] === CR) end--;
-    const blank = end === 0 && !tooLong;
-    const rewritten = tooLong || blank ? undefined : this.readLine(raw.subarray(0, end), raw.subarray(end), now);
-    if (!out) return;
+  /** One whole line [start, end) of `buf` (terminator included); `copied`: buf is not the chunk being read. */
+  private lineDone(buf: Buffer, start: number, end: number, hasUsage: boolean, now: number, copied: boolean): void {
+    let stop = end - 1; // the "\n"
+    if (stop > start && buf[stop - 1] === CR) stop--;
+    const blank = stop === start;
+    const edit = blank ? undefined : this.readLine(buf, start, stop, end, hasUsage, now);
+    if (!this.strip) return;
     if (this.passing) {
-      // Its bytes went out as they came.
+      // Its bytes went out as they came (a line carried over) or go now.
+      if (!copied) this.emitRange(start, end);
       if (blank) this.passing = false;
       return;
     }
+    const piece: Piece = edit ?? (copied ? buf.subarray(start, end) : [start, end]);
+    this.evLength += Buffer.isBuffer(piece) ? piece.length : end - start;
+    this.ev.push(piece);
     if (blank) {
-      if (!this.drop) {
-        for (const b of this.held) out.push(b);
-        out.push(raw);
-      }
-      this.held = [];
-      this.heldLength = 0;
+      if (!this.drop) for (const p of this.ev) this.emitPiece(p);
+      this.ev = [];
+      this.evLength = 0;
       this.drop = false;
-      return;
-    }
-    const kept = rewritten ?? Buffer.from(raw);
-    this.held.push(kept);
-    this.heldLength += kept.length;
+    } else if (this.evLength > MAX_EVENT) this.overflow();
   }
 
-  /** Reads one non-blank line; returns the line to send instead when usage was taken out of it. */
-  private readLine(line: Buffer, terminator: Buffer, now: number): Buffer | undefined {
-    if (line.length < DATA.length || line.compare(DATA, 0, DATA.length, 0, DATA.length) !== 0) return undefined;
-    let start = DATA.length;
-    if (line[start] === 0x20) start++;
-    const data = line.subarray(start);
-    if (!this.firstAt && !(data.length === 6 && data.toString('latin1') === '[DONE]')) this.firstAt = now;
-    if (data.indexOf(USAGE_KEY) === -1) return undefined;
+  /** strip: the event is too big to hold; what is held goes now, the rest as it comes, unstripped. */
+  private overflow(): void {
+    for (const p of this.ev) this.emitPiece(p);
+    if (this.carry) this.emit(this.carry);
+    this.ev = [];
+    this.evLength = 0;
+    this.passing = true;
+    this.drop = false;
+  }
+
+  private emitPiece(p: Piece): void {
+    if (Buffer.isBuffer(p)) this.emit(p);
+    else this.emitRange(p[0], p[1]);
+  }
+
+  private emitRange(start: number, end: number): void {
+    if (this.runStart !== -1 && this.runEnd === start) {
+      this.runEnd = end;
+      return;
+    }
+    this.flushRun();
+    this.runStart = start;
+    this.runEnd = end;
+  }
+
+  private emit(b: Buffer): void {
+    this.flushRun();
+    this.out.push(b);
+  }
+
+  private flushRun(): void {
+    if (this.runStart === -1) return;
+    this.out.push(this.chunk!.subarray(this.runStart, this.runEnd));
+    this.runStart = this.runEnd = -1;
+  }
+
+  /**
+   * Reads one non-blank line [start, stop) (terminator [stop, end)); returns the line to send instead when usage was
+   * taken out of it. Only `data:` lines holding `"usage"` are parsed.
+   */
+  private readLine(buf: Buffer, start: number, stop: number, end: number, hasUsage: boolean, now: number): Buffer | undefined {
+    if (stop - start < 5 || buf[start] !== 0x64 || buf[start + 1] !== 0x61 || buf[start + 2] !== 0x74 || buf[start + 3] !== 0x61 || buf[start + 4] !== 0x3a) {
+      return undefined;
+    }
+    let s = start + 5;
+    if (buf[s] === 0x20) s++;
+    if (!this.firstAt && !(stop - s === 6 && buf[s] === 0x5b && buf.toString('latin1', s, stop) === '[DONE]')) this.firstAt = now;
+    if (!hasUsage) return undefined;
     let doc: unknown;
     try {
-      doc = JSON.parse(data.toString('utf8'));
+      doc = JSON.parse(buf.toString('utf8', s, stop));
     } catch {
       return undefined;
     }
@@ -175,7 +241,7 @@ export class SseUsageMeter implements UsageMeter {
       return undefined;
     }
     delete o.usage;
-    return Buffer.concat([DATA, Buffer.from(` ${JSON.stringify(o)}`), terminator]);
+    return Buffer.concat([DATA, Buffer.from(` ${JSON.stringify(o)}`), buf.subarray(stop, end)]);
   }
 }
 
@@ -190,7 +256,7 @@ export class JsonUsageMeter implements UsageMeter {
   firstAt = 0;
   readonly streamed = false;
   /** The last bytes of the previous chunk, so a `"usage"` split between chunks is seen. */
-  private tail: Buffer = Buffer.alloc(0);
+  private tail: Buffer = EMPTY;
   /** While reading a value: its bytes so far and the scanner state. */
   private value: number[] | undefined;
   private phase: 'colon' | 'start' | 'value' = 'colon';
@@ -201,21 +267,40 @@ export class JsonUsageMeter implements UsageMeter {
   push(chunk: Buffer, now: number): Buffer | undefined {
     if (!this.firstAt && chunk.length) this.firstAt = now;
     let from = 0;
-    if (this.value) from = this.feed(chunk, 0);
-    while (from !== -1 && from < chunk.length) {
-      const joined = this.tail.length ? Buffer.concat([this.tail, chunk.subarray(from)]) : chunk.subarray(from);
-      const at = joined.indexOf(USAGE_KEY);
-      if (at === -1) {
-        this.tail = Buffer.from(joined.subarray(Math.max(0, joined.length - (USAGE_KEY.length - 1))));
-        return chunk;
+    const prevTail = this.tail;
+    this.tail = EMPTY;
+    if (this.value) {
+      from = this.feed(chunk, 0);
+      if (from === -1) return chunk;
+    } else if (prevTail.length) {
+      // A "usage" that began at the end of the previous chunk(s).
+      const edge = Buffer.concat([prevTail, chunk.subarray(0, USAGE_KEY.length - 1)]);
+      const at = findUsage(edge, 0);
+      if (at !== -1) {
+        this.start();
+        from = this.feed(chunk, at + USAGE_KEY.length - prevTail.length);
+        if (from === -1) return chunk;
       }
-      const afterKey = at + USAGE_KEY.length - this.tail.length; // offset in the chunk's remainder
-      this.tail = Buffer.alloc(0);
-      this.value = [];
-      this.phase = 'colon';
-      from = this.feed(chunk, from + afterKey);
     }
+    for (;;) {
+      const at = findUsage(chunk, from);
+      if (at === -1) break;
+      this.start();
+      from = this.feed(chunk, at + USAGE_KEY.length);
+      if (from === -1) return chunk;
+    }
+    // The last bytes read (of this chunk, and of the ones before when it is short), in case a "usage" goes on in the
+    // next chunk.
+    const keep = USAGE_KEY.length - 1;
+    const rest = chunk.subarray(Math.max(from, chunk.length - keep));
+    const joined = from === 0 && rest.length < keep && prevTail.length ? Buffer.concat([prevTail, rest]) : rest;
+    this.tail = Buffer.from(joined.subarray(Math.max(0, joined.length - keep)));
     return chunk;
+  }
+
+  private start(): void {
+    this.value = [];
+    this.phase = 'colon';
   }
 
   end(): Buffer | undefined {

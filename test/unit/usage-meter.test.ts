@@ -103,6 +103,17 @@ describe('event streams', () => {
     }
   });
 
+  test('an event of many lines past the hold limit goes out as it comes; the next event is stripped again', () => {
+    const many = `${Array.from({ length: 12_000 }, (_, i) => `data: ${String(i).padStart(100, 'x')}`).join('\n')}\n\n`;
+    const s = `${many}${usageEvent}${event(chunk(9))}`;
+    for (const size of [4096, 65_536, 1 << 20]) {
+      const m = new SseUsageMeter(true);
+      const cuts = Array.from({ length: Math.floor(s.length / size) }, (_, i) => (i + 1) * size);
+      expect(run(m, s, cuts)).toBe(`${many}${event(chunk(9))}`);
+      expect(m.usage).toEqual({ prompt: 12, completion: 34 });
+    }
+  });
+
   test('bytes of a stripped stream go out as soon as an event is complete, not at the end', () => {
     const m = new SseUsageMeter(true);
     const first = Buffer.from(`${event(chunk(0))}data: {"par`);
