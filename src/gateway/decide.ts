@@ -94,6 +94,9 @@ export function decide(req: RequestFacts, table: RouteTable): Accepted | ByModel
       rest = joinPath(s, 3);
     }
   }
+  // A Host under the serverless domain that no deployment holds, and a path that is no deployment's either: a legacy
+  // call to a deployment that is not served (its path, /v1/models/<name>:predict, must not be read as project "models").
+  const unknownHost = !route && h !== undefined && table.serverlessDomain !== '' && h.endsWith(`.${table.serverlessDomain}`);
   const dialect = dialectOf(route, rest);
 
   const auth = parseAuthorization(req.authorization);
@@ -102,6 +105,17 @@ export function decide(req: RequestFacts, table: RouteTable): Accepted | ByModel
   if ('failure' in verified) return { ok: false, error: authError(verified.failure), dialect, route, authFailure: verified.failure };
   const key = verified.record;
 
+  if (unknownHost) {
+    return {
+      ok: false,
+      dialect,
+      key,
+      error: gatewayError(
+        'not_found',
+        `no deployment is served at host "${h}": legacy hostnames are <deployment>.<project>.${table.serverlessDomain} of a deployment that is served`,
+      ),
+    };
+  }
   if (project === undefined || rest === undefined) {
     return {
       ok: false,

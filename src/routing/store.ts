@@ -1,5 +1,5 @@
 // Holds the route table in use. A swap is one reference assignment: requests in flight keep the table they started with.
-import { buildRouteTable, emptyRouteTable, type BuildOptions } from './build.js';
+import { BuildCache, buildRouteTable, emptyRouteTable, type BuildOptions } from './build.js';
 import type { BuildResult, DeploymentStatus, KeyProblem, RouteTable, Snapshot } from './types.js';
 
 export interface AppliedBuild {
@@ -11,13 +11,17 @@ export interface AppliedBuild {
 export type BuildListener = (applied: AppliedBuild, snapshot: Snapshot) => void;
 
 export class RouteStore {
-  private table: RouteTable = emptyRouteTable();
+  private table: RouteTable;
+  /** The builder's memo: a rebuild re-evaluates only the resources that changed (src/routing/cache.ts). */
+  private readonly cache = new BuildCache();
   private last: BuildResult | undefined;
   private listeners: BuildListener[] = [];
   /** Count of snapshots applied; with `changed`, what the reload metrics report. */
   builds = 0;
 
-  constructor(private readonly options: BuildOptions) {}
+  constructor(private readonly options: BuildOptions) {
+    this.table = emptyRouteTable(options.serverlessDomain);
+  }
 
   /** The table to use for one request: read once per request. */
   current(): RouteTable {
@@ -39,7 +43,7 @@ export class RouteStore {
 
   /** Builds the next table from a snapshot and swaps it in when it differs; then tells the listeners. */
   apply(snapshot: Snapshot): AppliedBuild {
-    const result = buildRouteTable(snapshot, this.options);
+    const result = buildRouteTable(snapshot, this.options, this.cache);
     const changed = result.table.hash !== this.table.hash;
     if (changed) this.table = result.table;
     this.last = result;

@@ -141,6 +141,8 @@ export interface RouteTable {
   readonly routes: readonly Route[];
   /** Content hash: equal hashes mean an identical table (rebuilds with the same hash are skipped). */
   readonly hash: string;
+  /** Legacy hostnames end in this domain (an unknown one is answered as such). */
+  readonly serverlessDomain: string;
 }
 
 export type ReadyReason = 'Routed' | 'InvalidSpec' | 'Conflict' | 'BackendNotFound';

@@ -217,6 +217,23 @@ describe('legacy host routing (SPEC §3)', () => {
     if (d.ok) expect(d.route.id).toBe('demo/chat');
   });
 
+  test.each<[KeyName]>([['demo'], ['all']])(
+    'an unknown legacy Host with a legacy path is a 404 naming the host, not project "models" (key %s)',
+    (key) => {
+      const d = run('/v1/models/nope:predict', { key, host: 'nope.demo.serving.example.com:8080' });
+      expect(d.ok).toBe(false);
+      if (d.ok) return;
+      expect(d.error.status).toBe(404);
+      expect(d.error.message).toBe(
+        'no deployment is served at host "nope.demo.serving.example.com": legacy hostnames are <deployment>.<project>.serving.example.com of a deployment that is served',
+      );
+    },
+  );
+
+  test('an unknown legacy Host still needs a key first', () => {
+    expect(statusOf(run('/v1/models/nope:predict', { host: 'nope.demo.serving.example.com' }))).toBe(401);
+  });
+
   test.each([
     ['Example.COM:8080', 'example.com'],
     ['example.com.', 'example.com'],

@@ -1,0 +1,19 @@
+// What the route builder remembers between builds, owned by whoever builds repeatedly (the RouteStore). Every entry is
+// keyed by an input object (sources hand unchanged resources over as the same object) and records what else it
+// depended on, so a cached build returns exactly what a fresh one would; without a cache, buildRouteTable makes a new
+// one and is plainly a function of its arguments.
+import type { KeysResult } from './process/keys.js';
+import type { Candidate, Rejection } from './process/conflicts.js';
+import type { ApiKeyRecord, KeySecretResource, ServiceResource } from './types.js';
+
+/** One resource's evaluation, valid while the options, the source kind and its backend Service object are the same. */
+export type Evaluated = { deps: string; service: ServiceResource | undefined | null; value: Candidate | Rejection };
+
+export type ParsedKey = { keysNamespace: string; id: string; value: ApiKeyRecord | string; digest: string };
+
+export class BuildCache {
+  readonly evaluated = new WeakMap<object, Evaluated>();
+  readonly parsedKeys = new WeakMap<KeySecretResource, ParsedKey>();
+  readonly keysByArray = new WeakMap<readonly KeySecretResource[], { keysNamespace: string; result: KeysResult }>();
+  readonly servicesByArray = new WeakMap<readonly ServiceResource[], Map<string, ServiceResource>>();
+}

@@ -1,0 +1,57 @@
+// Backends: `spec.backend` read into a Service reference (or a URL in the files source), checked against the
+// Services the source sees (when it sees them).
+import { isObject } from '../../kube/objects.js';
+import { isDnsLabel } from '../names.js';
+import type { Backend, ServiceResource, Snapshot } from '../types.js';
+import { invalid, type Refusal } from './result.js';
+
+export function parseBackend(
+  raw: unknown,
+  namespace: string,
+  source: Snapshot['source'],
+  services: Map<string, ServiceResource> | undefined,
+): Backend | Refusal {
+  if (!isObject(raw)) return invalid('spec.backend is required: {service, port} (or {url} in the files source)');
+  if (raw.url !== undefined) {
+    if (source !== 'files') {
+      return invalid('spec.backend.url is refused in the kubernetes source: name a Service in the same namespace with backend.service and backend.port');
+    }
+    if (raw.service !== undefined) return invalid('spec.backend takes either url or service/port, not both');
+    if (typeof raw.url !== 'string') return invalid('spec.backend.url must be a string');
+    let u: URL;
+    try {
+      u = new URL(raw.url);
+    } catch {
+      return invalid(`spec.backend.url "${raw.url}" is not a URL`);
+    }
+    if (u.protocol !== 'http:' || u.search || u.hash || u.username) {
+      return invalid(`spec.backend.url "${raw.url}" must be a plain http://host:port URL (optionally with a path prefix)`);
+    }
+    return { kind: 'url', url: `${u.origin}${u.pathname.replace(/\/+$/, '')}` };
+  }
+  const { service, port } = raw;
+  if (typeof service !== 'string' || !isDnsLabel(service)) {
+    return invalid(`spec.backend.service must be the name of a Service in namespace ${namespace} (a DNS-1123 label), got ${JSON.stringify(service)}`);
+  }
+  if (typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535) {
+    return invalid(`spec.backend.port must be a port number 1-65535, got ${JSON.stringify(port)}`);
+  }
+  return serviceBackend(namespace, service, port, services);
+}
+
+export function serviceBackend(
+  namespace: string,
+  service: string,
+  port: number,
+  services: Map<string, ServiceResource> | undefined,
+): Backend | Refusal {
+  if (!services) return { kind: 'service', namespace, service, port };
+  const svc = services.get(`${namespace}/${service}`);
+  if (!svc) return { reason: 'BackendNotFound', message: `Service ${namespace}/${service} not found` };
+  const p = svc.ports.find((sp) => sp.port === port);
+  if (!p) {
+    const offered = svc.ports.map((sp) => sp.port).join(', ') || 'none';
+    return { reason: 'BackendNotFound', message: `Service ${namespace}/${service} has no port ${port} (ports: ${offered})` };
+  }
+  return { kind: 'service', namespace, service, port, portName: p.name, targetPort: p.targetPort };
+}

@@ -1,0 +1,100 @@
+// The API-key Secret processor: each labelled Secret read into a key record (or a problem naming the bad field, the
+// Secret skipped), indexed by prefix. Bad keys never affect other keys or routes.
+import { createHash } from 'node:crypto';
+import { KEY_PREFIX, KEY_SHA256, PROJECT_NAME, projectNamespaceForm } from '../names.js';
+import type { ApiKeyRecord, KeyProblem, KeySecretResource } from '../types.js';
+import { BuildCache, type ParsedKey } from '../cache.js';
+import { cmp } from './order.js';
+
+/** Parses API-key Secrets. A bad one is reported and skipped, never fatal. */
+export function buildKeys(
+  secrets: readonly KeySecretResource[],
+  keysNamespace: string,
+  cache: BuildCache = new BuildCache(),
+): { keys: Map<string, ApiKeyRecord[]>; problems: KeyProblem[] } {
+  const { keys, problems } = buildKeysWithDigests(secrets, keysNamespace, cache);
+  return { keys, problems };
+}
+
+export type KeysResult = ReturnType<typeof buildKeysWithDigests>;
+
+/** Sources hand over the same array while no key changed: then the key index is reused as it is. */
+export function buildKeysCached(secrets: readonly KeySecretResource[], keysNamespace: string, cache: BuildCache): KeysResult {
+  const hit = cache.keysByArray.get(secrets);
+  if (hit && hit.keysNamespace === keysNamespace) return hit.result;
+  const result = buildKeysWithDigests(secrets, keysNamespace, cache);
+  cache.keysByArray.set(secrets, { keysNamespace, result });
+  return result;
+}
+
+
+function buildKeysWithDigests(
+  secrets: readonly KeySecretResource[],
+  keysNamespace: string,
+  cache: BuildCache,
+): { keys: Map<string, ApiKeyRecord[]>; problems: KeyProblem[]; digests: string[] } {
+  const keys = new Map<string, ApiKeyRecord[]>();
+  const problems: KeyProblem[] = [];
+  const parsed: Array<{ s: KeySecretResource; p: ParsedKey }> = [];
+  for (const s of secrets) {
+    let p = cache.parsedKeys.get(s);
+    if (!p || p.keysNamespace !== keysNamespace) {
+      const value = parseKeySecret(s, keysNamespace);
+      const digest =
+        typeof value === 'string'
+          ? ''
+          : createHash('sha1')
+              .update(JSON.stringify([value.name, value.namespace, value.prefix, value.sha256.toString('hex'), value.projects === '*' ? '*' : [...value.projects].sort(), value.expiresAt ?? null, value.scopeNamespace ?? null]))
+              .digest('base64');
+      p = { keysNamespace, id: `${s.metadata.namespace}/${s.metadata.name}`, value, digest };
+      cache.parsedKeys.set(s, p);
+    }
+    parsed.push({ s, p });
+  }
+  parsed.sort((a, b) => cmp(a.p.id, b.p.id));
+  const digests: string[] = [];
+  for (const { s, p } of parsed) {
+    if (typeof p.value === 'string') {
+      problems.push({ id: p.id, origin: s.origin, message: p.value });
+      continue;
+    }
+    digests.push(p.digest);
+    const list = keys.get(p.value.prefix);
+    if (list) list.push(p.value);
+    else keys.set(p.value.prefix, [p.value]);
+  }
+  return { keys, problems, digests };
+}
+
+function parseKeySecret(s: KeySecretResource, keysNamespace: string): ApiKeyRecord | string {
+  const d = s.data;
+  const prefix = (d.prefix ?? '').trim();
+  if (!KEY_PREFIX.test(prefix)) return 'prefix must be 16 characters [A-Za-z0-9]';
+  const sha = (d.sha256 ?? '').trim().toLowerCase();
+  if (!KEY_SHA256.test(sha)) return 'sha256 must be 64 hex characters (SHA-256 of the whole key "<prefix>.<secret>")';
+  const projectsRaw = (d.projects ?? '').trim();
+  if (!projectsRaw) return 'projects is required: a comma-separated list of project names, or "*"';
+  let projects: '*' | Set<string>;
+  if (projectsRaw === '*') projects = '*';
+  else {
+    const list = projectsRaw.split(',').map((p) => p.trim()).filter(Boolean);
+    const bad = list.find((p) => !PROJECT_NAME.test(p));
+    if (bad !== undefined || list.length === 0) return `projects has an invalid project name ${JSON.stringify(bad ?? projectsRaw)}`;
+    projects = new Set(list.map(projectNamespaceForm));
+  }
+  let expiresAt: number | undefined;
+  if (d.expiresAt !== undefined && d.expiresAt.trim() !== '') {
+    expiresAt = Date.parse(d.expiresAt.trim());
+    if (Number.isNaN(expiresAt)) return `expiresAt "${d.expiresAt}" is not an RFC 3339 time`;
+  }
+  const scoped = s.metadata.namespace !== keysNamespace;
+  return {
+    name: s.metadata.name,
+    namespace: s.metadata.namespace,
+    prefix,
+    sha256: Buffer.from(sha, 'hex'),
+    projects,
+    expiresAt,
+    scopeNamespace: scoped ? s.metadata.namespace : undefined,
+  };
+}
