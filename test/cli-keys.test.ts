@@ -148,18 +148,20 @@ describe('keys create -o yaml', () => {
 
 describe('keys command-line errors', () => {
   test.each([
-    [['create', '--projects', 'a', '-o', 'yaml'], 2, '--name is required'],
+    [['create', '--projects', 'a', '-o', 'yaml'], 2, "error[SG_USAGE]: required option '--name <name>' not specified"],
     [['create', '--name', 'Bad_Name', '--projects', 'a', '-o', 'yaml'], 1, 'DNS-1123 subdomain'],
     [['create', '--name', '-x', '--projects', 'a', '-o', 'yaml'], 1, 'DNS-1123 subdomain'],
-    [['create', '--name', 'k', '-o', 'yaml'], 1, '--projects is required'],
+    [['create', '--name', 'k', '-o', 'yaml'], 2, "error[SG_USAGE]: required option '--projects <p1,p2|*>' not specified"],
     [['create', '--name', 'k', '--projects', 'a b', '-o', 'yaml'], 1, 'invalid project name "a b"'],
     [['create', '--name', 'k', '--projects', 'a', '--expires', 'soon', '-o', 'yaml'], 1, 'invalid --expires "soon"'],
-    [['create', '--name', 'k', '--projects', 'a', '-o', 'xml'], 2, 'yaml or json'],
-    [['create', '--name', 'k', '--projects', 'a', '--frob'], 2, 'unknown flag --frob'],
-    [['create', '--name'], 2, '--name needs a value'],
-    [['rotate'], 2, 'unknown keys command "rotate"'],
-    [['create', '--name', 'k', '--projects', 'a'], 1, 'no cluster configured'],
-    [['list'], 1, 'no cluster configured'],
+    [['create', '--name', 'k', '--projects', 'a', '-o', 'xml'], 2, "argument 'xml' is invalid. Allowed choices are yaml, json"],
+    [['create', '--name', 'k', '--projects', 'a', '--frob'], 2, "error[SG_USAGE]: unknown option '--frob'"],
+    [['create', '--name', 'k', '--projects', 'a', '--rpm', 'lots', '-o', 'yaml'], 2, 'must be a whole number 0 or more, got "lots"'],
+    [['create', '--name'], 2, "option '--name <name>' argument missing"],
+    [['rotate'], 2, "error[SG_USAGE]: unknown command 'rotate'"],
+    [['revok', '--name', 'x'], 2, '(Did you mean revoke?)'],
+    [['create', '--name', 'k', '--projects', 'a'], 1, 'error[SG_CLUSTER]: no cluster configured'],
+    [['list'], 1, 'error[SG_CLUSTER]: no cluster configured'],
   ])('keys %j exits %i saying %s', async (argv, code, message) => {
     const r = await keys(argv);
     expect(r.code).toBe(code);
@@ -167,10 +169,26 @@ describe('keys command-line errors', () => {
     expect(r.out).toBe('');
   });
 
-  test.each([[['--help']], [['-h']], [['create', '--help']]])('keys %j prints the usage', async (argv) => {
+  test.each([[['--help']], [['-h']], [['create', '--help']], [['list', '--help']], [['revoke', '-h']]])('keys %j prints the usage', async (argv) => {
     const r = await keys(argv);
     expect(r.code).toBe(0);
     expect(r.out).toContain('Usage: servegate keys');
+    expect(r.err).toBe('');
+  });
+
+  test('keys without a command prints its usage to stderr and exits 2', async () => {
+    const r = await keys([]);
+    expect(r.code).toBe(2);
+    expect(r.err).toContain('Usage: servegate keys');
+    expect(r.out).toBe('');
+  });
+
+  test('create --rpm/--tpm writes the limits into the Secret, where the gateway reads them', async () => {
+    const r = await keys(['create', '--name', 'limited', '--projects', 'demo', '--rpm', '60', '--tpm', '100000', '-o', 'json']);
+    expect(r.code, r.err).toBe(0);
+    const manifest = JSON.parse(r.out);
+    expect(manifest.stringData).toMatchObject({ rpm: '60', tpm: '100000' });
+    expect(r.err).toContain('60 requests/min, 100000 tokens/min');
   });
 });
 
@@ -353,8 +371,8 @@ describe('keys in the cluster (fake API server over HTTP)', () => {
     expect(r.code, r.err).toBe(0);
     const lines = r.out.trim().split('\n');
     expect(lines).toHaveLength(3);
-    expect(lines[1]).toMatch(new RegExp(`^one\\s+${a.out.slice(0, 16)}\\s+x,y\\s+never$`));
-    expect(lines[2]).toMatch(/^two\s+[A-Za-z0-9]{16}\s+\*\s+2030-01-01T00:00:00Z$/);
+    expect(lines[1]).toMatch(new RegExp(`^one\\s+${a.out.slice(0, 16)}\\s+x,y\\s+never\\s+default$`));
+    expect(lines[2]).toMatch(/^two\s+[A-Za-z0-9]{16}\s+\*\s+2030-01-01T00:00:00Z\s+default$/);
     expect(r.out).not.toContain(hashKey(a.out.trim()));
 
     expect((await keys(['revoke', '--name', 'one', '-n', 'listing', '--kubeconfig', kubeconfig])).code).toBe(0);

@@ -83,10 +83,11 @@ describe('servegate url --manifests', () => {
   });
 
   test.each([
-    [['demo/broken', '--manifests'], 1, 'demo/broken is not served: InvalidSpec'],
-    [['demo/nope', '--manifests'], 1, 'no deployment demo/nope'],
+    [['demo/broken', '--manifests'], 1, 'error[SG_NOT_SERVED]: ServingDeployment demo/broken is not served: InvalidSpec'],
+    [['demo/nope', '--manifests'], 1, 'error[SG_NOT_FOUND]: no deployment demo/nope'],
     [['demo', '--manifests'], 2, 'is not <project>/<deployment>'],
-    [['demo/chat', '-o', 'xml', '--manifests'], 2, '-o must be'],
+    [['demo/chat', '-o', 'xml', '--manifests'], 2, "argument 'xml' is invalid. Allowed choices are text, json, yaml, url"],
+    [['demo/chat', 'extra', '--manifests'], 2, 'error[SG_USAGE]: too many arguments'],
   ])('%j fails with exit %i: %s', async (argv, code, message) => {
     const r = await url([...argv, dir]);
     expect(r.code).toBe(code);
@@ -97,7 +98,8 @@ describe('servegate url --manifests', () => {
   test('a bad configuration file is refused naming the key', async () => {
     writeFileSync(join(dir, 'bad-config.yml.txt'), 'cors:\n  allowedOrigins: [not-a-url]\n');
     const r = await url(['demo/chat', '--manifests', join(dir, 'deployments.yaml'), '--config', join(dir, 'bad-config.yml.txt')]);
-    expect(r.code).toBe(1);
+    expect(r.code).toBe(2);
+    expect(r.err).toContain('error[SG_CONFIG]');
     expect(r.err).toContain('cors.allowedOrigins.0');
   });
 });
@@ -120,6 +122,15 @@ describe('servegate url in the cluster (fake API server)', () => {
       },
     });
     fake.create(sdepDoc('demo', 'chat', { type: 'model', modelServer: 'llm', backend: { service: 'chat', port: 8000 } }));
+    const unready = fake.create(sdepDoc('demo', 'down', { type: 'python', backend: { service: 'down', port: 80 } }));
+    fake.update({
+      ...unready,
+      status: {
+        url: 'https://status.example.com/v1/demo/down',
+        endpointUrl: 'https://status.example.com/v1/demo/down',
+        conditions: [{ type: 'Ready', status: 'False', reason: 'BackendNotFound', message: 'Service demo/down not found' }],
+      },
+    });
     fake.create(sdepDoc('other', 'chat', { project: 'demo', type: 'model', modelServer: 'llm', backend: { service: 'chat', port: 8000 } }, { creationTimestamp: '2099-01-01T00:00:00Z' }));
   });
   afterAll(async () => {
@@ -158,7 +169,25 @@ describe('servegate url in the cluster (fake API server)', () => {
   test('a deployment that does not exist is an error', async () => {
     const r = await url(['demo/none', '--kubeconfig', kubeconfig]);
     expect(r.code).toBe(1);
-    expect(r.err).toContain('no deployment demo/none');
+    expect(r.err).toContain('error[SG_NOT_FOUND]: no deployment demo/none');
+  });
+
+  test.each([[[]], [['--public-url', 'https://new.example.com']]])(
+    'a deployment the controller reports not Ready is not served: an error with its reason, no URLs (%j)',
+    async (extra) => {
+      const r = await url(['demo/down', '--kubeconfig', kubeconfig, ...extra]);
+      expect(r.code).toBe(1);
+      expect(r.out).toBe('');
+      expect(r.err).toBe('error[SG_NOT_SERVED]: demo/down is not served: BackendNotFound: Service demo/down not found\n');
+    },
+  );
+
+  test('without a cluster the hint names what url offers instead (not another command\'s flags)', async () => {
+    const r = await url(['demo/chat']);
+    expect(r.code).toBe(1);
+    expect(r.err).toContain('error[SG_CLUSTER]: no cluster configured');
+    expect(r.err).toContain('--manifests DIR');
+    expect(r.err).not.toContain('-o yaml');
   });
 });
 

@@ -1,5 +1,5 @@
 // `servegate demo` / `npm start`: the sample backends and the gateway on examples/ answer the printed requests.
-// The gateway listens on ephemeral ports; the sample backends use the fixed ports examples/deployments.yaml names.
+// Everything listens on free ports: the sample backends too (--backend-ports 0,0,0), the examples' URLs rewritten.
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import { silentLogger } from '../src/log.js';
@@ -8,7 +8,7 @@ import { DEMO_API_KEY, demoCommand, startDemo, type Demo } from '../src/cli/demo
 describe('servegate demo', () => {
   let demo: Demo;
   beforeAll(async () => {
-    demo = await startDemo({ port: 0, adminPort: 0, host: '127.0.0.1', logger: silentLogger });
+    demo = await startDemo({ port: 0, adminPort: 0, host: '127.0.0.1', logger: silentLogger, backendPorts: [0, 0, 0] });
   });
   afterAll(() => demo?.stop());
 
@@ -62,6 +62,8 @@ describe('servegate demo arguments', () => {
   test.each([
     [['--port', 'abc'], 2],
     [['--nope'], 2],
+    [['--backend-ports', '8081,8082'], 2],
+    [['--backend-ports', '1,2,70000'], 2],
     [['--help'], 0],
   ])('%j exits with %i without starting anything', async (argv, code) => {
     const write = process.stdout.write;

@@ -3,14 +3,17 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { parseArgs } from 'node:util';
-import { ConfigError, loadConfigFile, ownNamespace } from '../config/load.js';
+import { InvalidArgumentError, type Command } from 'commander';
+import { loadConfigFile, ownNamespace } from '../config/load.js';
+import { CommandError, ServegateError } from '../errors.js';
 import type { Config } from '../config/schema.js';
 import { createLogger, type Logger } from '../log.js';
 import { deploymentUrls } from '../routing/names.js';
-import type { Route } from '../routing/types.js';
+import type { Route, Snapshot } from '../routing/types.js';
 import { startServegate, type Servegate } from '../server.js';
 import { FilesSource } from '../sources/files/index.js';
+import type { RouteSource } from '../sources/types.js';
+import { command, portNumber, processIo, run, setExit, type CliIo } from './io.js';
 
 /** The package's examples/ folder: ../../examples from src/cli/ and from dist/cli/ alike. */
 export const EXAMPLES_DIR = fileURLToPath(new URL('../../examples/', import.meta.url));
@@ -18,18 +21,12 @@ export const EXAMPLES_DIR = fileURLToPath(new URL('../../examples/', import.meta
 /** The public DEMO ONLY key of examples/keys/demo-key.yaml (grants project "demo"). */
 export const DEMO_API_KEY = 'DemoKeyDoNotUse1.this-is-the-public-demo-key-never-use-it';
 
-/** The sample servers and the ports examples/deployments.yaml points at. */
+/** The sample servers and the ports examples/deployments.yaml points at (--backend-ports moves them). */
 export const DEMO_BACKENDS = [
   { file: 'v1-server.mjs', port: 8081, what: 'V1 model server (iris, mnist)', options: { models: ['iris', 'mnist'] } },
   { file: 'llm-server.mjs', port: 8082, what: 'OpenAI-compatible LLM server (chat)', options: { model: 'chat' } },
   { file: 'echo-server.mjs', port: 8083, what: 'echo server with websocket (echo)', options: {} },
 ] as const;
-
-const USAGE = `usage: servegate demo [--port 8080] [--admin-port 9090] [--host ADDR]
-
-Starts the sample backends of examples/backends/ on 127.0.0.1:8081-8083 and the gateway on the files source
-reading examples/ (config examples/config.yaml), then prints a curl for each deployment. Ctrl+C stops it.
-The API key it prints is public and for the demo only.`;
 
 interface SampleBackend {
   port: number;
@@ -52,6 +49,8 @@ export interface DemoOptions {
   adminPort: number;
   host?: string;
   logger?: Logger;
+  /** Ports of the three sample backends, in DEMO_BACKENDS order (default 8081, 8082, 8083); 0 = any free port. */
+  backendPorts?: readonly [number, number, number];
 }
 
 /** Starts backends and gateway; on failure everything started is stopped again and the error is thrown. */
@@ -65,18 +64,27 @@ export async function startDemo(opts: DemoOptions): Promise<Demo> {
   const closeBackends = () => Promise.all(backends.map((b) => b.close().catch(() => undefined)));
   let server: Servegate;
   try {
-    for (const b of DEMO_BACKENDS) {
+    const ports = new Map<number, number>(); // the port examples/deployments.yaml names → the one in use
+    for (const [i, b] of DEMO_BACKENDS.entries()) {
+      const want = opts.backendPorts?.[i] ?? b.port;
       const mod = (await import(pathToFileURL(join(EXAMPLES_DIR, 'backends', b.file)).href)) as SampleModule;
       try {
-        backends.push(await mod.start(b.port, b.options));
+        const started = await mod.start(want, b.options);
+        backends.push(started);
+        ports.set(b.port, started.port);
       } catch (err) {
         if ((err as NodeJS.ErrnoException).code === 'EADDRINUSE') {
-          throw new Error(`port ${b.port} is in use, and the demo's ${b.what} needs it (examples/deployments.yaml points there); stop what uses it and try again`);
+          throw new Error(`port ${want} is in use, and the demo's ${b.what} needs it; stop what uses it, or move the backends with --backend-ports (0,0,0 picks free ports)`);
         }
         throw err;
       }
     }
-    const source = new FilesSource(EXAMPLES_DIR, { keysNamespace: config.auth.keysNamespace, logger });
+    // The examples name the default ports; backends elsewhere are reached by rewriting those URLs as they are read.
+    const moved = [...ports].some(([from, to]) => from !== to);
+    const files = new FilesSource(EXAMPLES_DIR, { keysNamespace: config.auth.keysNamespace, logger });
+    const source: RouteSource = moved
+      ? { start: (on) => files.start((s) => on(movePorts(s, ports))), stop: () => files.stop(), health: () => files.health() }
+      : files;
     server = await startServegate({ config, source, port: opts.port, adminPort: opts.adminPort, host: opts.host, logger });
   } catch (err) {
     await closeBackends();
@@ -117,43 +125,54 @@ export function curlFor(route: Route, baseUrl: string, key = DEMO_API_KEY): stri
   }
 }
 
-export async function demoCommand(argv: string[]): Promise<number> {
-  let values;
-  try {
-    ({ values } = parseArgs({
-      args: argv,
-      options: {
-        port: { type: 'string', default: '8080' },
-        'admin-port': { type: 'string', default: '9090' },
-        host: { type: 'string' },
-        help: { type: 'boolean', short: 'h', default: false },
-      },
-      strict: true,
-      allowPositionals: false,
-    }));
-  } catch (err) {
-    process.stderr.write(`servegate demo: ${(err as Error).message}\n${USAGE}\n`);
-    return 2;
-  }
-  if (values.help) {
-    process.stdout.write(`${USAGE}\n`);
-    return 0;
-  }
-  const port = Number(values.port);
-  const adminPort = Number(values['admin-port']);
-  for (const [flag, n, raw] of [['--port', port, values.port], ['--admin-port', adminPort, values['admin-port']]] as const) {
-    if (!Number.isInteger(n) || n < 0 || n > 65535) {
-      process.stderr.write(`servegate demo: ${flag} must be a port number 0-65535, got "${raw}"\n`);
-      return 2;
-    }
-  }
+/** The examples' backend URLs (http://127.0.0.1:<default port>) pointed at the ports the backends listen on. */
+function movePorts(snapshot: Snapshot, ports: ReadonlyMap<number, number>): Snapshot {
+  const deployments = snapshot.deployments.map((d) => {
+    const backend = (d.spec as { backend?: { url?: unknown } } | undefined)?.backend;
+    if (typeof backend?.url !== 'string') return d;
+    const u = new URL(backend.url);
+    const to = ports.get(Number(u.port));
+    if (to === undefined) return d;
+    u.port = String(to);
+    return { ...d, spec: { ...(d.spec as object), backend: { ...backend, url: u.href.replace(/\/$/, '') } } };
+  });
+  return { ...snapshot, deployments };
+}
 
+function backendPorts(value: string): [number, number, number] {
+  const parts = value.split(',').map((p) => p.trim());
+  if (parts.length !== 3) throw new InvalidArgumentError(`give three ports (V1, LLM, echo) like 8081,8082,8083 or 0,0,0; got "${value}"`);
+  return parts.map((p) => portNumber(p)) as [number, number, number];
+}
+
+export function demoProgram(io: CliIo): Command {
+  return command('demo', io)
+    .description(
+      'Starts the sample backends of examples/backends/ and the gateway on the files source reading examples/ (config ' +
+        'examples/config.yaml), then prints a curl for each deployment. Ctrl+C stops it. The API key it prints is public ' +
+        'and for the demo only.',
+    )
+    .option('--port <port>', 'the gateway port', portNumber, 8080)
+    .option('--admin-port <port>', 'the admin port', portNumber, 9090)
+    .option('--host <addr>', 'listen address (default: every interface)')
+    .option('--backend-ports <v1,llm,echo>', 'ports of the three sample backends (0 = any free port)', backendPorts, [8081, 8082, 8083])
+    .action(async (flags: { port: number; adminPort: number; host?: string; backendPorts: [number, number, number] }, cmd: Command) => {
+      setExit(cmd, await runDemo({ port: flags.port, adminPort: flags.adminPort, host: flags.host, backendPorts: flags.backendPorts }));
+    });
+}
+
+/** `servegate demo ...` with `argv` after "demo"; resolves when the demo stops. */
+export async function demoCommand(argv: string[], io: CliIo = processIo()): Promise<number> {
+  return run(command('servegate', io).addCommand(demoProgram(io)), ['demo', ...argv], io);
+}
+
+async function runDemo(opts: DemoOptions): Promise<number> {
   let demo: Demo;
   try {
-    demo = await startDemo({ port, adminPort, host: values.host });
+    demo = await startDemo(opts);
   } catch (err) {
-    process.stderr.write(`servegate demo: ${err instanceof ConfigError ? '' : 'cannot start: '}${(err as Error).message}\n`);
-    return 1;
+    if (err instanceof ServegateError) throw err;
+    throw new CommandError(`cannot start: ${(err as Error).message}`);
   }
 
   const out = [

@@ -1,12 +1,12 @@
 // `servegate serve`: runs the gateway on the files source (--manifests) or the Kubernetes source (--kubernetes).
-import { parseArgs } from 'node:util';
-import { ConfigError, loadConfigFile, ownNamespace } from '../config/load.js';
+import type { Command } from 'commander';
+import { loadConfigFile, ownNamespace } from '../config/load.js';
+import { CommandError, ServegateError, UsageError } from '../errors.js';
 import type { Config } from '../config/schema.js';
 import { createLogger, type Logger } from '../log.js';
 import { startServegate, type Servegate } from '../server.js';
 import { FilesSource } from '../sources/files/index.js';
-
-export const SERVE_USAGE = `usage: servegate serve (--manifests <dir|file> | --kubernetes) [--config FILE] [--port 8080] [--admin-port 9090] [--host ADDR]`;
+import { command, portNumber, processIo, run, setExit, type CliIo } from './io.js';
 
 export interface ServeArgs {
   manifests?: string;
@@ -15,35 +15,6 @@ export interface ServeArgs {
   port: number;
   adminPort: number;
   host?: string;
-}
-
-export function parseServeArgs(argv: string[]): ServeArgs {
-  const { values } = parseArgs({
-    args: argv,
-    options: {
-      manifests: { type: 'string' },
-      kubernetes: { type: 'boolean', default: false },
-      config: { type: 'string' },
-      port: { type: 'string', default: '8080' },
-      'admin-port': { type: 'string', default: '9090' },
-      host: { type: 'string' },
-    },
-    strict: true,
-    allowPositionals: false,
-  });
-  const port = portArg('--port', values.port!);
-  const adminPort = portArg('--admin-port', values['admin-port']!);
-  if (!values.manifests && !values.kubernetes) throw new UsageError(`one of --manifests or --kubernetes is required\n${SERVE_USAGE}`);
-  if (values.manifests && values.kubernetes) throw new UsageError(`--manifests and --kubernetes exclude each other\n${SERVE_USAGE}`);
-  return { manifests: values.manifests, kubernetes: !!values.kubernetes, config: values.config, port, adminPort, host: values.host };
-}
-
-export class UsageError extends Error {}
-
-function portArg(flag: string, v: string): number {
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new UsageError(`${flag} must be a port number 0-65535, got "${v}"`);
-  return n;
 }
 
 /** Starts serving; resolves with the running server (the process stays up on its sockets). */
@@ -85,25 +56,32 @@ export function exitOnSignals(server: Servegate, logger: Logger): void {
   process.on('SIGINT', onSignal);
 }
 
-export async function serveCommand(argv: string[]): Promise<number> {
-  let args: ServeArgs;
-  try {
-    args = parseServeArgs(argv);
-  } catch (err) {
-    process.stderr.write(`servegate serve: ${(err as Error).message}\n`);
-    return 2;
-  }
-  try {
-    const { server, config } = await serve(args);
-    const logger = createLogger(config.logLevel);
-    exitOnSignals(server, logger);
-    return -1; // keep running
-  } catch (err) {
-    if (err instanceof ConfigError) {
-      process.stderr.write(`servegate: ${err.message}\n`);
-      return 2;
-    }
-    process.stderr.write(`servegate: cannot start: ${(err as Error).message}\n`);
-    return 1;
-  }
+export function serveProgram(io: CliIo): Command {
+  return command('serve', io)
+    .description('Runs the gateway on the files source (--manifests) or the Kubernetes source (--kubernetes).')
+    .option('--manifests <dir|file>', 'serve the ServingDeployments and key Secrets in these manifests (reloaded on change)')
+    .option('--kubernetes', 'serve what the API server has (in-cluster config, or KUBECONFIG), and write statuses')
+    .option('--config <file>', 'the gateway configuration (YAML; the chart values under gateway:)')
+    .option('--port <port>', 'the gateway port', portNumber, 8080)
+    .option('--admin-port <port>', 'the admin port (/healthz, /readyz, /metrics, the deployments page)', portNumber, 9090)
+    .option('--host <addr>', 'listen address (default: every interface)')
+    .action(async (flags: { manifests?: string; kubernetes?: boolean; config?: string; port: number; adminPort: number; host?: string }, cmd: Command) => {
+      if (!flags.manifests && !flags.kubernetes) throw new UsageError('one of --manifests or --kubernetes is required');
+      if (flags.manifests && flags.kubernetes) throw new UsageError('--manifests and --kubernetes exclude each other');
+      const args: ServeArgs = { ...flags, kubernetes: !!flags.kubernetes };
+      let started;
+      try {
+        started = await serve(args);
+      } catch (err) {
+        if (err instanceof ServegateError) throw err;
+        throw new CommandError(`cannot start: ${(err as Error).message}`);
+      }
+      exitOnSignals(started.server, createLogger(started.config.logLevel));
+      setExit(cmd, -1); // keep running on the sockets
+    });
+}
+
+/** `servegate serve ...` with `argv` after "serve"; -1 while it keeps running. */
+export async function serveCommand(argv: string[], io: CliIo = processIo()): Promise<number> {
+  return run(command('servegate', io).addCommand(serveProgram(io)), ['serve', ...argv], io);
 }

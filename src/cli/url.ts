@@ -2,7 +2,7 @@
 // route builder the gateway uses (files mode) or read from the resource's status (cluster mode).
 import { stringify } from 'yaml';
 import { readMeta } from '../kube/objects.js';
-import { loadConfigFile, ownNamespace, ConfigError } from '../config/load.js';
+import { loadConfigFile, ownNamespace } from '../config/load.js';
 import type { Config } from '../config/schema.js';
 import { buildRouteTable } from '../routing/build.js';
 import { deploymentUrls, projectNamespaceForm } from '../routing/names.js';
@@ -10,48 +10,11 @@ import type { DeploymentStatus, InferenceServiceResource, Route, ServingDeployme
 import { API_GROUP } from '../routing/types.js';
 import { FilesSource } from '../sources/files/index.js';
 import { KSERVE_GROUP } from '../sources/manifests.js';
-import {
-  apiMessage,
-  apiStatus,
-  CommandError,
-  kubeClients,
-  parseFlags,
-  processIo,
-  runCommand,
-  str,
-  UsageError,
-  type CliIo,
-  type FlagSpec,
-} from './keys.js';
-
-const URL_USAGE = `Usage: servegate url <project>/<deployment> [flags]
-
-Prints the URLs of a deployment: url (the base), inferenceUrl (predictive models), openaiUrl (LLMs),
-endpointUrl (Python deployments) and the legacy hostname.
-
-Where the deployment is read from (one of):
-  --manifests DIR|FILE   the manifests a "servegate serve --manifests" gateway serves
-  (default)              the cluster (KUBECONFIG, ~/.kube/config or in-cluster); the URLs the controller wrote to
-                         the resource's status are printed as they are
-
-Flags:
-      --config FILE      the gateway configuration (publicUrl, serverlessDomain)
-      --public-url URL   the gateway's public URL (overrides the configuration and, in the cluster, the status)
-  -n, --namespace NS     cluster mode: look only in this namespace
-      --kubeconfig FILE  kubeconfig file to use
-  -o, --output FMT       text (default), json, yaml, or url (only the URL to call: inference, OpenAI or endpoint)
-  -h, --help             show this help
-`;
-
-const FLAGS: FlagSpec = {
-  manifests: {},
-  config: {},
-  'public-url': {},
-  namespace: { short: 'n' },
-  kubeconfig: {},
-  output: { short: 'o' },
-  help: { short: 'h', boolean: true },
-};
+import type { Command } from 'commander';
+import { CommandError, UsageError } from '../errors.js';
+import { apiStatus } from '../kube/objects.js';
+import { choice, command, processIo, run, type CliIo } from './io.js';
+import { apiMessage, kubeClients } from './kube.js';
 
 export interface UrlResult {
   project: string;
@@ -67,68 +30,75 @@ export interface UrlResult {
   hostname?: string;
 }
 
-export async function urlCommand(argv: string[], io: CliIo = processIo()): Promise<number> {
-  return runCommand(io, URL_USAGE, async () => {
-    const { flags, positionals } = parseFlags(argv, FLAGS);
-    if (flags.help) {
-      io.stdout(URL_USAGE);
-      return 0;
-    }
-    if (positionals.length === 0) throw new UsageError('give the deployment as <project>/<deployment>');
-    if (positionals.length > 1) throw new UsageError(`unexpected argument "${positionals[1]}"`);
-    const ref = positionals[0];
-    const m = /^([^/\s]+)\/([^/\s]+)$/.exec(ref);
-    if (!m) throw new UsageError(`"${ref}" is not <project>/<deployment>`);
-    const [, project, deployment] = m;
-    const output = str(flags, 'output') ?? 'text';
-    if (!['text', 'json', 'yaml', 'url'].includes(output)) throw new UsageError(`-o must be text, json, yaml or url, got "${output}"`);
-    const manifests = str(flags, 'manifests');
-    if (manifests !== undefined && (flags.kubeconfig !== undefined || flags.namespace !== undefined)) {
-      throw new UsageError('--manifests reads files: do not combine it with --kubeconfig or --namespace');
-    }
-    const publicUrlFlag = str(flags, 'public-url');
-    const config = loadConfig(str(flags, 'config'), publicUrlFlag, io.env);
+interface UrlFlags {
+  manifests?: string;
+  config?: string;
+  publicUrl?: string;
+  namespace?: string;
+  kubeconfig?: string;
+  output: 'text' | 'json' | 'yaml' | 'url';
+}
 
-    const result =
-      manifests !== undefined
-        ? await fromManifests(manifests, project, deployment, config)
-        : await fromCluster(project, deployment, config, publicUrlFlag !== undefined, flags, io);
-
-    switch (output) {
-      case 'json':
-        io.stdout(`${JSON.stringify(result, null, 2)}\n`);
-        break;
-      case 'yaml':
-        io.stdout(stringify(result));
-        break;
-      case 'url':
-        io.stdout(`${result.inferenceUrl ?? result.openaiUrl ?? result.endpointUrl ?? result.url}\n`);
-        break;
-      default: {
-        const rows: Array<[string, string | undefined]> = [
-          ['url', result.url],
-          ['inferenceUrl', result.inferenceUrl],
-          ['openaiUrl', result.openaiUrl],
-          ['endpointUrl', result.endpointUrl],
-          ['hostname', result.hostname],
-        ];
-        const shown = rows.filter((r): r is [string, string] => r[1] !== undefined);
-        const width = Math.max(...shown.map(([k]) => k.length)) + 1;
-        io.stdout(shown.map(([k, v]) => `${`${k}:`.padEnd(width)} ${v}\n`).join(''));
+export function urlProgram(io: CliIo): Command {
+  return command('url', io)
+    .description(
+      'Prints the URLs of a deployment that is served: url (the base), inferenceUrl (predictive models), openaiUrl (LLMs), ' +
+        'endpointUrl (Python deployments) and the legacy hostname. A deployment that is not served is an error (exit 1).',
+    )
+    .argument('<project/deployment>', 'the deployment, e.g. fraud_detection/fraud')
+    .option('--manifests <dir|file>', 'read the manifests a "servegate serve --manifests" gateway serves (default: the cluster)')
+    .option('--config <file>', 'the gateway configuration (publicUrl, serverlessDomain)')
+    .option('--public-url <url>', "the gateway's public URL (overrides the configuration and, in the cluster, the status)")
+    .option('-n, --namespace <ns>', 'cluster mode: look only in this namespace')
+    .option('--kubeconfig <file>', 'kubeconfig file to use')
+    .addOption(choice('-o, --output <format>', 'text, json, yaml, or url (only the URL to call)', ['text', 'json', 'yaml', 'url']).default('text'))
+    .addHelpText('after', '\nWithout --manifests the cluster is read (KUBECONFIG, ~/.kube/config or in-cluster) and the URLs the controller wrote\nto the resource\'s status are printed as they are.')
+    .action(async (ref: string, flags: UrlFlags) => {
+      const m = /^([^/\s]+)\/([^/\s]+)$/.exec(ref);
+      if (!m) throw new UsageError(`"${ref}" is not <project>/<deployment>`);
+      const [, project, deployment] = m;
+      if (flags.manifests !== undefined && (flags.kubeconfig !== undefined || flags.namespace !== undefined)) {
+        throw new UsageError('--manifests reads files: do not combine it with --kubeconfig or --namespace');
       }
+      const config = loadConfig(flags.config, flags.publicUrl, io.env);
+      const result =
+        flags.manifests !== undefined
+          ? await fromManifests(flags.manifests, project, deployment, config)
+          : await fromCluster(project, deployment, config, flags.publicUrl !== undefined, flags, io);
+      print(result, flags.output, io);
+    });
+}
+
+function print(result: UrlResult, output: UrlFlags['output'], io: CliIo): void {
+  switch (output) {
+    case 'json':
+      return io.stdout(`${JSON.stringify(result, null, 2)}\n`);
+    case 'yaml':
+      return io.stdout(stringify(result));
+    case 'url':
+      return io.stdout(`${result.inferenceUrl ?? result.openaiUrl ?? result.endpointUrl ?? result.url}\n`);
+    default: {
+      const rows: Array<[string, string | undefined]> = [
+        ['url', result.url],
+        ['inferenceUrl', result.inferenceUrl],
+        ['openaiUrl', result.openaiUrl],
+        ['endpointUrl', result.endpointUrl],
+        ['hostname', result.hostname],
+      ];
+      const shown = rows.filter((r): r is [string, string] => r[1] !== undefined);
+      const width = Math.max(...shown.map(([k]) => k.length)) + 1;
+      io.stdout(shown.map(([k, v]) => `${`${k}:`.padEnd(width)} ${v}\n`).join(''));
     }
-    return 0;
-  });
+  }
+}
+
+/** `servegate url ...` with `argv` after "url". */
+export async function urlCommand(argv: string[], io: CliIo = processIo()): Promise<number> {
+  return run(command('servegate', io).addCommand(urlProgram(io)), ['url', ...argv], io);
 }
 
 function loadConfig(file: string | undefined, publicUrl: string | undefined, env: NodeJS.ProcessEnv): Config {
-  let config: Config;
-  try {
-    config = loadConfigFile(file, { port: 8080, namespace: ownNamespace(env) });
-  } catch (err) {
-    if (err instanceof ConfigError) throw new CommandError(err.message);
-    throw err;
-  }
+  let config = loadConfigFile(file, { port: 8080, namespace: ownNamespace(env) });
   if (publicUrl !== undefined) {
     if (!/^https?:\/\/[^/?#\s]+(\/[^?#\s]*)?$/.test(publicUrl)) throw new UsageError(`--public-url "${publicUrl}" must be an http(s) URL`);
     config = { ...config, publicUrl: publicUrl.replace(/\/+$/, '') };
@@ -152,11 +122,11 @@ async function fromManifests(path: string, project: string, deployment: string, 
   try {
     await source.start((s) => (snapshot = s));
   } catch (err) {
-    throw new CommandError((err as Error).message);
+    throw new CommandError((err as Error).message, 'SG_NOT_FOUND');
   } finally {
     await source.stop();
   }
-  if (!snapshot) throw new CommandError(`could not read manifests at ${path}`);
+  if (!snapshot) throw new CommandError(`could not read manifests at ${path}`, 'SG_NOT_FOUND');
   return resolve(snapshot, project, deployment, config, path);
 }
 
@@ -179,11 +149,11 @@ function resolve(snapshot: Snapshot, project: string, deployment: string, config
   const claims = [...snapshot.deployments, ...snapshot.inferenceServices].filter((r) => claimsRef(r, project, deployment));
   for (const c of claims) {
     const st = statuses.find((s) => s.id === `${c.metadata.namespace}/${c.metadata.name}` && s.resourceKind === c.kind);
-    if (st && !st.ready) throw new CommandError(`${c.kind} ${st.id} is not served: ${st.reason}: ${st.message}`);
+    if (st && !st.ready) throw new CommandError(`${c.kind} ${st.id} is not served: ${st.reason}: ${st.message}`, 'SG_NOT_SERVED');
   }
   const known = table.routes.map((r) => `${r.project}/${r.deployment}`);
   const hint = known.length ? ` (deployments there: ${known.slice(0, 20).join(', ')}${known.length > 20 ? ', ...' : ''})` : '';
-  throw new CommandError(`no deployment ${project}/${deployment} in ${where}${hint}`);
+  throw new CommandError(`no deployment ${project}/${deployment} in ${where}${hint}`, 'SG_NOT_FOUND');
 }
 
 function claimsRef(r: ServingDeploymentResource | InferenceServiceResource, project: string, deployment: string): boolean {
@@ -199,11 +169,11 @@ async function fromCluster(
   deployment: string,
   config: Config,
   publicUrlGiven: boolean,
-  flags: Record<string, string | true>,
+  flags: UrlFlags,
   io: CliIo,
 ): Promise<UrlResult> {
-  const { custom, server } = await kubeClients(str(flags, 'kubeconfig'), io.env);
-  const namespace = str(flags, 'namespace');
+  const { custom, server } = await kubeClients(flags.kubeconfig, io.env, 'to read manifests instead use --manifests DIR');
+  const namespace = flags.namespace;
   const list = async (group: string, version: string, plural: string): Promise<unknown[]> => {
     try {
       const res = (namespace
@@ -213,13 +183,13 @@ async function fromCluster(
     } catch (err) {
       const status = apiStatus(err);
       if (status === 404) {
-        if (group === API_GROUP) throw new CommandError(`the ServingDeployment CRD is not installed in the cluster at ${server} (install the chart or crds/)`);
+        if (group === API_GROUP) throw new CommandError(`the ServingDeployment CRD is not installed in the cluster at ${server} (install the chart or crds/)`, 'SG_CLUSTER');
         return [];
       }
       if (status === 403) {
-        throw new CommandError(`not allowed to list ${plural}${namespace ? ` in namespace ${namespace}` : ' in all namespaces (try -n NAMESPACE)'}: ${apiMessage(err)}`);
+        throw new CommandError(`not allowed to list ${plural}${namespace ? ` in namespace ${namespace}` : ' in all namespaces (try -n NAMESPACE)'}: ${apiMessage(err)}`, 'SG_CLUSTER');
       }
-      throw new CommandError(`cannot list ${plural} from ${server}: ${apiMessage(err)}`);
+      throw new CommandError(`cannot list ${plural} from ${server}: ${apiMessage(err)}`, 'SG_CLUSTER');
     }
   };
   const deployments = (await list(API_GROUP, 'v1alpha1', 'servingdeployments')).map((o) => toResource<ServingDeploymentResource>(o, 'ServingDeployment'));
@@ -228,15 +198,19 @@ async function fromCluster(
     : [];
   const snapshot: Snapshot = { source: 'kubernetes', deployments, inferenceServices, keySecrets: [] };
   const result = resolve(snapshot, project, deployment, config, server);
-  if (publicUrlGiven) return result;
   const res = deployments.find((d) => `${d.metadata.namespace}/${d.metadata.name}` === result.resource);
+  const ready = readyCondition(res?.status);
+  // The controller's verdict wins over this command's own reading (it sees Services and endpoints): a deployment it
+  // reports not Ready is not served.
+  if (ready && ready.status !== 'True') {
+    throw new CommandError(`${result.resource} is not served: ${[ready.reason, ready.message].filter(Boolean).join(': ') || 'its Ready condition is not True'}`, 'SG_NOT_SERVED');
+  }
+  if (publicUrlGiven) return result;
   const status = statusUrls(res?.status);
   if (!status) {
     io.stderr(`note: ${result.resource} has no URLs in its status yet (is the servegate controller running?); computed from ${config.publicUrl}\n`);
     return result;
   }
-  const ready = readyCondition(res?.status);
-  if (ready && ready.status !== 'True') io.stderr(`warning: ${result.resource} is not Ready: ${ready.reason ?? ''} ${ready.message ?? ''}\n`);
   // Status fields win; a field the status lacks is filled in only when both agree on the base URL.
   const same = status.url === result.url;
   return {

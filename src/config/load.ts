@@ -3,12 +3,9 @@ import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { configSchema, type Config } from './schema.js';
 
-export class ConfigError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'ConfigError';
-  }
-}
+import { ConfigError } from '../errors.js';
+
+export { ConfigError };
 
 export interface RuntimeDefaults {
   /** Used for the default publicUrl http://localhost:<port>. */

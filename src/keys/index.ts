@@ -2,6 +2,7 @@
 // Pure helpers shared by `servegate keys` and the tests; the same rules as buildKeys in src/routing/build.ts.
 import { createHash, randomBytes } from 'node:crypto';
 import { Document, isScalar } from 'yaml';
+import { KeyError } from '../errors.js';
 import { formatTime, isObject, secretData } from '../kube/objects.js';
 import { isDnsSubdomain, KEY_PREFIX, KEY_SHA256, PROJECT_NAME } from '../routing/names.js';
 import { KEY_LABEL } from '../routing/types.js';
@@ -12,12 +13,7 @@ export const SECRET_LENGTH = 43;
 const ALNUM = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
 
 
-export class KeyError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'KeyError';
-  }
-}
+export { KeyError };
 
 export interface GeneratedKey {
   /** The whole key "<prefix>.<secret>": shown once, never stored. */
@@ -105,7 +101,7 @@ export interface KeySecretManifest {
   kind: 'Secret';
   metadata: { name: string; namespace?: string; labels: Record<string, string> };
   type: 'Opaque';
-  stringData: { prefix: string; sha256: string; projects: string; expiresAt?: string };
+  stringData: { prefix: string; sha256: string; projects: string; expiresAt?: string; rpm?: string; tpm?: string };
 }
 
 export interface KeySecretOptions {
@@ -116,6 +112,9 @@ export interface KeySecretOptions {
   sha256: string;
   projects: '*' | readonly string[];
   expiresAt?: Date;
+  /** This key's requests and tokens per minute (SPEC §9); unset: the gateway's defaults. */
+  rpm?: number;
+  tpm?: number;
 }
 
 /** The Secret that stores a key (never the key itself): label, prefix, sha256, projects, optional expiresAt. */
@@ -133,6 +132,12 @@ export function keySecretManifest(o: KeySecretOptions): KeySecretManifest {
     projects: o.projects === '*' ? '*' : o.projects.join(','),
   };
   if (o.expiresAt) stringData.expiresAt = formatTime(o.expiresAt);
+  for (const f of ['rpm', 'tpm'] as const) {
+    const v = o[f];
+    if (v === undefined) continue;
+    if (!Number.isSafeInteger(v) || v < 0) throw new KeyError(`${f} must be a whole number 0 or more, got ${v}`);
+    stringData[f] = String(v);
+  }
   return { apiVersion: 'v1', kind: 'Secret', metadata, type: 'Opaque', stringData };
 }
 
@@ -157,6 +162,9 @@ export interface KeySummary {
   projects: string;
   expiresAt?: string;
   expired: boolean;
+  /** The key's own limits (Secret fields rpm/tpm), when set. */
+  rpm?: number;
+  tpm?: number;
   /** Where it came from (a file in files mode). */
   origin?: string;
 }
@@ -177,8 +185,15 @@ export function summarizeKeySecret(obj: unknown, now: number = Date.now(), origi
     projects: fields.projects?.trim() ?? '',
     expiresAt,
     expired: !Number.isNaN(at) && at <= now,
+    rpm: wholeNumber(fields.rpm),
+    tpm: wholeNumber(fields.tpm),
     origin,
   };
+}
+
+function wholeNumber(v: string | undefined): number | undefined {
+  const t = v?.trim();
+  return t && /^\d+$/.test(t) ? Number(t) : undefined;
 }
 
 /** `data` (base64) merged with `stringData` (which wins, as the API server does): src/kube/objects.ts. */
