@@ -21,6 +21,7 @@ export type ErrorCode =
   | 'body_too_large'
   | 'rate_limit_exceeded'
   | 'limits_unavailable'
+  | 'unsupported_media_type'
   | 'backend_unavailable'
   | 'backend_error'
   | 'no_ready_endpoint'
@@ -48,6 +49,7 @@ const STATUS: Record<ErrorCode, number> = {
   body_too_large: 413,
   rate_limit_exceeded: 429,
   limits_unavailable: 503,
+  unsupported_media_type: 415,
   backend_unavailable: 502,
   backend_error: 502,
   no_ready_endpoint: 503,
@@ -66,6 +68,7 @@ const OPENAI_TYPE: Record<number, string> = {
   405: 'invalid_request_error',
   408: 'invalid_request_error',
   413: 'invalid_request_error',
+  415: 'invalid_request_error',
   417: 'invalid_request_error',
   429: 'rate_limit_error',
   431: 'invalid_request_error',

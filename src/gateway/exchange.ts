@@ -17,6 +17,7 @@ import type { Drain } from './drain.js';
 import { gatewayError, type Dialect, type GatewayError } from './errors.js';
 import { clientRequestId, downstreamHeaders, upstreamHeaders } from './headers.js';
 import type { Metrics } from './metrics.js';
+import { decodeBody } from './body-encoding.js';
 import { acceptByModel, modelRetrieve, modelsList, prepareBody } from './openai-base.js';
 import { isBinaryContentType, validateBody, type BodyCheck } from './protocol.js';
 import type { RateLimiter } from './ratelimit.js';
@@ -265,16 +266,28 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
 
   private checked(buf: Buffer): void {
     if (this.over || this.gone || this.answered) return;
-    if (this.byModel) return this.routeByModel(this.byModel, buf);
-    const invalid = validateBody(this.d!.check, buf);
+    const coding = this.head!.contentEncoding;
+    if (coding === undefined || coding === 'identity' || buf.length === 0) return this.checkedPlain(buf, buf);
+    decodeBody(buf, coding, this.ctx.maxBody, (err, plain) => {
+      if (this.over || this.gone || this.answered) return;
+      if (err) return this.refuse(err);
+      this.checkedPlain(buf, plain!);
+    });
+  }
+
+  /** `wire`: the body as sent; `plain`: decoded (the same buffer without a Content-Encoding). */
+  private checkedPlain(wire: Buffer, plain: Buffer): void {
+    if (this.byModel) return this.routeByModel(this.byModel, plain, wire !== plain);
+    const invalid = validateBody(this.d!.check, plain);
     if (invalid) return this.refuse(invalid);
-    this.body = buf;
-    this.bodyLength = buf.length;
+    // Checked decoded, forwarded as sent: the backend gets the client's bytes and their Content-Encoding.
+    this.body = wire;
+    this.bodyLength = wire.length;
     this.dispatch(undefined);
   }
 
   /** The OpenAI base URL: `model` picks the deployment; the body goes on with `model` rewritten (openai-base.ts). */
-  private routeByModel(b: ByModel, buf: Buffer): void {
+  private routeByModel(b: ByModel, buf: Buffer, decoded = false): void {
     const p = prepareBody(this.table!, b, buf);
     if (p instanceof Error) {
       if (p.code === 'model_forbidden') this.ctx.metrics.authFailures.inc({ reason: 'forbidden' });
@@ -284,6 +297,8 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
     this.d = acceptByModel(b, p.route, b.search);
     this.routeOf = p.route;
     this.stripUsage = p.stripUsage;
+    // The rewritten body goes on decoded: its Content-Encoding no longer applies.
+    if (decoded) this.head!.forward = withoutHeader(this.head!.forward, 'content-encoding');
     this.body = p.body;
     this.bodyLength = p.body.length;
     this.dispatch(undefined);
@@ -637,4 +652,11 @@ function limitStream(req: IncomingMessage, max: number): Readable {
     if (!req.complete) t.destroy(new Error('client aborted'));
   });
   return req.pipe(t);
+}
+
+/** A flat [name, value, ...] list without the lines named `name` (lower case). */
+function withoutHeader(list: string[], name: string): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < list.length; i += 2) if (list[i] !== name) out.push(list[i], list[i + 1]);
+  return out;
 }

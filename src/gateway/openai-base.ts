@@ -123,6 +123,11 @@ export function prepareBody(table: RouteTable, d: ByModel, raw: Buffer): Prepare
     return gatewayError('invalid_body', 'the request body must be a JSON object with a "model"');
   }
   const o = doc as Record<string, unknown>;
+  // Two "model" members: the gateway would route by the last (as JSON.parse reads it) while a backend that keeps the
+  // first would serve another model under this key's grant. Ambiguous bodies are refused.
+  if (objectLayout(raw)!.members.filter((m) => m.name === 'model').length > 1) {
+    return gatewayError('invalid_body', 'the request body has more than one "model" member; send exactly one');
+  }
   const route = selectModel(table, d.key, o.model);
   if (route instanceof Error) return route;
   let body = raw;

@@ -12,6 +12,8 @@ export interface RequestHead {
   /** One value, or every value when the header came more than once (then it is malformed). */
   authorization: string | string[] | undefined;
   contentType: string | undefined;
+  /** Content-Encoding, lower case; several lines joined by ", " (a chain of codings). */
+  contentEncoding: string | undefined;
   /** From Content-Length (Node's parser already refused invalid or conflicting values). */
   contentLength: number | undefined;
   chunked: boolean;
@@ -84,6 +86,7 @@ export function readHead(req: IncomingMessage, opts: HeadOptions): RequestHead {
     hostLines: 0,
     authorization: undefined,
     contentType: undefined,
+    contentEncoding: undefined,
     contentLength: undefined,
     chunked: false,
     origin: undefined,
@@ -119,6 +122,11 @@ export function readHead(req: IncomingMessage, opts: HeadOptions): RequestHead {
       case 'content-type':
         head.contentType ??= value;
         break;
+      case 'content-encoding': {
+        const v = value.trim().toLowerCase();
+        head.contentEncoding = head.contentEncoding === undefined ? v : `${head.contentEncoding}, ${v}`;
+        break;
+      }
       case 'origin':
         head.origin ??= value;
         break;

@@ -99,11 +99,12 @@ describe('prepareBody: only the bytes that must change', () => {
     return { body: p.body.toString(), strip: p.stripUsage, route: p.route.id };
   };
 
-  test('model rewritten in place; an escaped member name and a repeated one are read as JSON.parse reads them', () => {
+  test('model rewritten in place; an escaped member name is read as JSON.parse reads it; a repeated one is refused', () => {
     expect(prep('{"model":"genai/llama","x":[1,2]}').body).toBe('{"model":"meta-llama/Llama-3.1-8B-Instruct","x":[1,2]}');
     expect(prep('{"mod\\u0065l" : "genai/mistral" }').body).toBe('{"mod\\u0065l" : "mistral" }');
-    // JSON.parse takes the last "model": so does the rewrite, and the first is left alone.
-    expect(prep('{"model":"nope","model":"genai/mistral"}').body).toBe('{"model":"nope","model":"mistral"}');
+    // Two "model" members (one spelled with an escape): the gateway and a backend could read different ones.
+    expect(() => prep('{"model":"nope","model":"genai/mistral"}')).toThrow('more than one "model" member');
+    expect(() => prep('{"mod\\u0065l":"genai/llama","model":"genai/mistral"}')).toThrow('more than one "model" member');
     expect(prep('{"meta":{"model":"genai/llama"},"model":"mistral"}').body).toBe('{"meta":{"model":"genai/llama"},"model":"mistral"}');
   });
 
