@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import type { Browser } from 'playwright-core';
 import { startOpenAIBackend, startPythonBackend, startV1Backend, type RecordingBackend } from '../support/backends.js';
-import { browserDisabled, launchChromium } from '../support/browser.js';
+import { browserDescribe, launchChromium } from '../support/browser.js';
 import { send, startGateway, type Gateway } from '../support/harness.js';
 
 let backends: RecordingBackend[] = [];
@@ -40,7 +40,7 @@ test('/deployments gives project, type and modelServer of each deployment', asyn
   ]);
 });
 
-(browserDisabled ? describe.skip : describe)('the page in headless Chromium', () => {
+browserDescribe('the page in headless Chromium', () => {
   test('lists every deployment; the filter box narrows the rows; live figures fill in; copy works', async () => {
     browser = await launchChromium();
     const page = await browser.newPage();

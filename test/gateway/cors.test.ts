@@ -4,7 +4,7 @@ import type { AddressInfo } from 'node:net';
 import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import { startOpenAIBackend, startPythonBackend, type OpenAIBackend, type RecordingBackend } from '../support/backends.js';
-import { browserDisabled, launchChromium } from '../support/browser.js';
+import { browserTest, launchChromium } from '../support/browser.js';
 import { send, startGateway, type Gateway } from '../support/harness.js';
 
 let py: RecordingBackend;
@@ -216,8 +216,7 @@ describe('a real browser', () => {
     await browser?.close();
   });
 
-  test('headless Chromium on an allowed origin calls a deployment with a key, reads the JSON, a 401 and an LLM stream', async () => {
-    if (browserDisabled) return; // SERVEGATE_NO_BROWSER set on purpose
+  browserTest('headless Chromium on an allowed origin calls a deployment with a key, reads the JSON, a 401 and an LLM stream', async () => {
     browser = await launchChromium();
     const page = await browser.newPage();
     await page.goto(`${pageOrigin}/`);

@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, test } from '@jest/globals';
 import { expect } from '../support/expect.js';
 import { startOpenAIBackend, startPythonBackend, startV1Backend, type OpenAIBackend, type RecordingBackend } from '../support/backends.js';
 import { eventually, send, startGateway, type Gateway } from '../support/harness.js';
+import { metricValue } from '../support/metrics.js';
 
 let v1a: RecordingBackend;
 let v1b: RecordingBackend;
@@ -117,10 +118,11 @@ describe('live reload of the manifest folder', () => {
       stringData: { prefix: 'tooShort', sha256: 'zz', projects: 'demo' },
     });
     await eventually(() => expect(gw.logs.some((l) => l.includes('apikey-bad-runtime'))).toBe(true));
-    const metrics = (await send(`${gw.adminUrl}/metrics`)).text.split('\n').filter((l) => l && !l.startsWith('#'));
-    const reported = metrics.filter((l) => /key/i.test(l) && /invalid|problem|error|bad/i.test(l) && Number(l.split(' ').at(-1)) >= 1);
-    expect(reported.length, metrics.join('\n')).toBeGreaterThan(0);
+    const invalidKeys = async () => metricValue((await send(`${gw.adminUrl}/metrics`)).text, 'servegate_invalid_resources', { reason: 'InvalidKey' });
+    expect(await invalidKeys()).toBe(1);
     expect((await predict('iris')).status).toBe(200);
+    gw.removeManifest('key-bad-runtime.yaml');
+    await eventually(async () => expect(await invalidKeys()).toBe(0));
   });
 
   test('a fixed document is served again', async () => {
