@@ -2,6 +2,7 @@
 // it writes status through the status subresource, only when it changed, only while leader, and retries failures.
 import { Registry } from 'prom-client';
 import { afterEach, beforeEach, describe, expect, test } from '@jest/globals';
+import { waitFor } from './support/wait.js';
 import { kubeStatusWriter, StatusController, type StatusWriter } from '../src/controller/controller.js';
 import { registerControllerMetrics, startStatusController, type ControllerHandle } from '../src/controller/index.js';
 import { RouteStore } from '../src/routing/store.js';
@@ -172,14 +173,14 @@ describe('status controller', () => {
     fake.failNext(100, 500, (m, p) => m === 'PATCH' && p.endsWith('/status'));
     const { store, c } = controller();
     store.apply(snapshotNow());
-    await new Promise((r) => setTimeout(r, 100));
+    await waitFor(() => c.stats.failures >= 1, 'the first status write to fail and back off');
     fake.delete(API_VERSION, 'ServingDeployment', 'demo', 'iris');
     store.apply(snapshotNow());
+    await waitFor(() => c.stats.dropped === 1, 'the write of the deleted object to be dropped');
     await c.idle();
-    const n = statusWrites().length;
-    expect(n).toBeGreaterThanOrEqual(1);
-    await new Promise((r) => setTimeout(r, 200));
-    expect(statusWrites()).toHaveLength(n);
+    // Counted, not slept on: every write attempt was one of the failures, and none came after the drop.
+    expect(statusWrites()).toHaveLength(c.stats.failures);
+    expect(c.stats.writes).toBe(0);
     expect(c.queueDepth()).toBe(0);
   });
 
@@ -341,8 +342,7 @@ describe('two replicas with leader election', () => {
       return { store, handle };
     });
     for (const r of replicas) r.store.apply(snapshotNow());
-    const deadline = Date.now() + 3000;
-    while (!replicas.some((r) => r.handle.isLeader()) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    await waitFor(() => replicas.some((r) => r.handle.isLeader()), 'a leader', 3000);
     const leaders = replicas.filter((r) => r.handle.isLeader());
     expect(leaders).toHaveLength(1);
     await Promise.all(replicas.map((r) => r.handle.controller.idle()));
@@ -361,8 +361,7 @@ describe('two replicas with leader election', () => {
     const b = fake.get(API_VERSION, 'ServingDeployment', 'demo', 'b')!;
     fake.update({ ...b, spec: { ...b.spec, modelName: 'renamed' } });
     follower.store.apply(snapshotNow());
-    const until = Date.now() + 3000;
-    while (sdepStatus('demo', 'b')?.observedGeneration !== 2 && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+    await waitFor(() => sdepStatus('demo', 'b')?.observedGeneration === 2, 'the follower-turned-leader to write generation 2', 3000);
     await follower.handle.controller.idle(); // the fake has stored the write; let the client see the answer too
     expect(follower.handle.isLeader()).toBe(true);
     expect(sdepStatus('demo', 'b')).toMatchObject({ observedGeneration: 2, inferenceUrl: 'https://models.example.com/v1/demo/b/v1/models/renamed:predict' });

@@ -9,6 +9,7 @@ import {
   Watch,
 } from '@kubernetes/client-node';
 import { afterEach, beforeEach, describe, expect, test } from '@jest/globals';
+import { waitFor } from './support/wait.js';
 import { FakeApiServer } from './support/fake-apiserver.js';
 
 const GROUP = 'serving.servegate.dev';
@@ -52,13 +53,6 @@ async function openWatch(fake: FakeApiServer, path: string, query: Record<string
 
 const controllers: AbortController[] = [];
 
-async function until(cond: () => boolean, what: string, ms = 3000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 5));
-  }
-}
 
 let fake: FakeApiServer;
 beforeEach(async () => {
@@ -263,11 +257,11 @@ describe('watch with the real Watch class', () => {
   test('streams ADDED, MODIFIED and DELETED after the given resourceVersion', async () => {
     const before = fake.create(sdepObj('a', 'old'));
     const w = await openWatch(fake, path, { resourceVersion: before.metadata.resourceVersion });
-    await until(() => fake.openWatches() === 1, 'watch open');
+    await waitFor(() => fake.openWatches() === 1, 'watch open');
     const o = fake.create(sdepObj('a', 'iris'));
     fake.update({ ...o, spec: { ...o.spec, timeoutSeconds: 9 } });
     fake.delete(`${GROUP}/${VERSION}`, 'ServingDeployment', 'a', 'iris');
-    await until(() => w.events.length === 3, 'three events');
+    await waitFor(() => w.events.length === 3, 'three events');
     expect(w.events.map((e) => `${e.type} ${e.object.metadata.name}`)).toEqual(['ADDED iris', 'MODIFIED iris', 'DELETED iris']);
     expect(w.events[1].object.metadata.generation).toBe(2);
   });
@@ -277,7 +271,7 @@ describe('watch with the real Watch class', () => {
     const list = await api.listClusterCustomObject({ group: GROUP, version: VERSION, plural: SDEP });
     fake.create(sdepObj('a', 'meanwhile'));
     const w = await openWatch(fake, path, { resourceVersion: list.metadata.resourceVersion });
-    await until(() => w.events.length === 1, 'replayed event');
+    await waitFor(() => w.events.length === 1, 'replayed event');
     expect(w.events[0]).toMatchObject({ type: 'ADDED', object: { metadata: { name: 'meanwhile' } } });
   });
 
@@ -299,16 +293,16 @@ describe('watch with the real Watch class', () => {
     await w.ended;
     expect(w.events[0]).toMatchObject({ type: 'ERROR', object: { code: 410 } });
     const recent = await openWatch(fake, path, { resourceVersion: String(Number(fake.resourceVersion()) - 3) });
-    await until(() => recent.events.length === 3, 'recent events replayed');
+    await waitFor(() => recent.events.length === 3, 'recent events replayed');
   });
 
   test('a label-selected watch sees an object leave the selection as DELETED', async () => {
     const s = fake.create(secretObj('s', 'k'));
     const w = await openWatch(fake, '/api/v1/secrets', { resourceVersion: s.metadata.resourceVersion, labelSelector: 'serving.servegate.dev/api-key=true' });
-    await until(() => fake.openWatches() === 1, 'watch open');
+    await waitFor(() => fake.openWatches() === 1, 'watch open');
     fake.update({ ...s, metadata: { ...s.metadata, labels: {} } });
     fake.create(secretObj('s', 'unlabelled', {}));
-    await until(() => w.events.length === 1, 'event');
+    await waitFor(() => w.events.length === 1, 'event');
     await new Promise((r) => setTimeout(r, 30));
     expect(w.events.map((e) => `${e.type} ${e.object.metadata.name}`)).toEqual(['DELETED k']);
   });
@@ -317,7 +311,7 @@ describe('watch with the real Watch class', () => {
     await fake.stop();
     fake = await FakeApiServer.start({ bookmarkIntervalMs: 20 });
     const w = await openWatch(fake, path, { resourceVersion: fake.resourceVersion(), allowWatchBookmarks: true });
-    await until(() => w.events.length >= 2, 'bookmarks');
+    await waitFor(() => w.events.length >= 2, 'bookmarks');
     expect(w.events[0]).toEqual({
       type: 'BOOKMARK',
       object: { kind: 'ServingDeployment', apiVersion: `${GROUP}/${VERSION}`, metadata: { resourceVersion: fake.resourceVersion() } },
@@ -332,7 +326,7 @@ describe('watch with the real Watch class', () => {
 
   test('dropWatches ends open watches with an error; down() refuses connections; up() serves again on the same port', async () => {
     const w = await openWatch(fake, path, { resourceVersion: fake.resourceVersion() });
-    await until(() => fake.openWatches() === 1, 'watch open');
+    await waitFor(() => fake.openWatches() === 1, 'watch open');
     fake.dropWatches();
     expect(await w.ended).toBeTruthy();
     const url = fake.url;

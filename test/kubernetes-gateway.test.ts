@@ -4,6 +4,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
+import { waitFor } from './support/wait.js';
 import { startKubernetesWith } from '../src/cli/serve-kubernetes.js';
 import { parseConfig } from '../src/config/load.js';
 import type { Servegate } from '../src/server.js';
@@ -32,18 +33,6 @@ function backend(host: string, listenPort: number): Promise<number> {
   return new Promise((resolve) => s.listen(listenPort, host, () => resolve((s.address() as AddressInfo).port)));
 }
 
-async function eventually(check: () => Promise<void> | void, ms = 5000): Promise<void> {
-  const until = Date.now() + ms;
-  for (;;) {
-    try {
-      await check();
-      return;
-    } catch (err) {
-      if (Date.now() > until) throw err;
-      await new Promise((r) => setTimeout(r, 25));
-    }
-  }
-}
 
 async function call(path: string, key = demoKey.key, body = '{"instances":[[1,2]]}') {
   const r = await request(`http://127.0.0.1:${gw.port}${path}`, { method: 'POST', headers: { authorization: `ApiKey ${key}`, 'content-type': 'application/json' }, body });
@@ -102,7 +91,7 @@ describe('kubernetes mode', () => {
   });
 
   test('the controller writes status: URLs, hostname, observedGeneration and Ready=True/Routed', async () => {
-    await eventually(() => {
+    await waitFor(() => {
       const obj = api.get(SDEP_API, 'ServingDeployment', 'demo', 'iris') as Obj;
       expect(readyCondition(obj)).toMatchObject({ status: 'True', reason: 'Routed' });
       expect(obj.status).toMatchObject({
@@ -116,36 +105,36 @@ describe('kubernetes mode', () => {
 
   test('an endpoint that turns not-ready gets no traffic; none ready → 503 JSON with Retry-After', async () => {
     api.update(sliceRaw('demo/iris-svc-abc', 'iris-svc', [{ name: 'http', port }], [{ ip: '127.0.0.1', ready: false }, { ip: '127.0.0.2', ready: true }]));
-    await eventually(async () => {
+    await waitFor(async () => {
       for (const k of Object.keys(hits)) delete hits[k];
       for (let i = 0; i < 4; i++) expect((await predict('iris')).status).toBe(200);
       expect(hits['127.0.0.1']).toBeUndefined();
     });
     api.update(sliceRaw('demo/iris-svc-abc', 'iris-svc', [{ name: 'http', port }], [{ ip: '127.0.0.1', ready: false }]));
-    await eventually(async () => {
+    await waitFor(async () => {
       const r = await predict('iris');
       expect(r.status).toBe(503);
       expect(r.headers['retry-after']).toBeDefined();
       expect(r.json.error).toMatch(/no ready endpoint/);
     });
     api.update(sliceRaw('demo/iris-svc-abc', 'iris-svc', [{ name: 'http', port }], [{ ip: '127.0.0.1', ready: true }, { ip: '127.0.0.2', ready: true }]));
-    await eventually(async () => expect((await predict('iris')).status).toBe(200));
+    await waitFor(async () => expect((await predict('iris')).status).toBe(200));
   });
 
   test('a new ServingDeployment is served and gets Ready=True; deleting it makes it 404', async () => {
     api.create(serviceRaw('demo/fresh-svc', [{ name: 'http', port: 80 }]));
     api.create(sliceRaw('demo/fresh-svc-1', 'fresh-svc', [{ name: 'http', port }], [{ ip: '127.0.0.1' }]));
     api.create(sdepRaw('demo/fresh', { backend: { service: 'fresh-svc', port: 80 } }));
-    await eventually(async () => expect((await predict('fresh')).status).toBe(200));
-    await eventually(() => expect(readyCondition(api.get(SDEP_API, 'ServingDeployment', 'demo', 'fresh') as Obj)?.status).toBe('True'));
+    await waitFor(async () => expect((await predict('fresh')).status).toBe(200));
+    await waitFor(() => expect(readyCondition(api.get(SDEP_API, 'ServingDeployment', 'demo', 'fresh') as Obj)?.status).toBe('True'));
     api.delete(SDEP_API, 'ServingDeployment', 'demo', 'fresh');
-    await eventually(async () => expect((await predict('fresh')).status).toBe(404));
+    await waitFor(async () => expect((await predict('fresh')).status).toBe(404));
   });
 
   test('backend.url is refused in the cluster (InvalidSpec) and never routed; a missing Service is BackendNotFound', async () => {
     api.create(sdepRaw('demo/sneaky', { backend: { url: 'http://127.0.0.1:9' } }));
     api.create(sdepRaw('demo/orphan', { backend: { service: 'nowhere', port: 80 } }));
-    await eventually(() => {
+    await waitFor(() => {
       expect(readyCondition(api.get(SDEP_API, 'ServingDeployment', 'demo', 'sneaky') as Obj)).toMatchObject({ status: 'False', reason: 'InvalidSpec' });
       expect(readyCondition(api.get(SDEP_API, 'ServingDeployment', 'demo', 'orphan') as Obj)).toMatchObject({ status: 'False', reason: 'BackendNotFound' });
     });
@@ -158,25 +147,25 @@ describe('kubernetes mode', () => {
     expect((await predict('iris', otherKey.key)).status).toBe(403);
     const temp = apiKey('apikey-temp', 'demo');
     api.create(keySecretRaw(temp.secret));
-    await eventually(async () => expect((await predict('iris', temp.key)).status).toBe(200));
+    await waitFor(async () => expect((await predict('iris', temp.key)).status).toBe(200));
     api.delete('v1', 'Secret', 'servegate', 'apikey-temp');
-    await eventually(async () => expect((await predict('iris', temp.key)).status).toBe(401));
+    await waitFor(async () => expect((await predict('iris', temp.key)).status).toBe(401));
   });
 
   test('with the API server down the gateway keeps serving its last routes and readiness reports the staleness', async () => {
     await api.down();
     try {
-      await eventually(async () => {
+      await waitFor(async () => {
         const r = await request(`http://127.0.0.1:${gw.adminPort}/readyz`);
         const body = (await r.body.json()) as { ready: boolean; stalenessSeconds: number };
         expect(r.statusCode).toBe(200);
         expect(body.stalenessSeconds).toBeGreaterThan(0);
-      }, 8000);
+      }, 'readiness to report the stale source', 8000);
       expect((await predict('iris')).status).toBe(200);
     } finally {
       await api.up();
     }
     api.create(sdepRaw('demo/after', { backend: { service: 'iris-svc', port: 80 } }));
-    await eventually(async () => expect((await predict('after')).status).toBe(200), 8000);
+    await waitFor(async () => expect((await predict('after')).status).toBe(200), 'the deployment created after the outage', 8000);
   });
 });

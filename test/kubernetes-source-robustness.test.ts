@@ -3,6 +3,7 @@ import { createServer, request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { KubeConfig } from '@kubernetes/client-node';
 import { afterEach, beforeEach, expect, test } from '@jest/globals';
+import { waitFor } from './support/wait.js';
 import { KubernetesSource } from '../src/sources/kubernetes/index.js';
 import type { Snapshot } from '../src/routing/types.js';
 import { FakeApiServer } from './support/fake-apiserver.js';
@@ -82,13 +83,11 @@ test('a status-only change (a status write) produces no rebuild; the next snapsh
   await source.start((s) => snapshots.push(s));
   const obj = api.get('serving.servegate.dev/v1alpha1', 'ServingDeployment', 'demo', 'iris') as Record<string, unknown>;
   api.update({ ...obj, status: { url: 'https://x/v1/demo/iris' } });
-  await new Promise((r) => setTimeout(r, 300));
-  // Then a real change, so that a snapshot follows.
+  // Then a real change, so that a snapshot follows. The watch delivers events in order: had the status write made a
+  // snapshot, it would be the second one and would not hold demo/second yet. No sleep proves "nothing happened".
   api.create(sdepRaw('demo/second'));
-  const until = Date.now() + 5000;
-  while (snapshots.length < 2 && Date.now() < until) await new Promise((r) => setTimeout(r, 10));
-  await new Promise((r) => setTimeout(r, 100));
-  expect(snapshots.length).toBe(2);
+  await waitFor(() => snapshots.length >= 2, 'the snapshot of the real change');
+  expect(snapshots[1].deployments.map((d) => d.metadata.name).sort()).toEqual(['iris', 'second']);
   const iris = snapshots[1].deployments.find((d) => d.metadata.name === 'iris');
   expect(iris?.status).toEqual({ url: 'https://x/v1/demo/iris' });
 });

@@ -1,5 +1,6 @@
 // The kubernetes source with the real @kubernetes/client-node against the fake API server over real HTTP.
 import { afterEach, beforeEach, describe, expect, test } from '@jest/globals';
+import { waitFor } from './support/wait.js';
 import type { Snapshot } from '../src/routing/types.js';
 import { parseConfig } from '../src/config/load.js';
 import { KubernetesSource, kubernetesSourceOptions, type KubernetesSourceOptions } from '../src/sources/kubernetes/index.js';
@@ -46,13 +47,6 @@ function startSource(opts: Partial<KubernetesSourceOptions> = {}): Harness {
   return { source, snapshots, restarts, last: () => snapshots[snapshots.length - 1], started };
 }
 
-async function until(cond: () => boolean, what: string, ms = 5000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const names = (s: Snapshot | undefined) => (s?.deployments ?? []).map((d) => `${d.metadata.namespace}/${d.metadata.name}`).sort();
@@ -69,7 +63,7 @@ describe('cache sync', () => {
     const h = startSource();
     let resolved = false;
     void h.started.then(() => (resolved = true));
-    await until(() => fake.requests.filter((r) => r.path.endsWith('/endpointslices')).length >= 3, 'endpointslice list retries');
+    await waitFor(() => fake.requests.filter((r) => r.path.endsWith('/endpointslices')).length >= 3, 'endpointslice list retries');
     expect(resolved).toBe(false);
     expect(h.snapshots).toHaveLength(0);
     expect(h.source.health().synced).toBe(false);
@@ -117,7 +111,7 @@ describe('cache sync', () => {
   test('stop() before the first list makes start() reject and leaves no watch open', async () => {
     fake.failNext(1000, 503);
     const h = startSource();
-    await until(() => fake.requests.length > 0, 'first request');
+    await waitFor(() => fake.requests.length > 0, 'first request');
     await h.source.stop();
     await expect(h.started).rejects.toThrow(/stopped/);
     expect(fake.openWatches()).toBe(0);
@@ -129,16 +123,16 @@ describe('changes are reflected', () => {
     const h = startSource();
     await h.started;
     const created = fake.create(sdepRaw('demo/iris'));
-    await until(() => names(h.last()).includes('demo/iris'), 'created deployment');
+    await waitFor(() => names(h.last()).includes('demo/iris'), 'created deployment');
     fake.update({ ...created, spec: { ...created.spec, timeoutSeconds: 7 }, status: { url: 'https://x/v1/demo/iris' } });
-    await until(() => (h.last().deployments[0]?.spec as any)?.timeoutSeconds === 7, 'updated deployment');
+    await waitFor(() => (h.last().deployments[0]?.spec as any)?.timeoutSeconds === 7, 'updated deployment');
     const d = h.last().deployments[0];
     expect(d).toMatchObject({ apiVersion: SDEP_API, kind: 'ServingDeployment', status: { url: 'https://x/v1/demo/iris' }, origin: 'kubernetes' });
     expect(d.metadata).toMatchObject({ name: 'iris', namespace: 'demo', generation: 2 });
     expect(d.metadata.uid).toBeTruthy();
     expect(d.metadata.creationTimestamp).toBeTruthy();
     fake.delete(SDEP_API, 'ServingDeployment', 'demo', 'iris');
-    await until(() => names(h.last()).length === 0, 'deleted deployment');
+    await waitFor(() => names(h.last()).length === 0, 'deleted deployment');
   });
 
   test('keys: created, rotated and deleted keys take effect; data decoded from base64', async () => {
@@ -146,14 +140,14 @@ describe('changes are reflected', () => {
     await h.started;
     const k1 = apiKey('ci', 'demo');
     fake.create(keySecretRaw(k1.secret));
-    await until(() => keyNames(h.last()).includes('servegate/ci'), 'created key');
+    await waitFor(() => keyNames(h.last()).includes('servegate/ci'), 'created key');
     expect(h.last().keySecrets[0].data).toEqual(k1.secret.data);
     const k2 = apiKey('ci', 'demo,other');
     fake.update(keySecretRaw(k2.secret));
-    await until(() => h.last().keySecrets[0]?.data.prefix === k2.secret.data.prefix, 'rotated key');
+    await waitFor(() => h.last().keySecrets[0]?.data.prefix === k2.secret.data.prefix, 'rotated key');
     expect(h.last().keySecrets[0].data.projects).toBe('demo,other');
     fake.delete('v1', 'Secret', 'servegate', 'ci');
-    await until(() => keyNames(h.last()).length === 0, 'deleted key');
+    await waitFor(() => keyNames(h.last()).length === 0, 'deleted key');
   });
 
   test('a Secret without the api-key label is not read; removing the label removes the key', async () => {
@@ -164,13 +158,13 @@ describe('changes are reflected', () => {
     expect(keyNames(h.last())).toEqual(['servegate/ci']);
     expect(fake.requests.find((r) => r.path === '/api/v1/secrets' && !r.watch)?.query).toContain('labelSelector=serving.servegate.dev%2Fapi-key%3Dtrue');
     fake.update({ ...k, metadata: { ...k.metadata, labels: {} } });
-    await until(() => keyNames(h.last()).length === 0, 'unlabelled key gone');
+    await waitFor(() => keyNames(h.last()).length === 0, 'unlabelled key gone');
   });
 
   test('a stringData field (should an API server send one) is merged over data', async () => {
     const h = startSource();
     await h.started;
-    await until(() => fake.openWatches() === 4, 'watches open');
+    await waitFor(() => fake.openWatches() === 4, 'watches open');
     fake.injectWatchEvent('v1', 'Secret', {
       type: 'ADDED',
       object: {
@@ -179,7 +173,7 @@ describe('changes are reflected', () => {
         stringData: { prefix: 'from-stringData' },
       },
     });
-    await until(() => keyNames(h.last()).includes('servegate/x'), 'injected key');
+    await waitFor(() => keyNames(h.last()).includes('servegate/x'), 'injected key');
     expect(h.last().keySecrets[0].data).toEqual({ prefix: 'from-stringData', projects: 'a' });
   });
 
@@ -188,10 +182,10 @@ describe('changes are reflected', () => {
     const h = startSource();
     await h.started;
     fake.update({ ...svc, spec: { ports: [{ port: 9090, name: 'grpc', targetPort: 9000 }] } });
-    await until(() => h.last().services?.[0]?.ports[0]?.port === 9090, 'service update');
+    await waitFor(() => h.last().services?.[0]?.ports[0]?.port === 9090, 'service update');
     expect(h.last().services?.[0].ports).toEqual([{ port: 9090, name: 'grpc', targetPort: 9000 }]);
     fake.delete('v1', 'Service', 'demo', 'iris-svc');
-    await until(() => h.last().services?.length === 0, 'service delete');
+    await waitFor(() => h.last().services?.length === 0, 'service delete');
   });
 
   test('events of one tick are coalesced into few snapshots', async () => {
@@ -199,7 +193,7 @@ describe('changes are reflected', () => {
     await h.started;
     const before = h.snapshots.length;
     for (let i = 0; i < 200; i++) fake.create(sdepRaw(`demo/d${i}`));
-    await until(() => h.last().deployments.length === 200, 'all deployments');
+    await waitFor(() => h.last().deployments.length === 200, 'all deployments');
     expect(h.snapshots.length - before).toBeLessThan(50);
   });
 
@@ -209,7 +203,7 @@ describe('changes are reflected', () => {
     await h.started;
     const keysBefore = h.last().keySecrets;
     fake.create(sdepRaw('demo/iris'));
-    await until(() => h.last().deployments.length === 1, 'deployment');
+    await waitFor(() => h.last().deployments.length === 1, 'deployment');
     expect(h.last().keySecrets).toBe(keysBefore);
   });
 });
@@ -233,7 +227,7 @@ describe('namespaces and kserve', () => {
     expect([...paths].some((p) => p.includes('/namespaces/c/'))).toBe(false);
     fake.create(sdepRaw('c/four'));
     fake.create(sdepRaw('b/five'));
-    await until(() => names(h.last()).includes('b/five'), 'b/five');
+    await waitFor(() => names(h.last()).includes('b/five'), 'b/five');
     expect(names(h.last())).toEqual(['a/one', 'b/five', 'b/two']);
   });
 
@@ -248,7 +242,7 @@ describe('namespaces and kserve', () => {
     expect(on.last().inferenceServices.map((i) => i.metadata.name)).toEqual(['flowers']);
     expect(on.last().inferenceServices[0]).toMatchObject({ kind: 'InferenceService', spec: { predictor: { model: { modelFormat: { name: 'sklearn' } } } } });
     fake.create(isvcRaw('ml/llama', 'huggingface'));
-    await until(() => on.last().inferenceServices.length === 2, 'second isvc');
+    await waitFor(() => on.last().inferenceServices.length === 2, 'second isvc');
   });
 });
 
@@ -274,7 +268,7 @@ describe('endpoints', () => {
     ]);
     const snapshotsBefore = h.snapshots.length;
     fake.update({ ...slice, endpoints: [{ addresses: ['10.0.0.9'], conditions: { ready: true } }] });
-    await until(() => h.source.endpoints(backend)[0]?.host === '10.0.0.9', 'endpoint update');
+    await waitFor(() => h.source.endpoints(backend)[0]?.host === '10.0.0.9', 'endpoint update');
     expect(h.source.endpoints(backend)).toEqual([{ host: '10.0.0.9', port: 8080 }]);
     await sleep(30);
     expect(h.snapshots.length).toBe(snapshotsBefore);
@@ -288,9 +282,9 @@ describe('endpoints', () => {
     const b = svcBackend('demo', 's', 80, 'http');
     expect(h.source.endpoints(b)).toHaveLength(1);
     fake.create(sliceRaw('demo/s-2', 's', [{ name: 'http', port: 8080 }], [{ ip: '10.0.0.2' }]));
-    await until(() => h.source.endpoints(b).length === 2, 'second slice');
+    await waitFor(() => h.source.endpoints(b).length === 2, 'second slice');
     fake.delete('discovery.k8s.io/v1', 'EndpointSlice', 'demo', 's-1');
-    await until(() => h.source.endpoints(b).length === 1, 'slice deleted');
+    await waitFor(() => h.source.endpoints(b).length === 1, 'slice deleted');
     expect(h.source.endpoints(b)).toEqual([{ host: '10.0.0.2', port: 8080 }]);
   });
 
@@ -314,11 +308,11 @@ describe('endpoints', () => {
     const b = svcBackend('demo', 's', 80, 'http');
     const first = h.source.endpoints(b);
     fake.create(sliceRaw('demo/other-1', 'other', [{ name: 'http', port: 8080 }], [{ ip: '10.9.0.1' }]));
-    await until(() => h.source.endpoints(svcBackend('demo', 'other', 80, 'http')).length === 1, 'other service endpoints');
+    await waitFor(() => h.source.endpoints(svcBackend('demo', 'other', 80, 'http')).length === 1, 'other service endpoints');
     expect(h.source.endpoints(b)).toBe(first);
     fake.update({ ...slice, metadata: { ...slice.metadata, annotations: { touched: 'yes' } } }); // same addresses
     fake.update({ ...slice, endpoints: [{ addresses: ['10.0.0.1'] }, { addresses: ['10.0.0.5'] }] });
-    await until(() => h.source.endpoints(b).length === 2, 'new endpoint');
+    await waitFor(() => h.source.endpoints(b).length === 2, 'new endpoint');
     expect(h.source.endpoints(b)).not.toBe(first);
   });
 
@@ -337,13 +331,13 @@ describe('restarts', () => {
     fake.create(sdepRaw('demo/a'));
     const h = startSource();
     await h.started;
-    await until(() => fake.openWatches() === 4, 'four watches');
+    await waitFor(() => fake.openWatches() === 4, 'four watches');
     const listsBefore = fake.requests.filter((r) => !r.watch).length;
     fake.dropWatches();
     fake.create(sdepRaw('demo/b'));
     fake.delete(SDEP_API, 'ServingDeployment', 'demo', 'a');
-    await until(() => names(h.last()).join() === 'demo/b', 'events made while the watch was down');
-    await until(() => fake.openWatches() === 4, 'watches reopened');
+    await waitFor(() => names(h.last()).join() === 'demo/b', 'events made while the watch was down');
+    await waitFor(() => fake.openWatches() === 4, 'watches reopened');
     expect(fake.requests.filter((r) => !r.watch).length).toBe(listsBefore); // no relist was needed
     const reopened = fake.requests.filter((r) => r.watch && r.path.endsWith('/servingdeployments')).at(-1)!;
     expect(reopened.query).toMatch(/resourceVersion=\d+/);
@@ -353,13 +347,13 @@ describe('restarts', () => {
   test('a watch the server ends cleanly (its timeout) is reopened at once and misses nothing', async () => {
     const h = startSource();
     await h.started;
-    await until(() => fake.openWatches() === 4, 'four watches');
+    await waitFor(() => fake.openWatches() === 4, 'four watches');
     fake.endWatches();
     fake.create(sdepRaw('demo/after-end'));
-    await until(() => names(h.last()).includes('demo/after-end'), 'event after a clean end');
-    await until(() => fake.openWatches() === 4, 'watches reopened');
+    await waitFor(() => names(h.last()).includes('demo/after-end'), 'event after a clean end');
+    await waitFor(() => fake.openWatches() === 4, 'watches reopened');
     expect(h.restarts.filter((r) => r.reason === 'closed').map((r) => r.kind).sort()).toEqual(['endpointslices', 'secrets', 'services', 'servingdeployments']);
-    await until(() => h.source.health().problems.length === 0 && h.source.health().stalenessMs === 0, 'healthy again');
+    await waitFor(() => h.source.health().problems.length === 0 && h.source.health().stalenessMs === 0, 'healthy again');
   });
 
   test('410 after compaction relists and converges: objects deleted meanwhile are gone, new ones present', async () => {
@@ -374,7 +368,7 @@ describe('restarts', () => {
     fake.create(sdepRaw('demo/new'));
     fake.compact();
     await fake.up();
-    await until(() => names(h.last()).join() === 'demo/keep,demo/new' && keyNames(h.last()).length === 0, 'converged state');
+    await waitFor(() => names(h.last()).join() === 'demo/keep,demo/new' && keyNames(h.last()).length === 0, 'converged state');
     expect(h.restarts.some((r) => r.kind === 'servingdeployments' && r.reason === 'expired')).toBe(true);
     const sdepLists = fake.requests.filter((r) => r.path.endsWith('/servingdeployments') && !r.watch && r.status === 200);
     expect(sdepLists.length).toBe(2);
@@ -386,7 +380,7 @@ describe('restarts', () => {
     fake.create(sliceRaw('demo/s-1', 's', [{ name: 'http', port: 8080 }], [{ ip: '10.0.0.1' }]));
     const h = startSource({ backoff: { initialMs: 20, maxMs: 100 } });
     await h.started;
-    await until(() => fake.openWatches() === 4, 'watches open');
+    await waitFor(() => fake.openWatches() === 4, 'watches open');
     expect(h.source.health().stalenessMs).toBe(0);
     const snapshotsBefore = h.snapshots.length;
     await fake.down();
@@ -399,17 +393,17 @@ describe('restarts', () => {
     expect(h.source.endpoints(svcBackend('demo', 's', 80, 'http'))).toEqual([{ host: '10.0.0.1', port: 8080 }]);
     fake.create(sdepRaw('demo/b'));
     await fake.up();
-    await until(() => names(h.last()).includes('demo/b'), 'caught up');
-    await until(() => h.source.health().stalenessMs === 0, 'healthy again');
+    await waitFor(() => names(h.last()).includes('demo/b'), 'caught up');
+    await waitFor(() => h.source.health().stalenessMs === 0, 'healthy again');
     expect(h.source.health().problems).toEqual([]);
   });
 
   test('an idle watch (no event, no bookmark) is restarted', async () => {
     const h = startSource({ watchIdleTimeoutMs: 150 });
     await h.started;
-    await until(() => h.restarts.filter((r) => r.kind === 'servingdeployments' && r.reason === 'idle').length >= 2, 'idle restarts');
+    await waitFor(() => h.restarts.filter((r) => r.kind === 'servingdeployments' && r.reason === 'idle').length >= 2, 'idle restarts');
     fake.create(sdepRaw('demo/late'));
-    await until(() => names(h.last()).includes('demo/late'), 'event after idle restarts');
+    await waitFor(() => names(h.last()).includes('demo/late'), 'event after idle restarts');
   });
 
   test('bookmarks keep a quiet watch alive', async () => {
@@ -427,16 +421,16 @@ describe('restarts', () => {
     fake.failNext(3, 500, (m, p) => p.endsWith('/services'));
     const h = startSource();
     await h.started;
-    await until(() => fake.openWatches() === 4, 'watch open after retries');
+    await waitFor(() => fake.openWatches() === 4, 'watch open after retries');
     expect(fake.requests.filter((r) => r.path.endsWith('/services')).map((r) => r.status)).toEqual([500, 500, 500, 200, 200]);
   });
 
   test('stop() closes every watch', async () => {
     const h = startSource({ kserve: true });
     await h.started;
-    await until(() => fake.openWatches() === 5, 'five watches');
+    await waitFor(() => fake.openWatches() === 5, 'five watches');
     await h.source.stop();
-    await until(() => fake.openWatches() === 0, 'no watches');
+    await waitFor(() => fake.openWatches() === 0, 'no watches');
   });
 });
 
@@ -454,14 +448,14 @@ describe('malformed input never throws', () => {
     expect(h.source.endpoints(svcBackend('demo', 'odd', 80))).toEqual([]);
 
     const api = 'serving.servegate.dev/v1alpha1';
-    await until(() => fake.openWatches() === 4, 'watches open');
+    await waitFor(() => fake.openWatches() === 4, 'watches open');
     fake.injectWatchEvent(api, 'ServingDeployment', 'this is not json');
     fake.injectWatchEvent(api, 'ServingDeployment', { type: 'ADDED', object: null });
     fake.injectWatchEvent(api, 'ServingDeployment', { type: 'MODIFIED', object: { metadata: { namespace: 'demo' } } });
     fake.injectWatchEvent(api, 'ServingDeployment', { type: 'ADDED', object: { metadata: { name: 'nons' }, spec: {} } });
     fake.injectWatchEvent(api, 'ServingDeployment', { type: 'SURPRISE', object: {} });
     fake.create(sdepRaw('demo/fine'));
-    await until(() => names(h.last()).includes('demo/fine'), 'a good object after bad ones');
+    await waitFor(() => names(h.last()).includes('demo/fine'), 'a good object after bad ones');
     expect(names(h.last())).toEqual(['demo/fine', 'demo/weird']);
     expect(h.source.malformedTotal).toBeGreaterThanOrEqual(3);
     expect(h.source.health().problems).toEqual([]);
@@ -476,7 +470,7 @@ describe('malformed input never throws', () => {
       throw new Error('consumer bug');
     });
     fake.create(sdepRaw('demo/a'));
-    await until(() => seen.at(-1) === 1, 'snapshot after a throwing consumer');
+    await waitFor(() => seen.at(-1) === 1, 'snapshot after a throwing consumer');
   });
 });
 

@@ -4,6 +4,7 @@ import { hostname } from 'node:os';
 import type { AddressInfo } from 'node:net';
 import { KubeConfig } from '@kubernetes/client-node';
 import { afterEach, beforeEach, describe, expect, test } from '@jest/globals';
+import { waitFor } from './support/wait.js';
 import { checkLeaderTimings, defaultIdentity, LeaderElector, leaderTimingsFromConfig, type LeaderElectorOptions } from '../src/controller/leader.js';
 import { FakeApiServer } from './support/fake-apiserver.js';
 
@@ -48,14 +49,6 @@ function lease() {
   return fake.get('coordination.k8s.io/v1', 'Lease', NS, LEASE);
 }
 
-/** Polls until cond() holds (bounded). */
-async function until(cond: () => boolean, what: string, timeoutMs = 5000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for: ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 /** A TCP proxy in front of the fake API server that can be cut: one replica loses its network, the others do not. */
 class TcpProxy {
@@ -106,11 +99,11 @@ describe('leader election', () => {
   test('a lone replica creates the Lease, holds it and keeps renewing it', async () => {
     const { e, events } = elector('pod-a');
     e.start();
-    await until(() => e.isLeader(), 'pod-a leads');
+    await waitFor(() => e.isLeader(), 'pod-a leads');
     const first = lease();
     expect(first?.spec).toMatchObject({ holderIdentity: 'pod-a', leaseDurationSeconds: 1, leaseTransitions: 0 });
     expect(events).toEqual(['started']);
-    await until(() => lease()?.spec.renewTime !== first?.spec.renewTime, 'renewTime moves on');
+    await waitFor(() => lease()?.spec.renewTime !== first?.spec.renewTime, 'renewTime moves on');
     expect(lease()?.spec.acquireTime).toBe(first?.spec.acquireTime);
     expect(e.leader()).toBe('pod-a');
     expect(e.isLeader()).toBe(true);
@@ -139,7 +132,7 @@ describe('leader election', () => {
     const { kc, proxy } = await partitionableKubeConfig();
     const a = elector('pod-a', { api: kc });
     a.e.start();
-    await until(() => a.e.isLeader(), 'pod-a leads');
+    await waitFor(() => a.e.isLeader(), 'pod-a leads');
     const b = elector('pod-b');
     b.e.start();
     await new Promise((r) => setTimeout(r, 400));
@@ -152,7 +145,7 @@ describe('leader election', () => {
       if (a.e.isLeader() && b.e.isLeader()) overlap.push(new Date().toISOString());
     }, 10);
     try {
-      await until(() => b.e.isLeader(), 'pod-b takes over', 6000);
+      await waitFor(() => b.e.isLeader(), 'pod-b takes over', 6000);
     } finally {
       clearInterval(watch);
     }
@@ -166,7 +159,7 @@ describe('leader election', () => {
   test('stop() steps down and releases the Lease, so the next replica need not wait for expiry', async () => {
     const { e, events } = elector('pod-a');
     e.start();
-    await until(() => e.isLeader(), 'pod-a leads');
+    await waitFor(() => e.isLeader(), 'pod-a leads');
     await e.stop();
     expect(e.isLeader()).toBe(false);
     expect(events).toEqual(['started', 'stopped']);
@@ -176,7 +169,7 @@ describe('leader election', () => {
 
     const b = elector('pod-b');
     b.e.start();
-    await until(() => b.e.isLeader(), 'pod-b leads');
+    await waitFor(() => b.e.isLeader(), 'pod-b leads');
     expect(lease()?.spec).toMatchObject({ holderIdentity: 'pod-b', leaseTransitions: 1 });
   });
 
@@ -190,7 +183,7 @@ describe('leader election', () => {
     });
     const { e, events } = elector('pod-a');
     e.start();
-    await until(() => e.leader() === 'someone-else', 'pod-a reads the lease');
+    await waitFor(() => e.leader() === 'someone-else', 'pod-a reads the lease');
     await new Promise((r) => setTimeout(r, 500));
     expect(e.isLeader()).toBe(false);
     expect(events).toEqual([]);
@@ -207,7 +200,7 @@ describe('leader election', () => {
     });
     const { e } = elector('pod-a');
     e.start();
-    await until(() => e.isLeader(), 'pod-a leads');
+    await waitFor(() => e.isLeader(), 'pod-a leads');
     expect(lease()?.spec).toMatchObject({ holderIdentity: 'pod-a', leaseTransitions: 5, leaseDurationSeconds: 1 });
   });
 
@@ -216,12 +209,12 @@ describe('leader election', () => {
     fake.failNext(1, 409, isLeaseWrite);
     const { e } = elector('pod-a', ROOMY);
     e.start();
-    await until(() => e.isLeader(), 'pod-a leads after the conflict');
+    await waitFor(() => e.isLeader(), 'pod-a leads after the conflict');
     expect(fake.requests.filter((r) => r.path.includes('/leases') && r.status === 409)).toHaveLength(1);
     expect(e.stats.errors).toBe(0);
     // One conflict while leading does not cost leadership either (renewDeadline 2 s, retry 0.15 s).
     fake.failNext(1, 409, (m, p) => m === 'PUT' && p.includes('/leases'));
-    await until(() => fake.requests.filter((r) => r.status === 409).length === 2, 'second conflict');
+    await waitFor(() => fake.requests.filter((r) => r.status === 409).length === 2, 'second conflict');
     await new Promise((r) => setTimeout(r, 300));
     expect(e.isLeader()).toBe(true);
     expect(e.stats.losses).toBe(0);
@@ -230,23 +223,23 @@ describe('leader election', () => {
   test('renew failures past renewDeadline cost leadership; the replica leads again once the API server answers', async () => {
     const { e, events } = elector('pod-a');
     e.start();
-    await until(() => e.isLeader(), 'pod-a leads');
+    await waitFor(() => e.isLeader(), 'pod-a leads');
     await fake.down();
-    await until(() => !e.isLeader(), 'pod-a steps down');
-    await until(() => events.length === 2, 'onStoppedLeading', 3000);
+    await waitFor(() => !e.isLeader(), 'pod-a steps down');
+    await waitFor(() => events.length === 2, 'onStoppedLeading', 3000);
     expect(events).toEqual(['started', 'stopped']);
     expect(e.stats.errors).toBeGreaterThan(0);
     await fake.up();
-    await until(() => e.isLeader(), 'pod-a leads again', 5000);
+    await waitFor(() => e.isLeader(), 'pod-a leads again', 5000);
     expect(events).toEqual(['started', 'stopped', 'started']);
   });
 
   test('5xx answers while leading are retried within the deadline without losing leadership', async () => {
     const { e } = elector('pod-a', ROOMY);
     e.start();
-    await until(() => e.isLeader(), 'pod-a leads');
+    await waitFor(() => e.isLeader(), 'pod-a leads');
     fake.failNext(2, 500, (m, p) => p.includes('/leases'));
-    await until(() => fake.requests.filter((r) => r.status === 500).length === 2, 'two 500s');
+    await waitFor(() => fake.requests.filter((r) => r.status === 500).length === 2, 'two 500s');
     await new Promise((r) => setTimeout(r, 300));
     expect(e.isLeader()).toBe(true);
     expect(e.stats.losses).toBe(0);

@@ -207,11 +207,15 @@ export class StatusController {
   private forget(key: string): void {
     const t = this.retryTimers.get(key);
     if (t) clearTimeout(t);
-    this.retryTimers.delete(key);
+    let pending = this.retryTimers.delete(key);
     this.attempts.delete(key);
     this.written.delete(key);
-    if (this.queued.delete(key)) this.queue = this.queue.filter((k) => k !== key);
-    this.dirty.delete(key);
+    if (this.queued.delete(key)) {
+      this.queue = this.queue.filter((k) => k !== key);
+      pending = true;
+    }
+    if (this.dirty.delete(key)) pending = true;
+    if (pending) this.stats.dropped++;
     this.notifyIdle();
   }
 

@@ -11,6 +11,7 @@ import { stringify } from 'yaml';
 import { parseConfig } from '../../src/config/load.js';
 import { createLogger } from '../../src/log.js';
 import { startServegate } from '../../src/server.js';
+import { waitFor } from './wait.js';
 import { FilesSource } from '../../src/sources/files/index.js';
 
 export const KEYS_NAMESPACE = 'servegate';
@@ -175,17 +176,9 @@ export async function startGateway(opts: StartOptions = {}): Promise<Gateway> {
   };
 }
 
-/** Polls `check` until it returns without throwing (bounded); rethrows the last failure. */
-export async function eventually<T>(check: () => Promise<T> | T, timeoutMs = 3000, intervalMs = 50): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    try {
-      return await check();
-    } catch (err) {
-      if (Date.now() > deadline) throw err;
-      await new Promise((r) => setTimeout(r, intervalMs));
-    }
-  }
+/** waitFor (test/support/wait.ts) for an assertion: polls until `check` stops throwing. */
+export function eventually<T>(check: () => Promise<T> | T, timeoutMs = 3000, intervalMs = 50): Promise<Exclude<T, false>> {
+  return waitFor(check, 'the check to pass', timeoutMs, intervalMs);
 }
 
 export interface Reply {
