@@ -64,7 +64,7 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
     try {
       certs = new CertificateReloader(config.tls, {
         onReload: (pair) => {
-          plane?.setCertificate(pair);
+          live.plane?.setCertificate(pair);
           metrics.tlsReloads.inc({ result: 'success' });
           metrics.tlsNotAfter.reset();
           metrics.tlsNotAfter.set({ subject: pair.subject }, pair.notAfter / 1000);
@@ -81,7 +81,8 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
     }
     metrics.tlsNotAfter.set({ subject: certs.current.subject }, certs.current.notAfter / 1000);
   }
-  let plane: ReturnType<typeof createDataPlane> | undefined;
+  // Set once the data plane exists: a certificate reload before that has nothing to swap yet.
+  const live: { plane?: ReturnType<typeof createDataPlane> } = {};
 
   let started = false;
   const admin = createServer(adminHandler({ store, source, metrics, isDraining: () => drain.draining, started: () => started }));
@@ -110,7 +111,7 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
   }
   started = true;
 
-  plane = createDataPlane({
+  const plane = (live.plane = createDataPlane({
     config,
     store,
     metrics,
@@ -118,7 +119,7 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
     drain,
     endpoints: opts.endpoints,
     tls: certs && { cert: certs.current.cert, key: certs.current.key, plain: config.tls.httpPort > 0 },
-  });
+  }));
   const { server, plain, servers } = plane;
   await listen(server, opts.port, opts.host);
   if (plain) await listen(plain, config.tls.httpPort, opts.host);

@@ -165,6 +165,7 @@ function modelIdOf(url: string): string | GatewayError {
   } catch {
     return gatewayError('bad_path', 'the path has an invalid percent-encoding');
   }
+  // eslint-disable-next-line no-control-regex -- control characters are exactly what is refused here
   if (/[\x00-\x20\x7f]/.test(id)) return gatewayError('bad_path', 'control characters or spaces are not allowed in the path');
   return id;
 }

@@ -1,7 +1,7 @@
 // The deployments page in a real browser (SPEC §11): every deployment with project, kind, server, status, URLs and
 // snippets; the filter box hides what does not match; live requests/s, 5xx share and p99 fill in from /api/stats;
 // /deployments carries project, type and modelServer. SERVEGATE_NO_BROWSER=1 skips only the browser part.
-import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
+import { afterAll, beforeAll, expect, test } from '@jest/globals';
 import type { Browser } from 'playwright-core';
 import { startOpenAIBackend, startPythonBackend, startV1Backend, type RecordingBackend } from '../support/backends.js';
 import { browserDescribe, launchChromium } from '../support/browser.js';

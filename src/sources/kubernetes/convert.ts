@@ -3,7 +3,6 @@
 import type {
   InferenceServiceResource,
   KeySecretResource,
-  ObjectMeta,
   ServiceResource,
   ServicePortInfo,
   ServingDeploymentResource,
