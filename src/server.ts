@@ -8,6 +8,7 @@ import { createDataPlane } from './gateway/dataplane.js';
 import { Drain } from './gateway/drain.js';
 import { Metrics } from './gateway/metrics.js';
 import { CertificateReloader, CertificateError } from './gateway/tls.js';
+import type { Tracing } from './gateway/tracing.js';
 import { ConfigError } from './config/load.js';
 import { silentLogger, type Logger } from './log.js';
 import { RouteStore } from './routing/store.js';
@@ -84,6 +85,13 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
   // Set once the data plane exists: a certificate reload before that has nothing to swap yet.
   const live: { plane?: ReturnType<typeof createDataPlane> } = {};
 
+  // Tracing is constructed only when configured: off, the data plane has no tracer and trace headers pass untouched.
+  let tracing: Tracing | undefined;
+  if (config.tracing.otlpEndpoint) {
+    const { Tracing: TracingClass } = await import('./gateway/tracing.js');
+    tracing = new TracingClass({ otlpEndpoint: config.tracing.otlpEndpoint, sampleRatio: config.tracing.sampleRatio });
+  }
+
   let started = false;
   const admin = createServer(adminHandler({ store, source, metrics, isDraining: () => drain.draining, started: () => started }));
   await listen(admin, opts.adminPort, opts.host);
@@ -118,6 +126,7 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
     logger,
     drain,
     endpoints: opts.endpoints,
+    tracing,
     tls: certs && { cert: certs.current.cert, key: certs.current.key, plain: config.tls.httpPort > 0 },
   }));
   const { server, plain, servers } = plane;
@@ -136,6 +145,7 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
     closed = true;
     clearInterval(health);
     certs?.stop();
+    await tracing?.shutdown().catch((err: unknown) => logger.warn({ err }, 'flushing the last spans failed'));
     for (const c of drain.connections) c.destroy();
     await attached?.stop().catch((err: unknown) => logger.warn({ err }, 'stopping the controller failed'));
     await Promise.all([...servers.map(closeServer), closeServer(admin), source.stop().catch(() => undefined), dataPlane.close()]);

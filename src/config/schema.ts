@@ -105,6 +105,18 @@ export const configSchema = z
       })
       .refine((t) => t.httpPort === 0 || t.certFile !== '', { message: 'httpPort is the extra plain listener next to https: set certFile and keyFile too', path: ['httpPort'] })
       .default({ certFile: '', keyFile: '', httpPort: 0 }),
+    tracing: z
+      .object({
+        /** OTLP/HTTP base URL (spans go to <base>/v1/traces); empty = tracing off, trace headers pass untouched. */
+        otlpEndpoint: z
+          .string()
+          .refine((s) => s === '' || /^https?:\/\/[^/?#\s]+(\/[^?#\s]*)?$/.test(s), { message: 'must be an http(s) URL (e.g. http://otel-collector:4318) or empty' })
+          .default(''),
+        /** For traces the gateway starts; a client's sampled flag is respected (parent-based). */
+        sampleRatio: z.number().min(0).max(1).default(1),
+      })
+      .strict()
+      .default({ otlpEndpoint: '', sampleRatio: 1 }),
     /** Trust X-Forwarded-* from the client (set only behind a trusted load balancer). */
     trustForwardedHeaders: z.boolean().default(false),
     /**

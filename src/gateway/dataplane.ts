@@ -17,6 +17,7 @@ import { Exchange, type PlaneContext } from './exchange.js';
 import type { Metrics } from './metrics.js';
 import { RateLimiter } from './ratelimit.js';
 import { sendRawError } from './reply.js';
+import type { Tracing } from './tracing.js';
 import { UpgradeJob } from './upgrade.js';
 import { Pools, TargetPicker } from './upstream.js';
 
@@ -27,6 +28,8 @@ export interface DataPlaneDeps {
   logger: Logger;
   drain: Drain;
   endpoints?: EndpointResolver;
+  /** Tracing on (tracing.otlpEndpoint set). */
+  tracing?: Tracing;
   /** The certificate pair: the main listener speaks https (and `plain` is the optional extra http one). */
   tls?: { cert: Buffer; key: Buffer; plain: boolean };
 }
@@ -61,7 +64,8 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
     picker: new TargetPicker(deps.endpoints),
     pools: new Pools(),
     drain,
-    head: { trustForwarded: config.trustForwardedHeaders, forwardUnderscore: config.forwardUnderscoreHeaders },
+    head: { trustForwarded: config.trustForwardedHeaders, forwardUnderscore: config.forwardUnderscoreHeaders, tracing: deps.tracing !== undefined },
+    tracing: deps.tracing,
     maxBody: limits.maxRequestBodyBytes,
     maxHeaders: limits.maxRequestHeaders,
     streamIdleMs: limits.streamIdleTimeoutSeconds * 1000,

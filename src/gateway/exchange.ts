@@ -18,6 +18,7 @@ import { gatewayError, type Dialect, type GatewayError } from './errors.js';
 import { clientRequestId, downstreamHeaders, upstreamHeaders } from './headers.js';
 import type { Metrics } from './metrics.js';
 import { decodeBody } from './body-encoding.js';
+import type { RequestTrace, Tracing } from './tracing.js';
 import { acceptByModel, modelRetrieve, modelsList, prepareBody } from './openai-base.js';
 import { isBinaryContentType, validateBody, type BodyCheck } from './protocol.js';
 import type { RateLimiter } from './ratelimit.js';
@@ -43,6 +44,8 @@ export interface PlaneContext {
   maxHeaders: number;
   streamIdleMs: number;
   bodyIdleMs: number;
+  /** Set when tracing.otlpEndpoint is: a span per request (src/gateway/tracing.ts). */
+  tracing?: Tracing;
 }
 
 /** The gateway ended the backend call itself (body timeout, a parse error in the body) and answers on its own. */
@@ -55,6 +58,8 @@ const NO_BODY_STATUS = (s: number): boolean => s === 204 || s === 304 || (s >= 1
 export class Exchange implements Job, Dispatcher.DispatchHandler {
   private readonly started = performance.now();
   private requestId = '';
+  /** Tracing on: this request's server span. */
+  private trace: RequestTrace | undefined;
   private head: RequestHead | undefined;
   private d: Accepted | undefined;
   /** A request on the OpenAI base URL until its `model` is read (then `d` is set like any other). */
@@ -173,6 +178,7 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
     const head = (this.head = readHead(req, ctx.head));
     this.requestId = clientRequestId(head.requestId) ?? randomUUID();
     this.extra.push('x-request-id', this.requestId);
+    this.trace = ctx.tracing?.start(head.method, pathOf(req.url), head.traceparent, head.tracestate, this.conn.client);
 
     // Framing and identity facts first: nothing about such a request can be trusted.
     const bad = headProblem(head, req, ctx.maxHeaders);
@@ -353,6 +359,8 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
       backendAuthority: target.authority,
       trustForwarded: ctx.head.trustForwarded,
       contentLength: this.bodyLength,
+      traceparent: this.trace?.traceparent,
+      tracestate: this.trace?.tracestate,
     });
     this.ctx.metrics.inflightNow++;
     this.inflight = true;
@@ -543,6 +551,10 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
   };
 
   private record(status: number): void {
+    if (this.trace) {
+      if (this.routeOf) this.trace.route(this.routeOf.project, this.routeOf.deployment);
+      this.trace.end(status, this.error);
+    }
     recordAnswer(this.ctx, {
       req: this.req,
       client: this.conn.client,
@@ -563,7 +575,7 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
   private release(): void {
     const self = this as unknown as Record<string, unknown>;
     self.req = self.res = self.body = self.conn = self.d = self.head = self.target = self.abortUpstream = self.resumeUpstream = undefined;
-    self.byModel = self.table = self.meter = undefined;
+    self.byModel = self.table = self.meter = self.trace = undefined;
   }
 }
 
@@ -659,4 +671,11 @@ function withoutHeader(list: string[], name: string): string[] {
   const out: string[] = [];
   for (let i = 0; i < list.length; i += 2) if (list[i] !== name) out.push(list[i], list[i + 1]);
   return out;
+}
+
+/** The path of a request target, without its query (span names and attributes never carry query strings). */
+export function pathOf(url: string | undefined): string {
+  const u = url ?? '/';
+  const q = u.indexOf('?');
+  return q === -1 ? u : u.slice(0, q);
 }

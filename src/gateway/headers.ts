@@ -16,6 +16,9 @@ export interface UpstreamContext {
   contentLength?: number;
   /** Keep Connection/Upgrade for a websocket handshake. */
   upgrade?: string;
+  /** Tracing on: the gateway's span as the backend's parent (the client's own were not forwarded). */
+  traceparent?: string;
+  tracestate?: string;
 }
 
 /** The whole header list for the backend: the client's forwardable lines plus the gateway's own. */
@@ -39,6 +42,8 @@ export function upstreamHeaders(head: RequestHead, ctx: UpstreamContext): string
   );
   if (ctx.contentLength !== undefined) out.push('content-length', String(ctx.contentLength));
   if (ctx.upgrade) out.push('connection', 'upgrade', 'upgrade', ctx.upgrade);
+  if (ctx.traceparent) out.push('traceparent', ctx.traceparent);
+  if (ctx.tracestate) out.push('tracestate', ctx.tracestate);
   return out;
 }
 

@@ -14,6 +14,9 @@ export interface RequestHead {
   contentType: string | undefined;
   /** Content-Encoding, lower case; several lines joined by ", " (a chain of codings). */
   contentEncoding: string | undefined;
+  /** With tracing on only (else they are forwarded like any header); a repeated traceparent is invalid (''). */
+  traceparent: string | undefined;
+  tracestate: string | undefined;
   /** From Content-Length (Node's parser already refused invalid or conflicting values). */
   contentLength: number | undefined;
   chunked: boolean;
@@ -35,6 +38,8 @@ export interface RequestHead {
 export interface HeadOptions {
   trustForwarded: boolean;
   forwardUnderscore: boolean;
+  /** Tracing on: the client's traceparent/tracestate are read here and replaced upstream by the gateway's own. */
+  tracing?: boolean;
 }
 
 /** Hop-by-hop (RFC 9110 §7.6.1) and legacy connection headers: never forwarded either way. */
@@ -87,6 +92,8 @@ export function readHead(req: IncomingMessage, opts: HeadOptions): RequestHead {
     authorization: undefined,
     contentType: undefined,
     contentEncoding: undefined,
+    traceparent: undefined,
+    tracestate: undefined,
     contentLength: undefined,
     chunked: false,
     origin: undefined,
@@ -146,6 +153,14 @@ export function readHead(req: IncomingMessage, opts: HeadOptions): RequestHead {
       case 'access-control-request-headers':
         head.acrHeaders = head.acrHeaders === undefined ? value : `${head.acrHeaders},${value}`;
         break;
+      case 'traceparent':
+        if (!opts.tracing) break;
+        head.traceparent = head.traceparent === undefined ? value : '';
+        continue;
+      case 'tracestate':
+        if (!opts.tracing) break;
+        head.tracestate = head.tracestate === undefined ? value : `${head.tracestate},${value}`;
+        continue;
       case 'x-forwarded-for':
         // Always set by the gateway (appended to the client's only when trusted).
         head.xff = head.xff === undefined ? value : `${head.xff}, ${value}`;

@@ -9,7 +9,8 @@ import { admit, type Accepted, type ByModel, type Refusal } from './admit.js';
 import type { Conn, Job } from './connection.js';
 import { responseCorsList } from './cors.js';
 import { gatewayError, type Dialect, type GatewayError } from './errors.js';
-import { recordAnswer, type PlaneContext } from './exchange.js';
+import { pathOf, recordAnswer, type PlaneContext } from './exchange.js';
+import type { RequestTrace } from './tracing.js';
 import { clientRequestId, downstreamHeaders, upstreamHeaders } from './headers.js';
 import { closeSocket, rawHead, sendRawError } from './reply.js';
 import { headProblem, readHead } from './request-head.js';
@@ -23,6 +24,7 @@ const DECLINE_BODY_MAX = 65_536;
 export class UpgradeJob implements Job {
   private readonly started = performance.now();
   private requestId = '';
+  private trace: RequestTrace | undefined;
   private route: Route | undefined;
   private keyName = '';
   private upstream: ReturnType<typeof httpRequest> | undefined;
@@ -74,6 +76,7 @@ export class UpgradeJob implements Job {
     if (h.upgrade !== 'websocket') return this.asPlainRequest();
 
     this.requestId = clientRequestId(h.requestId) ?? randomUUID();
+    this.trace = ctx.tracing?.start(h.method, pathOf(req.url), h.traceparent, h.tracestate, this.conn.client);
     const extra = ['x-request-id', this.requestId, ...(responseCorsList(ctx.cors, h.origin) ?? [])];
     const bad = headProblem(h, req, ctx.maxHeaders);
     if (bad) return this.refuse(bad, 'kserve', extra);
@@ -111,6 +114,8 @@ export class UpgradeJob implements Job {
       backendAuthority: target.authority,
       trustForwarded: ctx.head.trustForwarded,
       upgrade: 'websocket',
+      traceparent: this.trace?.traceparent,
+      tracestate: this.trace?.tracestate,
     });
     const u = new URL(target.origin);
     const upstream = (this.upstream = httpRequest({
@@ -180,6 +185,10 @@ export class UpgradeJob implements Job {
   }
 
   private record(status: number, error?: string): void {
+    if (this.trace) {
+      if (this.route) this.trace.route(this.route.project, this.route.deployment);
+      this.trace.end(status, error);
+    }
     recordAnswer(this.ctx, {
       req: this.req,
       client: this.conn.client,
