@@ -9,6 +9,7 @@ import { Drain } from './gateway/drain.js';
 import { Metrics } from './gateway/metrics.js';
 import { CertificateReloader, CertificateError } from './gateway/tls.js';
 import type { Tracing } from './gateway/tracing.js';
+import type { LimitStore } from './limits/buckets.js';
 import { ConfigError } from './config/load.js';
 import { silentLogger, type Logger } from './log.js';
 import { RouteStore } from './routing/store.js';
@@ -92,8 +93,21 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
     tracing = new TracingClass({ otlpEndpoint: config.tracing.otlpEndpoint, sampleRatio: config.tracing.sampleRatio });
   }
 
+  // Per-minute limits count in Redis when limits.redis.url is set (every replica shares them), else in process.
+  let limitStore: LimitStore | undefined;
+  if (config.limits.redis.url) {
+    const { RedisLimitStore } = await import('./limits/redis.js');
+    limitStore = new RedisLimitStore({
+      url: config.limits.redis.url,
+      failOpen: config.limits.redis.failOpen,
+      onError: () => metrics.limitsStoreErrors.inc(),
+    });
+  }
+
   let started = false;
-  const admin = createServer(adminHandler({ store, source, metrics, isDraining: () => drain.draining, started: () => started }));
+  const admin = createServer(
+    adminHandler({ store, source, metrics, isDraining: () => drain.draining, started: () => started, problems: () => (limitStore?.problem() ? [`rate limits: ${limitStore.problem()}`] : []) }),
+  );
   await listen(admin, opts.adminPort, opts.host);
   const health = setInterval(() => {
     const h = source.health();
@@ -127,6 +141,7 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
     drain,
     endpoints: opts.endpoints,
     tracing,
+    limitStore,
     tls: certs && { cert: certs.current.cert, key: certs.current.key, plain: config.tls.httpPort > 0 },
   }));
   const { server, plain, servers } = plane;
@@ -146,6 +161,7 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
     clearInterval(health);
     certs?.stop();
     await tracing?.shutdown().catch((err: unknown) => logger.warn({ err }, 'flushing the last spans failed'));
+    await limitStore?.close().catch(() => undefined);
     for (const c of drain.connections) c.destroy();
     await attached?.stop().catch((err: unknown) => logger.warn({ err }, 'stopping the controller failed'));
     await Promise.all([...servers.map(closeServer), closeServer(admin), source.stop().catch(() => undefined), dataPlane.close()]);

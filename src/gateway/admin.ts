@@ -14,6 +14,8 @@ export interface AdminDeps {
   isDraining: () => boolean;
   /** Readiness also waits for this (e.g. the first snapshot applied). */
   started: () => boolean;
+  /** Problems that do not make the gateway unready but belong on /readyz (e.g. the rate-limit store is unreachable). */
+  problems?: () => string[];
 }
 
 export function adminHandler(deps: AdminDeps): (req: IncomingMessage, res: ServerResponse) => void {
@@ -54,12 +56,13 @@ export function adminHandler(deps: AdminDeps): (req: IncomingMessage, res: Serve
 
 export function readiness(deps: AdminDeps): { ready: boolean; status: string; synced: boolean; stalenessSeconds: number; problems: string[] } {
   const h = deps.source.health();
+  const problems = [...h.problems, ...(deps.problems?.() ?? [])];
   const synced = h.synced && deps.started();
   const stalenessSeconds = Math.round(h.stalenessMs / 100) / 10;
-  if (deps.isDraining()) return { ready: false, status: 'shutting down', synced, stalenessSeconds, problems: h.problems };
-  if (!synced) return { ready: false, status: 'waiting for the first full list of routes', synced, stalenessSeconds, problems: h.problems };
+  if (deps.isDraining()) return { ready: false, status: 'shutting down', synced, stalenessSeconds, problems };
+  if (!synced) return { ready: false, status: 'waiting for the first full list of routes', synced, stalenessSeconds, problems };
   // A stale source keeps serving its last table: readiness reports it but stays ready (failing would drop every replica at once).
-  return { ready: true, status: stalenessSeconds > 0 ? 'serving the last known routes; source is stale' : 'ready', synced, stalenessSeconds, problems: h.problems };
+  return { ready: true, status: stalenessSeconds > 0 ? 'serving the last known routes; source is stale' : 'ready', synced, stalenessSeconds, problems };
 }
 
 /** Statuses by namespace/name, for people. */

@@ -18,6 +18,10 @@ import type { Metrics } from './metrics.js';
 import { RateLimiter } from './ratelimit.js';
 import { sendRawError } from './reply.js';
 import type { Tracing } from './tracing.js';
+import { AuthFailureLimiter } from '../limits/auth-failures.js';
+import type { LimitStore } from '../limits/buckets.js';
+import { MemoryLimitStore } from '../limits/memory.js';
+import { RequestLimits } from './limits.js';
 import { UpgradeJob } from './upgrade.js';
 import { Pools, TargetPicker } from './upstream.js';
 
@@ -30,6 +34,8 @@ export interface DataPlaneDeps {
   endpoints?: EndpointResolver;
   /** Tracing on (tracing.otlpEndpoint set). */
   tracing?: Tracing;
+  /** Where per-minute limits count (Redis with limits.redis.url); default in process. */
+  limitStore?: LimitStore;
   /** The certificate pair: the main listener speaks https (and `plain` is the optional extra http one). */
   tls?: { cert: Buffer; key: Buffer; plain: boolean };
 }
@@ -66,6 +72,8 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
     drain,
     head: { trustForwarded: config.trustForwardedHeaders, forwardUnderscore: config.forwardUnderscoreHeaders, tracing: deps.tracing !== undefined },
     tracing: deps.tracing,
+    limits: new RequestLimits(deps.limitStore ?? new MemoryLimitStore(), limits.perKey),
+    authFailures: new AuthFailureLimiter(config.auth.failureLimit),
     maxBody: limits.maxRequestBodyBytes,
     maxHeaders: limits.maxRequestHeaders,
     streamIdleMs: limits.streamIdleTimeoutSeconds * 1000,

@@ -19,6 +19,8 @@ import { clientRequestId, downstreamHeaders, upstreamHeaders } from './headers.j
 import type { Metrics } from './metrics.js';
 import { decodeBody } from './body-encoding.js';
 import type { RequestTrace, Tracing } from './tracing.js';
+import type { AuthFailureLimiter } from '../limits/auth-failures.js';
+import type { Charge, LimitDecision, RequestLimits } from './limits.js';
 import { acceptByModel, modelRetrieve, modelsList, prepareBody } from './openai-base.js';
 import { isBinaryContentType, validateBody, type BodyCheck } from './protocol.js';
 import type { RateLimiter } from './ratelimit.js';
@@ -46,6 +48,10 @@ export interface PlaneContext {
   bodyIdleMs: number;
   /** Set when tracing.otlpEndpoint is: a span per request (src/gateway/tracing.ts). */
   tracing?: Tracing;
+  /** Requests and tokens per minute per key and per deployment (SPEC §9). */
+  limits: RequestLimits;
+  /** Failed-authentication throttling per client address. */
+  authFailures: AuthFailureLimiter;
 }
 
 /** The gateway ended the backend call itself (body timeout, a parse error in the body) and answers on its own. */
@@ -60,6 +66,8 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
   private requestId = '';
   /** Tracing on: this request's server span. */
   private trace: RequestTrace | undefined;
+  /** The token buckets this request passed, charged with the tokens its answer reports. */
+  private charge: Charge | undefined;
   private head: RequestHead | undefined;
   private d: Accepted | undefined;
   /** A request on the OpenAI base URL until its `model` is read (then `d` is set like any other). */
@@ -209,13 +217,53 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
       ctx.limiter,
     );
     this.dialect = d.dialect;
+    // A client address that failed authentication too often is refused whatever it sends now (SPEC §9).
+    const client = clientAddress(this.conn.client, head, ctx.head.trustForwarded);
+    const blocked = ctx.authFailures.blockedFor(client);
+    if (blocked > 0) {
+      ctx.metrics.rateLimited.inc({ scope: 'client', kind: 'auth_failures' });
+      this.routeOf = d.route;
+      const s = Math.ceil(blocked / 1000);
+      return this.refuse(gatewayError('rate_limit_exceeded', `too many failed authentications from ${client}; retry after ${s} s`, { 'retry-after': String(s) }));
+    }
     if (!d.ok) {
       if (d.authMetric) ctx.metrics.authFailures.inc({ reason: d.authMetric });
+      if (d.authFailure) ctx.authFailures.failed(client);
       this.routeOf = d.route;
       this.keyName = d.key?.name ?? '';
       return this.refuse(d.error);
     }
     this.keyName = d.key.name;
+    if (!d.byModel) {
+      // Per-minute limits before the body is read; /openai/v1 checks them once `model` has picked the route.
+      const specs = ctx.limits.specs(d.route, d.key);
+      if (specs.length) return this.limited(ctx.limits.decide(specs), () => this.admitted(d, table));
+    }
+    this.admitted(d, table);
+  }
+
+  /** Applies a limit decision (now, or when the shared store answers), then goes on with `next`. */
+  private limited(decision: LimitDecision | Promise<LimitDecision>, next: () => void): void {
+    const apply = (dec: LimitDecision): void => {
+      if (this.over || this.gone || this.answered) return;
+      if (!dec.ok) {
+        for (const s of dec.spent) this.ctx.metrics.rateLimited.inc(s);
+        return this.refuse(dec.error);
+      }
+      for (const [k, v] of Object.entries(dec.headers)) this.extra.push(k, v);
+      this.charge = dec.charge;
+      next();
+    };
+    if (!(decision instanceof Promise)) return apply(decision);
+    decision.then(apply, (err: unknown) => {
+      this.ctx.logger.error({ err }, 'rate-limit check failed');
+      this.fail500();
+    });
+  }
+
+  private admitted(d: Accepted | ByModel, table: RouteTable): void {
+    const { ctx, req, res } = this;
+    const head = this.head!;
     let check: BodyCheck;
     if (d.byModel) {
       this.byModel = d;
@@ -307,6 +355,8 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
     if (decoded) this.head!.forward = withoutHeader(this.head!.forward, 'content-encoding');
     this.body = p.body;
     this.bodyLength = p.body.length;
+    const specs = this.ctx.limits.specs(p.route, b.key);
+    if (specs.length) return this.limited(this.ctx.limits.decide(specs), () => this.dispatch(undefined));
     this.dispatch(undefined);
   }
 
@@ -551,6 +601,8 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
   };
 
   private record(status: number): void {
+    const usage = this.meter?.usage;
+    if (this.charge && usage) this.ctx.limits.charge(this.charge, usage.prompt + usage.completion);
     if (this.trace) {
       if (this.routeOf) this.trace.route(this.routeOf.project, this.routeOf.deployment);
       this.trace.end(status, this.error);
@@ -575,7 +627,7 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
   private release(): void {
     const self = this as unknown as Record<string, unknown>;
     self.req = self.res = self.body = self.conn = self.d = self.head = self.target = self.abortUpstream = self.resumeUpstream = undefined;
-    self.byModel = self.table = self.meter = self.trace = undefined;
+    self.byModel = self.table = self.meter = self.trace = self.charge = undefined;
   }
 }
 
@@ -678,4 +730,11 @@ export function pathOf(url: string | undefined): string {
   const u = url ?? '/';
   const q = u.indexOf('?');
   return q === -1 ? u : u.slice(0, q);
+}
+
+/** The address failed-authentication throttling counts: the peer, or behind a trusted proxy the last X-Forwarded-For hop. */
+export function clientAddress(peer: string, head: RequestHead, trustForwarded: boolean): string {
+  if (!trustForwarded || !head.xff) return peer;
+  const last = head.xff.slice(head.xff.lastIndexOf(',') + 1).trim();
+  return last || peer;
 }

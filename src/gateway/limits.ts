@@ -33,7 +33,7 @@ export interface Charge {
 
 export type LimitDecision =
   | { ok: true; headers: Record<string, string>; charge: Charge | undefined; unavailable?: string }
-  | { ok: false; error: GatewayError; unavailable?: string };
+  | { ok: false; error: GatewayError; unavailable?: string; spent: Array<{ scope: 'key' | 'deployment'; kind: 'requests' | 'tokens' }> };
 
 export class RequestLimits {
   constructor(
@@ -93,20 +93,18 @@ export class RequestLimits {
       const error = gatewayError('limits_unavailable', 'rate limits cannot be checked now (their store is unreachable); retry shortly', {
         'retry-after': String(Math.ceil(a.retryAfterMs / 1000)),
       });
-      return { ok: false, error, unavailable };
+      return { ok: false, error, unavailable, spent: [] };
     }
     const headers = rateLimitHeaders(specs, a.buckets);
     if (a.allowed) {
       const tokens = specs.filter((s) => s.cost === 0).map((s) => ({ id: s.id, limit: s.limit }));
       return { ok: true, headers, charge: tokens.length ? { tokens } : undefined, unavailable };
     }
-    const spent = specs
-      .map((s, i) => ({ s, b: a.buckets[i] }))
-      .filter(({ s, b }) => (s.cost > 0 ? b.remaining < s.cost : b.remaining <= 0))
-      .map(({ s }) => describe(s));
+    const refusing = specs.filter((s, i) => (s.cost > 0 ? a.buckets[i].remaining < s.cost : a.buckets[i].remaining <= 0));
     headers['retry-after'] = String(Math.max(1, Math.ceil(a.retryAfterMs / 1000)));
-    const error = gatewayError('rate_limit_exceeded', `rate limit exceeded: ${spent.join(', ')}; retry after ${headers['retry-after']} s`, headers);
-    return { ok: false, error, unavailable };
+    const error = gatewayError('rate_limit_exceeded', `rate limit exceeded: ${refusing.map(describe).join(', ')}; retry after ${headers['retry-after']} s`, headers);
+    const spent = refusing.map((s) => ({ scope: s.id.startsWith('key:') ? ('key' as const) : ('deployment' as const), kind: s.cost > 0 ? ('requests' as const) : ('tokens' as const) }));
+    return { ok: false, error, unavailable, spent };
   }
 }
 

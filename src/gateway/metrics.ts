@@ -64,6 +64,17 @@ export class Metrics {
     labelNames: ['kind', 'reason'] as const,
     registers: [this.registry],
   });
+  readonly rateLimited = new Counter({
+    name: 'servegate_rate_limited_total',
+    help: 'Requests refused with 429 by a per-minute limit (SPEC §9), by scope (key, deployment) and kind (requests, tokens); auth_failures: a client address throttled after failed authentications',
+    labelNames: ['scope', 'kind'] as const,
+    registers: [this.registry],
+  });
+  readonly limitsStoreErrors = new Counter({
+    name: 'servegate_limits_store_errors_total',
+    help: 'Limit checks and token charges the shared store (Redis) could not answer; each such request was admitted (failOpen) or refused with 503',
+    registers: [this.registry],
+  });
   readonly tlsReloads = new Counter({
     name: 'servegate_tls_certificate_reloads_total',
     help: 'Certificate reloads after a change of tls.certFile/keyFile, by result (success; error: the previous pair stays in use)',

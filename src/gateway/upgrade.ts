@@ -9,11 +9,12 @@ import { admit, type Accepted, type ByModel, type Refusal } from './admit.js';
 import type { Conn, Job } from './connection.js';
 import { responseCorsList } from './cors.js';
 import { gatewayError, type Dialect, type GatewayError } from './errors.js';
-import { pathOf, recordAnswer, type PlaneContext } from './exchange.js';
+import { clientAddress, pathOf, recordAnswer, type PlaneContext } from './exchange.js';
+import type { LimitDecision } from './limits.js';
 import type { RequestTrace } from './tracing.js';
 import { clientRequestId, downstreamHeaders, upstreamHeaders } from './headers.js';
 import { closeSocket, rawHead, sendRawError } from './reply.js';
-import { headProblem, readHead } from './request-head.js';
+import { headProblem, readHead, type RequestHead } from './request-head.js';
 import { mapUpstreamError } from './upstream-errors.js';
 import type { Route, RouteTable } from '../routing/types.js';
 import { acceptByModel, selectModel, servedModel } from './openai-base.js';
@@ -89,13 +90,44 @@ export class UpgradeJob implements Job {
     );
     // The OpenAI base URL: a websocket (the realtime API) names its model in the query, `?model=<project>/<deployment>`.
     const d = admitted.ok && admitted.byModel ? upgradeByModel(table, admitted) : admitted;
+    const client = clientAddress(this.conn.client, h, ctx.head.trustForwarded);
+    const blocked = ctx.authFailures.blockedFor(client);
+    if (blocked > 0) {
+      ctx.metrics.rateLimited.inc({ scope: 'client', kind: 'auth_failures' });
+      const s = Math.ceil(blocked / 1000);
+      return this.refuse(gatewayError('rate_limit_exceeded', `too many failed authentications from ${client}; retry after ${s} s`, { 'retry-after': String(s) }), d.dialect, extra);
+    }
     if (!d.ok) {
       if (d.authMetric) ctx.metrics.authFailures.inc({ reason: d.authMetric });
+      if ('authFailure' in d && d.authFailure) ctx.authFailures.failed(client);
       this.route = d.route;
       return this.refuse(d.error, d.dialect, extra);
     }
     this.route = d.route;
     this.keyName = d.key.name;
+    const specs = ctx.limits.specs(d.route, d.key);
+    if (specs.length) {
+      const decision = ctx.limits.decide(specs);
+      const apply = (dec: LimitDecision): void => {
+        if (this.finished || this.socket.destroyed) return this.end();
+        if (!dec.ok) {
+          for (const s of dec.spent) ctx.metrics.rateLimited.inc(s);
+          return this.refuse(dec.error, d.dialect, extra);
+        }
+        for (const [k, v] of Object.entries(dec.headers)) extra.push(k, v);
+        this.forward(h, d, extra);
+      };
+      if (decision instanceof Promise) {
+        decision.then(apply, () => this.refuse(gatewayError('internal_error', 'internal gateway error'), d.dialect, extra));
+        return;
+      }
+      return apply(decision);
+    }
+    this.forward(h, d, extra);
+  }
+
+  private forward(h: RequestHead, d: Accepted, extra: string[]): void {
+    const { ctx, req, socket } = this;
     if (d.route.kind === 'predictive') {
       return this.refuse(gatewayError('not_found', 'predictive deployments do not accept upgrade (websocket) requests'), d.dialect, extra);
     }

@@ -113,6 +113,13 @@ export interface Route {
   backend: Backend;
   timeoutMs: number;
   hostname?: string;
+  /** spec.limits: requests and tokens per minute across every key (SPEC §9). */
+  limits?: PerMinuteLimits;
+}
+
+export interface PerMinuteLimits {
+  requestsPerMinute?: number;
+  tokensPerMinute?: number;
 }
 
 export interface ApiKeyRecord {
@@ -128,6 +135,8 @@ export interface ApiKeyRecord {
   expiresAt?: number;
   /** Set when the Secret lives outside the keys namespace: it may grant routes of this namespace only. */
   scopeNamespace?: string;
+  /** The Secret's rpm/tpm fields; a missing one falls back to limits.perKey (SPEC §9). */
+  limits?: PerMinuteLimits;
 }
 
 export interface RouteTable {

@@ -143,6 +143,9 @@ describe('pipelined floods that are abandoned', () => {
   beforeAll(async () => {
     py = await new ConcurrencyBackend().listen();
     gw = await startGateway({
+      // These floods measure what abandoned 401s leave behind; failed-auth throttling (which would answer them 429
+      // after 100) is off here and tested in test/gateway/limits.test.ts.
+      config: { auth: { failureLimit: { maxFailures: 0 } } },
       deployments: [{ namespace: 'demo', name: 'py', type: 'python', url: py.url }],
       keys: [{ name: 'k-demo', projects: 'demo' }],
     });

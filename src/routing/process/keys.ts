@@ -2,7 +2,7 @@
 // Secret skipped), indexed by prefix. Bad keys never affect other keys or routes.
 import { createHash } from 'node:crypto';
 import { KEY_PREFIX, KEY_SHA256, PROJECT_NAME, projectNamespaceForm } from '../names.js';
-import type { ApiKeyRecord, KeyProblem, KeySecretResource } from '../types.js';
+import type { ApiKeyRecord, KeyProblem, KeySecretResource, PerMinuteLimits } from '../types.js';
 import { BuildCache, type ParsedKey } from '../cache.js';
 import { cmp } from './order.js';
 
@@ -44,7 +44,7 @@ function buildKeysWithDigests(
         typeof value === 'string'
           ? ''
           : createHash('sha1')
-              .update(JSON.stringify([value.name, value.namespace, value.prefix, value.sha256.toString('hex'), value.projects === '*' ? '*' : [...value.projects].sort(), value.expiresAt ?? null, value.scopeNamespace ?? null]))
+              .update(JSON.stringify([value.name, value.namespace, value.prefix, value.sha256.toString('hex'), value.projects === '*' ? '*' : [...value.projects].sort(), value.expiresAt ?? null, value.scopeNamespace ?? null, value.limits ?? null]))
               .digest('base64');
       p = { keysNamespace, id: `${s.metadata.namespace}/${s.metadata.name}`, value, digest };
       cache.parsedKeys.set(s, p);
@@ -87,6 +87,16 @@ function parseKeySecret(s: KeySecretResource, keysNamespace: string): ApiKeyReco
     expiresAt = Date.parse(d.expiresAt.trim());
     if (Number.isNaN(expiresAt)) return `expiresAt "${d.expiresAt}" is not an RFC 3339 time`;
   }
+  const limits: PerMinuteLimits = {};
+  for (const [field, name] of [
+    ['rpm', 'requestsPerMinute'],
+    ['tpm', 'tokensPerMinute'],
+  ] as const) {
+    const raw = d[field]?.trim();
+    if (raw === undefined || raw === '') continue;
+    if (!/^\d+$/.test(raw) || !Number.isSafeInteger(Number(raw))) return `${field} must be a whole number 0 or more (per minute), got "${d[field]}"`;
+    limits[name] = Number(raw);
+  }
   const scoped = s.metadata.namespace !== keysNamespace;
   return {
     name: s.metadata.name,
@@ -96,5 +106,6 @@ function parseKeySecret(s: KeySecretResource, keysNamespace: string): ApiKeyReco
     projects,
     expiresAt,
     scopeNamespace: scoped ? s.metadata.namespace : undefined,
+    ...(Object.keys(limits).length ? { limits } : {}),
   };
 }

@@ -2,7 +2,7 @@
 // BackendNotFound with a message that names the field. Knows nothing of other resources (conflicts are the builder's).
 import { isObject } from '../../kube/objects.js';
 import { isDnsLabel, MODEL_NAME, MODEL_SERVERS, PROJECT_NAME, routeKindOf, SERVED_MODEL_NAME, VERBS } from '../names.js';
-import type { ModelServer, ServiceResource, ServingDeploymentResource, Snapshot } from '../types.js';
+import type { ModelServer, PerMinuteLimits, ServiceResource, ServingDeploymentResource, Snapshot } from '../types.js';
 import type { BuildOptions } from '../build.js';
 import { parseBackend } from './backend.js';
 import { invalid, type RouteOrError } from './result.js';
@@ -57,6 +57,16 @@ export function servingDeploymentRoute(
     }
     timeoutMs = Math.round(spec.timeoutSeconds * 1000);
   }
+  let limits: PerMinuteLimits | undefined;
+  if (spec.limits !== undefined && spec.limits !== null) {
+    if (!isObject(spec.limits)) return invalid('spec.limits must be an object: {requestsPerMinute, tokensPerMinute}');
+    for (const k of Object.keys(spec.limits)) {
+      if (k !== 'requestsPerMinute' && k !== 'tokensPerMinute') return invalid(`spec.limits.${k} is not a field: spec.limits takes requestsPerMinute and tokensPerMinute`);
+      const v = spec.limits[k];
+      if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0) return invalid(`spec.limits.${k} must be a whole number 0 or more, got ${JSON.stringify(v)}`);
+      if (v > 0) (limits ??= {})[k] = v;
+    }
+  }
   const backend = parseBackend(spec.backend, namespace, source, services);
   if ('reason' in backend) return backend;
   return {
@@ -72,5 +82,6 @@ export function servingDeploymentRoute(
     verbs: modelServer ? VERBS[modelServer] : [],
     backend,
     timeoutMs,
+    ...(limits ? { limits } : {}),
   };
 }
