@@ -28,6 +28,8 @@ export interface DeploymentManifest {
   /** backend.url, e.g. backend.url */
   url: string;
   timeoutSeconds?: number;
+  /** spec.limits (SPEC §9). */
+  limits?: { requestsPerMinute?: number; tokensPerMinute?: number };
 }
 
 export interface KeyManifest {
@@ -42,6 +44,9 @@ export interface KeyManifest {
   base64?: boolean;
   /** Use this key instead of a fresh one (e.g. to rotate a Secret to a known key). */
   key?: string;
+  /** The Secret's rpm/tpm fields (SPEC §9). */
+  rpm?: number | string;
+  tpm?: number | string;
 }
 
 export interface Gateway {
@@ -72,6 +77,7 @@ export function deploymentDoc(d: DeploymentManifest): object {
   if (d.modelName !== undefined) spec.modelName = d.modelName;
   spec.backend = { url: d.url };
   if (d.timeoutSeconds !== undefined) spec.timeoutSeconds = d.timeoutSeconds;
+  if (d.limits !== undefined) spec.limits = d.limits;
   return {
     apiVersion: 'serving.servegate.dev/v1alpha1',
     kind: 'ServingDeployment',
@@ -94,6 +100,8 @@ export function keyDoc(k: KeyManifest, key: string): object {
     projects: k.projects,
   };
   if (k.expiresAt) fields.expiresAt = k.expiresAt;
+  if (k.rpm !== undefined) fields.rpm = String(k.rpm);
+  if (k.tpm !== undefined) fields.tpm = String(k.tpm);
   const metadata: Record<string, unknown> = { name: k.name, labels: { 'serving.servegate.dev/api-key': 'true' } };
   if (k.namespace !== null) metadata.namespace = k.namespace ?? KEYS_NAMESPACE;
   const doc: Record<string, unknown> = { apiVersion: 'v1', kind: 'Secret', metadata, type: 'Opaque' };
