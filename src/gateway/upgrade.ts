@@ -72,7 +72,7 @@ export class UpgradeJob implements Job {
   }
 
   private run(): void {
-    const { ctx, req, socket } = this;
+    const { ctx, req } = this;
     const h = readHead(req, ctx.head);
     if (h.upgrade !== 'websocket') return this.asPlainRequest();
 
