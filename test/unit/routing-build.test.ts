@@ -453,3 +453,30 @@ describe('deterministic output', () => {
     expect(snap).toEqual(before);
   });
 });
+
+describe('limits (SPEC §9)', () => {
+  test('spec.limits: whole numbers 0 or more; 0 means none; anything else is InvalidSpec naming the field', () => {
+    expect(routeOf(sdep('demo/a').python().set('limits', { requestsPerMinute: 60, tokensPerMinute: 0 })).limits).toEqual({ requestsPerMinute: 60 });
+    expect(routeOf(sdep('demo/b').python()).limits).toBeUndefined();
+    for (const [limits, message] of [
+      [{ requestsPerMinute: -1 }, 'spec.limits.requestsPerMinute must be a whole number 0 or more, got -1'],
+      [{ tokensPerMinute: 1.5 }, 'spec.limits.tokensPerMinute must be a whole number 0 or more, got 1.5'],
+      [{ rpm: 5 }, 'spec.limits.rpm is not a field: spec.limits takes requestsPerMinute and tokensPerMinute'],
+      ['60', 'spec.limits must be an object: {requestsPerMinute, tokensPerMinute}'],
+    ] as const) {
+      const r = build({ deployments: [sdep('demo/bad').python().set('limits', limits).build()] });
+      expect(r.statuses[0]).toMatchObject({ ready: false, reason: 'InvalidSpec', message });
+    }
+  });
+
+  test("a key Secret's rpm/tpm: whole numbers; a bad one makes the key a problem naming the field", () => {
+    const good = apiKey('apikey-l', 'demo');
+    good.secret.data.rpm = '120';
+    good.secret.data.tpm = ' 5000 ';
+    const bad = apiKey('apikey-bad', 'demo');
+    bad.secret.data.tpm = 'lots';
+    const r = build({ keySecrets: [good.secret, bad.secret] });
+    expect([...r.table.keys.values()].flat().map((k) => [k.name, k.limits])).toEqual([['apikey-l', { requestsPerMinute: 120, tokensPerMinute: 5000 }]]);
+    expect(r.keyProblems.map((p) => p.message)).toEqual(['tpm must be a whole number 0 or more (per minute), got "lots"']);
+  });
+});
