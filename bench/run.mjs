@@ -1,6 +1,6 @@
-// `npm run bench`: builds, detects the tools, runs Part A (gateway data plane) and Part B (Kubernetes source), and
-// ends with a summary of every goal (met / MISSED / skipped) and the command line.
-//   node bench/run.mjs [--only gateway|kubernetes] [--seconds 10] [--warmup 2] [--rate 1000] [--rate-seconds 10]
+// `npm run bench`: builds, detects the tools, runs Part A (gateway data plane), Part B (Kubernetes source) and Part C
+// (the cost of per-minute limits), and ends with a summary of every goal (met / MISSED / skipped) and the command line.
+//   node bench/run.mjs [--only gateway|kubernetes|limits] [--seconds 10] [--warmup 2] [--rate 1000] [--rate-seconds 10]
 //                      [--settle 3] [--openloop-warmup 2] [--cold-openloop] [--requests-for-rss 1000000]
 //                      [--connections 64] [--threads 2] [--backend-workers 2] [--deployments 10000] [--events 200]
 //                      [--leader-seconds 15]
@@ -57,8 +57,8 @@ if (flags.help) {
   log('  --profile: the gateway runs with --cpu-prof into .bench-tmp/profiles (read with node bench/profile-summary.mjs)');
   process.exit(0);
 }
-if (flags.only && !['gateway', 'kubernetes'].includes(flags.only)) {
-  process.stderr.write(`bench: --only must be "gateway" or "kubernetes", not "${flags.only}"\n`);
+if (flags.only && !['gateway', 'kubernetes', 'limits'].includes(flags.only)) {
+  process.stderr.write(`bench: --only must be "gateway", "kubernetes" or "limits", not "${flags.only}"\n`);
   process.exit(2);
 }
 
@@ -100,7 +100,7 @@ const ctx = {
 };
 
 // Time limit: 6 minutes for the fixed parts, plus the RSS run at 3,000 requests/s at worst.
-const limitMs = (6 * 60 + (flags.only === 'kubernetes' ? 0 : ctx.rssRequests / 3000)) * 1000;
+const limitMs = (6 * 60 + (flags.only === 'kubernetes' || flags.only === 'limits' ? 0 : ctx.rssRequests / 3000)) * 1000;
 installCleanup(limitMs);
 
 const started = Date.now();
@@ -129,7 +129,7 @@ function printSummary(results) {
   log('== Summary ==');
   log(`  command: ${commandLine()}`);
   log(`  ${results.date}, ${results.machine.cpus} × ${results.machine.model?.trim() ?? 'cpu'}, node ${results.machine.node}; load average before: ${load || 'n/a'}`);
-  for (const line of [...(results.gateway?.summary ?? []), ...(results.kubernetes?.summary ?? [])]) log(`  ${line}`);
+  for (const line of [...(results.gateway?.summary ?? []), ...(results.kubernetes?.summary ?? []), ...(results.limits?.summary ?? [])]) log(`  ${line}`);
   const rows = [['goal', 'measured', 'verdict']];
   for (const g of goalLog) rows.push([`${g.part}  ${g.text}`, g.measured, g.verdict]);
   log('');
@@ -168,7 +168,7 @@ try {
       log(`Part A FAILED: ${err.stack ?? err}`);
     }
   }
-  skipGoals('A', Object.values(gatewayGoals(ctx)), flags.only === 'kubernetes' ? 'not run (--only kubernetes)' : 'no figure (part failed)');
+  skipGoals('A', Object.values(gatewayGoals(ctx)), flags.only && flags.only !== 'gateway' ? `not run (--only ${flags.only})` : 'no figure (part failed)');
   if (!flags.only || flags.only === 'kubernetes') {
     log('');
     log('== Part B: Kubernetes source at 10,000 ServingDeployments ==');
@@ -181,7 +181,19 @@ try {
       log(`Part B FAILED: ${err.stack ?? err}`);
     }
   }
-  skipGoals('B', Object.values(kubernetesGoals(ctx)), flags.only === 'gateway' ? 'not run (--only gateway)' : 'no figure (part failed or skipped)');
+  skipGoals('B', Object.values(kubernetesGoals(ctx)), flags.only && flags.only !== 'kubernetes' ? `not run (--only ${flags.only})` : 'no figure (part failed or skipped)');
+  if (!flags.only || flags.only === 'limits') {
+    log('');
+    log('== Part C: the cost of per-minute limits (SPEC §9): none vs in process vs Redis ==');
+    busyCheck(results, 'limits');
+    const { runLimitsBench } = await import('./limits.mjs');
+    try {
+      results.limits = await runLimitsBench(ctx);
+    } catch (err) {
+      failed = true;
+      log(`Part C FAILED: ${err.stack ?? err}`);
+    }
+  }
 } finally {
   killAllSync();
   rmSync(dir, { recursive: true, force: true });
