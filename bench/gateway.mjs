@@ -9,7 +9,20 @@ import { request } from 'undici';
 import { stringify } from 'yaml';
 import { deploymentObject, keySecretObject, makeKey } from './lib/manifests.mjs';
 import { BACKEND_BODY, backendConfig, proxyConfig, startNginx } from './lib/nginx.mjs';
-import { countLines, cpuSnapshot, freePort, groupCpuSeconds, memoryOf, otherCores, outputOf, schedSampler, startProcess, stopProcess, sumInWindows, waitFor } from './lib/procs.mjs';
+import {
+  countLines,
+  cpuSnapshot,
+  freePort,
+  groupCpuSeconds,
+  memoryOf,
+  otherCores,
+  outputOf,
+  schedSampler,
+  startProcess,
+  stopProcess,
+  sumInWindows,
+  waitFor,
+} from './lib/procs.mjs';
 import { runAutocannon, runOpenLoop, runWrk, writeWrkScript } from './lib/load.mjs';
 import { cores, goal, log, mb, ms, pct, ratio, rps, signedMs, table, us } from './lib/report.mjs';
 import { CLI, cliBuilt, heapOf, liveHeap, startGateway } from './lib/servegate.mjs';
@@ -21,7 +34,11 @@ const MODEL_PATH = `/v1/models/${DEPLOYMENT}:predict`;
 const BODY = '{"instances":[[6.8,2.8,4.8,1.4]]}';
 const STREAM_DEPLOYMENT = 'chat';
 const STREAM_PATH = '/v1/chat/completions';
-const STREAM_BODY = JSON.stringify({ model: 'bench', stream: true, messages: [{ role: 'user', content: 'count to 40' }] });
+const STREAM_BODY = JSON.stringify({
+  model: 'bench',
+  stream: true,
+  messages: [{ role: 'user', content: 'count to 40' }],
+});
 
 /** The two access-log modes, run in this order; the goals are judged on 'off'. */
 const MODES = {
@@ -45,7 +62,8 @@ export function goalTexts(ctx) {
 export async function probe(url, headers, status = 200) {
   const res = await request(url, { method: 'POST', headers, body: BODY });
   const text = await res.body.text();
-  if (res.statusCode !== status) throw new Error(`${url}: expected ${status}, got ${res.statusCode}: ${text.slice(0, 200)}`);
+  if (res.statusCode !== status)
+    throw new Error(`${url}: expected ${status}, got ${res.statusCode}: ${text.slice(0, 200)}`);
   return text;
 }
 
@@ -89,11 +107,21 @@ export async function startBackend(ctx, dir) {
   } else {
     const script = fileURLToPath(new URL('./backend.mjs', import.meta.url));
     child = startProcess('node backend', process.execPath, [script, String(port), String(ctx.backendWorkers)]);
-    await waitFor(`node backend on port ${port}`, async () => (await probe(`http://127.0.0.1:${port}${MODEL_PATH}`, {})) === BACKEND_BODY, {
-      child,
-    });
+    await waitFor(
+      `node backend on port ${port}`,
+      async () => (await probe(`http://127.0.0.1:${port}${MODEL_PATH}`, {})) === BACKEND_BODY,
+      {
+        child,
+      },
+    );
   }
-  return { child, port, kind: ctx.tools.nginx ? `nginx return 200, ${ctx.backendWorkers} workers` : `Node cluster, ${ctx.backendWorkers} workers` };
+  return {
+    child,
+    port,
+    kind: ctx.tools.nginx
+      ? `nginx return 200, ${ctx.backendWorkers} workers`
+      : `Node cluster, ${ctx.backendWorkers} workers`,
+  };
 }
 
 /** nginx as the comparison proxy in one access-log mode, checked to answer 401 without the key. */
@@ -103,7 +131,12 @@ async function startProxy(ctx, dir, backendPort, key, mode) {
   const accessLog = mode === 'on' ? join(dir, `${name}-access.log`) : undefined;
   const conf = proxyConfig(dir, port, backendPort, { project: PROJECT, deployment: DEPLOYMENT, key, name, accessLog });
   const url = `http://127.0.0.1:${port}/v1/${PROJECT}/${DEPLOYMENT}${MODEL_PATH}`;
-  const child = await startNginx(ctx.tools.nginx, dir, name, conf, port, { path: url.slice(url.indexOf('/v1/')), method: 'POST', headers: ctx.headers, body: BODY });
+  const child = await startNginx(ctx.tools.nginx, dir, name, conf, port, {
+    path: url.slice(url.indexOf('/v1/')),
+    method: 'POST',
+    headers: ctx.headers,
+    body: BODY,
+  });
   await probe(url, { 'content-type': 'application/json' }, 401);
   return { name: 'nginx', url, child, logFile: accessLog };
 }
@@ -115,7 +148,11 @@ function writeManifests(dir, backendPort, ssePort, { prefix, sha256 }) {
   const docs = [
     deploymentObject({ namespace: PROJECT, name: DEPLOYMENT, backend: { url: `http://127.0.0.1:${backendPort}` } }),
     {
-      ...deploymentObject({ namespace: PROJECT, name: STREAM_DEPLOYMENT, backend: { url: `http://127.0.0.1:${ssePort}` } }),
+      ...deploymentObject({
+        namespace: PROJECT,
+        name: STREAM_DEPLOYMENT,
+        backend: { url: `http://127.0.0.1:${ssePort}` },
+      }),
       spec: { type: 'model', modelServer: 'llm', backend: { url: `http://127.0.0.1:${ssePort}` } },
     },
     keySecretObject({ name: 'bench-key', prefix, sha256, projects: PROJECT }),
@@ -133,7 +170,11 @@ async function startServegate(ctx, dir, manifests, mode) {
     gcLog: join(dir, `servegate-log-${mode}-gc.txt`),
     profileDir: ctx.profileDir && join(ctx.profileDir, `gateway-log-${mode}`),
     ready: (g) =>
-      waitFor('servegate route', async () => (await probe(`${base(g)}/${DEPLOYMENT}${MODEL_PATH}`, ctx.headers)) !== undefined, { child: g.child, timeoutMs: 20_000 }),
+      waitFor(
+        'servegate route',
+        async () => (await probe(`${base(g)}/${DEPLOYMENT}${MODEL_PATH}`, ctx.headers)) !== undefined,
+        { child: g.child, timeoutMs: 20_000 },
+      ),
   });
   gw.url = `${base(gw)}/${DEPLOYMENT}${MODEL_PATH}`;
   gw.streamUrl = `${base(gw)}/${STREAM_DEPLOYMENT}${STREAM_PATH}`;
@@ -167,14 +208,26 @@ async function closedLoopMode(ctx, mode, targets, results) {
     await sleep(500);
   }
   log('');
-  log(`  (${mode === 'off' ? 'a' : 'b'}) ${MODES[mode].title}: nginx ${MODES[mode].nginx}; servegate ${targets.find((t) => t.name === 'servegate')?.logMode ?? 'not running'}`);
+  log(
+    `  (${mode === 'off' ? 'a' : 'b'}) ${MODES[mode].title}: nginx ${MODES[mode].nginx}; servegate ${targets.find((t) => t.name === 'servegate')?.logMode ?? 'not running'}`,
+  );
   const rows = [['target', 'requests/s', 'p50', 'p99', 'errors', 'server CPU', 'CPU/request', 'other CPU']];
   for (const [name, r] of Object.entries(out)) {
-    rows.push([name, rps(r.rps), ms(r.p50Ms), ms(r.p99Ms), String(r.errors + r.non2xx), pct(r.serverCpuShare), us(r.serverCpuUsPerRequest), cores(r.otherCores)]);
+    rows.push([
+      name,
+      rps(r.rps),
+      ms(r.p50Ms),
+      ms(r.p99Ms),
+      String(r.errors + r.non2xx),
+      pct(r.serverCpuShare),
+      us(r.serverCpuUsPerRequest),
+      cores(r.otherCores),
+    ]);
   }
   table(rows);
   const noisy = Object.values(out).filter((r) => r.otherCores > 0.2);
-  if (noisy.length) log('  WARNING: other processes used the CPU during these runs ("other CPU", in cores): the figures are noisy');
+  if (noisy.length)
+    log('  WARNING: other processes used the CPU during these runs ("other CPU", in cores): the figures are noisy');
   return out;
 }
 
@@ -190,29 +243,57 @@ function versusNginx(mode) {
   const gw = usable(mode?.servegate);
   const ng = usable(mode?.nginx);
   if (!gw || !ng) return undefined;
-  return { throughput: gw.rps / ng.rps, cpuNginxOverGateway: ng.serverCpuUsPerRequest / gw.serverCpuUsPerRequest, gw, ng };
+  return {
+    throughput: gw.rps / ng.rps,
+    cpuNginxOverGateway: ng.serverCpuUsPerRequest / gw.serverCpuUsPerRequest,
+    gw,
+    ng,
+  };
 }
 
 function printComparison(results) {
   log('');
-  const rows = [['servegate vs nginx', 'servegate/s', 'nginx/s', 'throughput', 'servegate CPU/req', 'nginx CPU/req', 'nginx÷servegate CPU']];
+  const rows = [
+    [
+      'servegate vs nginx',
+      'servegate/s',
+      'nginx/s',
+      'throughput',
+      'servegate CPU/req',
+      'nginx CPU/req',
+      'nginx÷servegate CPU',
+    ],
+  ];
   for (const mode of Object.keys(MODES)) {
     const v = results.ratios[mode];
     if (!v) continue;
-    rows.push([MODES[mode].title, rps(v.gw.rps), rps(v.ng.rps), ratio(v.throughput), us(v.gw.serverCpuUsPerRequest), us(v.ng.serverCpuUsPerRequest), ratio(v.cpuNginxOverGateway)]);
+    rows.push([
+      MODES[mode].title,
+      rps(v.gw.rps),
+      rps(v.ng.rps),
+      ratio(v.throughput),
+      us(v.gw.serverCpuUsPerRequest),
+      us(v.ng.serverCpuUsPerRequest),
+      ratio(v.cpuNginxOverGateway),
+    ]);
   }
   if (rows.length > 1) table(rows);
   else log('  servegate vs nginx: n/a (no usable run of both)');
   const off = results.modes.off ?? {};
   const di = usable(off.direct);
-  if (di) log(`  logs off, against direct: servegate ${ratio(usable(off.servegate)?.rps / di.rps)}, nginx ${ratio(usable(off.nginx)?.rps / di.rps)}`);
+  if (di)
+    log(
+      `  logs off, against direct: servegate ${ratio(usable(off.servegate)?.rps / di.rps)}, nginx ${ratio(usable(off.nginx)?.rps / di.rps)}`,
+    );
   log('  (server CPU: CPU time of the process group the client talks to, in cores; direct = the backend itself;');
-  log('   other CPU: cores used meanwhile by processes that are not this benchmark\'s)');
+  log("   other CPU: cores used meanwhile by processes that are not this benchmark's)");
   for (const mode of Object.keys(MODES)) {
     const lines = results.logLines?.[mode];
     if (!lines) continue;
     const f = (v) => (v === undefined ? 'n/a' : v.toFixed(2));
-    log(`  ${MODES[mode].title}: access-log lines per request: servegate ${f(lines.servegate)}, nginx ${f(lines.nginx)}`);
+    log(
+      `  ${MODES[mode].title}: access-log lines per request: servegate ${f(lines.servegate)}, nginx ${f(lines.nginx)}`,
+    );
   }
 }
 
@@ -266,25 +347,44 @@ function slowDuringGc(events, r) {
 async function prepareOpenLoop(ctx, gateway, results) {
   if (ctx.coldOpenLoop) {
     if (gateway) await closedRun(ctx, gateway.url, ctx.seconds);
-    log(`  (--cold-openloop: right after a ${ctx.seconds} s closed loop on servegate, 1 s warm-up per target, no settle, no forced GC)`);
+    log(
+      `  (--cold-openloop: right after a ${ctx.seconds} s closed loop on servegate, 1 s warm-up per target, no settle, no forced GC)`,
+    );
     return 1;
   }
   await sleep(ctx.settleSeconds * 1000);
   const gc = gateway && (await liveHeap(gateway.child));
   results.beforeOpenLoop = gc;
-  log(`  before it: ${ctx.settleSeconds} s idle, then a full GC forced in servegate (live heap ${mb(gc?.liveHeap)}, RSS ${mb(gc?.rssAfterGc)}), then ${ctx.openLoopWarmup} s per target at the rate (not recorded)`);
+  log(
+    `  before it: ${ctx.settleSeconds} s idle, then a full GC forced in servegate (live heap ${mb(gc?.liveHeap)}, RSS ${mb(gc?.rssAfterGc)}), then ${ctx.openLoopWarmup} s per target at the rate (not recorded)`,
+  );
   return ctx.openLoopWarmup;
 }
 
 /** Fixed-rate load on every target in alternating 1 s slices, after preparing (see above); prints the tables. */
 async function addedLatency(ctx, targets, gateway, results) {
   log('');
-  log(`  open loop: ${ctx.rate} req/s, ${ctx.rateSeconds} s per target in alternating 1 s slices, latency from the scheduled send time`);
+  log(
+    `  open loop: ${ctx.rate} req/s, ${ctx.rateSeconds} s per target in alternating 1 s slices, latency from the scheduled send time`,
+  );
   const warmupSeconds = await prepareOpenLoop(ctx, gateway, results);
-  const load = { targets: targets.map(({ name, url }) => ({ name, url })), method: 'POST', body: BODY, headers: ctx.headers, rate: ctx.rate };
+  const load = {
+    targets: targets.map(({ name, url }) => ({ name, url })),
+    method: 'POST',
+    body: BODY,
+    headers: ctx.headers,
+    rate: ctx.rate,
+  };
   const sched = gateway && schedSampler(gateway.child.pid);
   const snap = cpuSnapshot();
-  const runs = await runOpenLoop({ ...load, seconds: ctx.rateSeconds, sliceSeconds: 1, warmupSeconds, slowMs: 2, gcLog: join(ctx.dir, 'gateway', 'openloop-gc.txt') });
+  const runs = await runOpenLoop({
+    ...load,
+    seconds: ctx.rateSeconds,
+    sliceSeconds: 1,
+    warmupSeconds,
+    slowMs: 2,
+    gcLog: join(ctx.dir, 'gateway', 'openloop-gc.txt'),
+  });
   const schedSamples = sched?.stop();
   results.openLoopOtherCores = otherCores(snap, cpuSnapshot());
   results.openLoop = runs;
@@ -294,24 +394,43 @@ async function addedLatency(ctx, targets, gateway, results) {
   reportDeath(gateway?.child, results);
   const rows = [['target', 'achieved', 'p50', 'p90', 'p99', 'max', 'p50 service', 'p99 service', 'new conns']];
   for (const [name, r] of Object.entries(runs)) {
-    rows.push([name, rps(r.achievedRate), ms(r.fromSchedule.p50), ms(r.fromSchedule.p90), ms(r.fromSchedule.p99), ms(r.fromSchedule.max), ms(r.service.p50), ms(r.service.p99), String(r.connections?.measured ?? 'n/a')]);
+    rows.push([
+      name,
+      rps(r.achievedRate),
+      ms(r.fromSchedule.p50),
+      ms(r.fromSchedule.p90),
+      ms(r.fromSchedule.p99),
+      ms(r.fromSchedule.max),
+      ms(r.service.p50),
+      ms(r.service.p99),
+      String(r.connections?.measured ?? 'n/a'),
+    ]);
   }
   log('');
   table(rows);
   log('  (new conns: connections the generator opened while measuring, after those of the warm-up)');
   const other = results.openLoopOtherCores;
-  log(`  other processes (not this benchmark's) used ${cores(other)} cores during the open loop${other > 0.2 ? ' (WARNING: noisy)' : ''}`);
+  log(
+    `  other processes (not this benchmark's) used ${cores(other)} cores during the open loop${other > 0.2 ? ' (WARNING: noisy)' : ''}`,
+  );
   for (const [name, r] of Object.entries(runs)) {
-    log(`  ${name.padEnd(9)} by slice, p99: ${r.bySlice.p99.map((v) => v.toFixed(1)).join(' ')} ms; slower than 2 ms: ${r.bySlice.slow.join(' ')}`);
+    log(
+      `  ${name.padEnd(9)} by slice, p99: ${r.bySlice.p99.map((v) => v.toFixed(1)).join(' ')} ms; slower than 2 ms: ${r.bySlice.slow.join(' ')}`,
+    );
   }
   await sleep(600); // the gateway writes its GC lines every 500 ms
   explainTail(ctx, gateway, runs, schedSamples, results);
   const gl = usable(runs.servegate);
   const dl = usable(runs.direct);
-  results.added = gl && dl ? { p50Ms: gl.fromSchedule.p50 - dl.fromSchedule.p50, p99Ms: gl.fromSchedule.p99 - dl.fromSchedule.p99 } : undefined;
+  results.added =
+    gl && dl
+      ? { p50Ms: gl.fromSchedule.p50 - dl.fromSchedule.p50, p99Ms: gl.fromSchedule.p99 - dl.fromSchedule.p99 }
+      : undefined;
   if (results.added) {
     log('');
-    log(`  servegate added latency at ${ctx.rate} req/s: p50 ${signedMs(results.added.p50Ms)}, p99 ${signedMs(results.added.p99Ms)}`);
+    log(
+      `  servegate added latency at ${ctx.rate} req/s: p50 ${signedMs(results.added.p50Ms)}, p99 ${signedMs(results.added.p99Ms)}`,
+    );
   }
 }
 
@@ -331,15 +450,25 @@ function explainTail(ctx, gateway, runs, schedSamples, results) {
   const generator = readGcLog(join(ctx.dir, 'gateway', 'openloop-gc.txt'));
   const genInside = generator ? gcInWindows(generator, windows) : {};
   results.openLoopTail = { gc: inside, slow, mainThread: { runMs, waitMs }, generatorGc: genInside };
-  const kinds = (byKind) => Object.entries(byKind).map(([k, v]) => `${v.count} ${k} (max ${v.maxMs.toFixed(1)} ms, total ${v.totalMs.toFixed(0)} ms)`).join(', ') || 'none';
+  const kinds = (byKind) =>
+    Object.entries(byKind)
+      .map(([k, v]) => `${v.count} ${k} (max ${v.maxMs.toFixed(1)} ms, total ${v.totalMs.toFixed(0)} ms)`)
+      .join(', ') || 'none';
   log(`  during servegate's ${r.windows.length} measured slices:`);
   log(`    servegate GC pauses: ${kinds(inside)}`);
   const perRequest = (runMs * 1000) / (r.ok + r.non2xx);
-  log(`    servegate main thread: ${runMs.toFixed(0)} ms on a CPU (${us(perRequest)} per request), ${waitMs.toFixed(0)} ms runnable but waiting for a CPU (busy cores)`);
+  log(
+    `    servegate main thread: ${runMs.toFixed(0)} ms on a CPU (${us(perRequest)} per request), ${waitMs.toFixed(0)} ms runnable but waiting for a CPU (busy cores)`,
+  );
   const fds = (schedSamples ?? []).filter((x) => r.windows.some(([a, b]) => x.at >= a && x.at <= b)).map((x) => x.fds);
-  if (fds.length) log(`    servegate open file descriptors (client + backend sockets): ${Math.min(...fds)}–${Math.max(...fds)} (${schedSamples[0].fds} before the open loop)`);
+  if (fds.length)
+    log(
+      `    servegate open file descriptors (client + backend sockets): ${Math.min(...fds)}–${Math.max(...fds)} (${schedSamples[0].fds} before the open loop)`,
+    );
   log(`    load generator GC pauses: ${kinds(genInside)}`);
-  log(`    requests slower than 2 ms (service): ${r.slowCount}; of ${slow.slow} drawn at random among them, ${slow.duringGc} overlapped a GC pause of servegate`);
+  log(
+    `    requests slower than 2 ms (service): ${r.slowCount}; of ${slow.slow} drawn at random among them, ${slow.duringGc} overlapped a GC pause of servegate`,
+  );
 }
 
 /** Streams from the SSE backend, direct and through the gateway in turn: median gap between events, first event. */
@@ -361,9 +490,15 @@ async function sseCheck(ctx, sse, gateway) {
   const gw = out.servegate;
   const d = out.direct;
   out.unbuffered =
-    gw.statuses.length === 1 && gw.statuses[0] === 200 && gw.events === out.chunks && Math.abs(gw.medianGapMs - d.medianGapMs) <= 0.25 * sse.gapMs && gw.firstMs <= d.firstMs + 2 * sse.gapMs;
+    gw.statuses.length === 1 &&
+    gw.statuses[0] === 200 &&
+    gw.events === out.chunks &&
+    Math.abs(gw.medianGapMs - d.medianGapMs) <= 0.25 * sse.gapMs &&
+    gw.firstMs <= d.firstMs + 2 * sse.gapMs;
   log('');
-  log(`  SSE: POST ${STREAM_PATH} (stream: true) to an llm deployment whose backend sends ${sse.chunks} events ${sse.gapMs} ms apart, then [DONE]; ${rounds} stream(s) each`);
+  log(
+    `  SSE: POST ${STREAM_PATH} (stream: true) to an llm deployment whose backend sends ${sse.chunks} events ${sse.gapMs} ms apart, then [DONE]; ${rounds} stream(s) each`,
+  );
   table([
     ['path', 'status', 'events', 'median gap', 'first event', 'last event'],
     ['direct', d.statuses.join(','), String(d.events), ms(d.medianGapMs), ms(d.firstMs), ms(d.lastMs)],
@@ -398,7 +533,13 @@ async function rssOverRequests(ctx, gateway, startRps) {
       done += r.requests;
       rate = r.rps || rate;
       const rss = samples.length ? samples : [memoryOf(pid)?.rss];
-      chunks.push({ requests: done, meanRss: rss.reduce((a, b) => a + b, 0) / rss.length, maxRss: Math.max(...rss), rps: r.rps, errors: r.errors + r.non2xx });
+      chunks.push({
+        requests: done,
+        meanRss: rss.reduce((a, b) => a + b, 0) / rss.length,
+        maxRss: Math.max(...rss),
+        rps: r.rps,
+        errors: r.errors + r.non2xx,
+      });
       samples = [];
       if (r.errors + r.non2xx || gateway.child.exitCode !== null) break;
     }
@@ -411,18 +552,37 @@ async function rssOverRequests(ctx, gateway, startRps) {
   const max = Math.max(...after.map((c) => c.maxRss));
   const complete = done >= total && chunks.every((c) => !c.errors) && after.length > 0;
   const flat = complete ? Math.abs(last / first - 1) <= 0.1 : undefined;
-  return { requests: done, step, chunks, first, last, max, flat, lastOverFirst: last / first - 1, maxOverFirst: max / first - 1 };
+  return {
+    requests: done,
+    step,
+    chunks,
+    first,
+    last,
+    max,
+    flat,
+    lastOverFirst: last / first - 1,
+    maxOverFirst: max / first - 1,
+  };
 }
 
 function printRss(ctx, rss) {
   log('');
-  log(`  RSS over ${rss.requests.toLocaleString('en-US')} requests: closed loop in chunks of ~${rss.step.toLocaleString('en-US')} (the first is the warm-up), RSS every 250 ms; mean RSS of each chunk:`);
-  log(`    ${rss.chunks.map((c) => `${Math.round(c.requests / 1000)}k ${(c.meanRss / 1024 / 1024).toFixed(1)}`).join(' · ')} MB`);
+  log(
+    `  RSS over ${rss.requests.toLocaleString('en-US')} requests: closed loop in chunks of ~${rss.step.toLocaleString('en-US')} (the first is the warm-up), RSS every 250 ms; mean RSS of each chunk:`,
+  );
+  log(
+    `    ${rss.chunks.map((c) => `${Math.round(c.requests / 1000)}k ${(c.meanRss / 1024 / 1024).toFixed(1)}`).join(' · ')} MB`,
+  );
   const f = (v) => `${v >= 0 ? '+' : '−'}${Math.abs(v * 100).toFixed(1)} %`;
-  log(`    first (after the warm-up) ${mb(rss.first)}, last ${mb(rss.last)} (${f(rss.lastOverFirst)}), max sample ${mb(rss.max)} (${f(rss.maxOverFirst)})`);
+  log(
+    `    first (after the warm-up) ${mb(rss.first)}, last ${mb(rss.last)} (${f(rss.lastOverFirst)}), max sample ${mb(rss.max)} (${f(rss.maxOverFirst)})`,
+  );
   const errors = rss.chunks.reduce((s, c) => s + c.errors, 0);
   if (errors) log(`    WARNING: ${errors} failed requests; stopped there`);
-  if (rss.requests < ctx.rssRequests) log(`    WARNING: only ${rss.requests.toLocaleString('en-US')} of ${ctx.rssRequests.toLocaleString('en-US')} requests were made`);
+  if (rss.requests < ctx.rssRequests)
+    log(
+      `    WARNING: only ${rss.requests.toLocaleString('en-US')} of ${ctx.rssRequests.toLocaleString('en-US')} requests were made`,
+    );
 }
 
 /** The goal lines of the part, judged on the access-log-off runs. */
@@ -432,14 +592,22 @@ function judge(ctx, results) {
   const fallback = results.logModeOff?.fallback ? ' [logLevel warn]' : '';
   const cpu = usable(results.modes.off?.servegate)?.serverCpuUsPerRequest;
   const nginxCpu = usable(results.modes.off?.nginx)?.serverCpuUsPerRequest;
-  const cpuFigure = cpu === undefined ? 'n/a' : `${us(cpu)}${nginxCpu === undefined ? '' : ` (nginx ${us(nginxCpu)})`}${fallback}`;
+  const cpuFigure =
+    cpu === undefined ? 'n/a' : `${us(cpu)}${nginxCpu === undefined ? '' : ` (nginx ${us(nginxCpu)})`}${fallback}`;
   results.goals.cpu = goal(texts.cpu, cpuFigure, cpu === undefined ? undefined : cpu <= 55, 'A');
   const t = v?.throughput;
-  const figure = v ? `${ratio(t)} (${rps(v.gw.rps)} vs ${rps(v.ng.rps)})${fallback}` : 'n/a (no usable nginx and servegate runs)';
+  const figure = v
+    ? `${ratio(t)} (${rps(v.gw.rps)} vs ${rps(v.ng.rps)})${fallback}`
+    : 'n/a (no usable nginx and servegate runs)';
   results.goals.throughput = goal(texts.throughput, figure, t === undefined ? undefined : t >= 0.35, 'A');
   results.goals.stretch = goal(texts.stretch, ratio(t), t === undefined ? undefined : t >= 0.48, 'A');
   const a = results.added?.p99Ms;
-  results.goals.addedLatency = goal(texts.addedLatency, `${signedMs(a)} (p50 ${signedMs(results.added?.p50Ms)})`, a === undefined ? undefined : a <= 1, 'A');
+  results.goals.addedLatency = goal(
+    texts.addedLatency,
+    `${signedMs(a)} (p50 ${signedMs(results.added?.p50Ms)})`,
+    a === undefined ? undefined : a <= 1,
+    'A',
+  );
   const r = results.rss;
   const pm = (v) => `${v >= 0 ? '+' : '−'}${Math.abs(v * 100).toFixed(1)} %`;
   const rssFigure = r?.first ? `${mb(r.first)} → ${mb(r.last)} (${pm(r.lastOverFirst)}), max ${mb(r.max)}` : 'n/a';
@@ -483,8 +651,12 @@ export async function runGatewayBench(ctx) {
     const manifests = cliBuilt() ? writeManifests(dir, backend.port, sse.port, { prefix, sha256 }) : undefined;
     if (!ctx.tools.nginx) log('  nginx: SKIPPED (not installed; apt-get install -y nginx-light)');
     if (!manifests) log(`  servegate: SKIPPED (${CLI} not built; run npx tsc -p .)`);
-    log(`  closed loop: ${ctx.tools.wrk ? `wrk -t${ctx.threads}` : 'autocannon'} -c${ctx.connections}, ${ctx.warmupSeconds} s warm-up + ${ctx.seconds} s per target, POST ${MODEL_PATH} (${BODY.length} B JSON, valid key)`);
-    log('  nginx: worker_processes 1, path strip + API-key map; servegate: node dist/cli/main.js serve --manifests, 1 process, stdout to a file');
+    log(
+      `  closed loop: ${ctx.tools.wrk ? `wrk -t${ctx.threads}` : 'autocannon'} -c${ctx.connections}, ${ctx.warmupSeconds} s warm-up + ${ctx.seconds} s per target, POST ${MODEL_PATH} (${BODY.length} B JSON, valid key)`,
+    );
+    log(
+      '  nginx: worker_processes 1, path strip + API-key map; servegate: node dist/cli/main.js serve --manifests, 1 process, stdout to a file',
+    );
 
     // 1. Throughput in each access-log mode; the off-mode servers stay up for the open loop, SSE and RSS runs.
     const keep = {};
@@ -500,10 +672,19 @@ export async function runGatewayBench(ctx) {
         try {
           gateway = await startServegate(ctx, dir, manifests, mode);
           started.push(gateway.child);
-          targets.push({ name: 'servegate', url: gateway.url, child: gateway.child, logFile: gateway.logFile, logMode: gateway.logMode });
+          targets.push({
+            name: 'servegate',
+            url: gateway.url,
+            child: gateway.child,
+            logFile: gateway.logFile,
+            logMode: gateway.logMode,
+          });
           if (mode === 'off') {
             results.logModeOff = { logMode: gateway.logMode, fallback: gateway.fallback };
-            if (gateway.fallback) log('  NOTE: this build refuses `accessLog: false` (unknown key); access log OFF falls back to `logLevel: warn`');
+            if (gateway.fallback)
+              log(
+                '  NOTE: this build refuses `accessLog: false` (unknown key); access log OFF falls back to `logLevel: warn`',
+              );
           }
         } catch (err) {
           log(`  servegate (${MODES[mode].title}): FAILED to start or to route: ${err.message}`);
@@ -514,7 +695,11 @@ export async function runGatewayBench(ctx) {
       if (mode === 'on') {
         for (const t of targets) if (t.name !== 'direct') await stopProcess(t.child); // nginx flushes its log buffer on exit
       }
-      const lines = (name) => logLinesPerRequest(targets.find((t) => t.name === name), results.modes[mode][name]);
+      const lines = (name) =>
+        logLinesPerRequest(
+          targets.find((t) => t.name === name),
+          results.modes[mode][name],
+        );
       results.logLines[mode] = { servegate: lines('servegate'), nginx: lines('nginx') };
       if (mode === 'off') Object.assign(keep, { targets, gateway });
     }
@@ -537,7 +722,9 @@ export async function runGatewayBench(ctx) {
       results.memory = { ...memoryOf(gateway.child.pid), ...(await heapOf(gateway.adminPort)) };
       Object.assign(results.memory, await liveHeap(gateway.child));
       const m = results.memory;
-      log(`  servegate memory after the runs: RSS ${mb(m.rss)} (peak ${mb(m.peak)}, heap used ${mb(m.heapUsed)}); after a full GC: RSS ${mb(m.rssAfterGc)}, live heap ${mb(m.liveHeap)}${results.beforeOpenLoop ? ` (${mb(results.beforeOpenLoop.liveHeap)} before the open loop)` : ''}`);
+      log(
+        `  servegate memory after the runs: RSS ${mb(m.rss)} (peak ${mb(m.peak)}, heap used ${mb(m.heapUsed)}); after a full GC: RSS ${mb(m.rssAfterGc)}, live heap ${mb(m.liveHeap)}${results.beforeOpenLoop ? ` (${mb(results.beforeOpenLoop.liveHeap)} before the open loop)` : ''}`,
+      );
     }
 
     log('');

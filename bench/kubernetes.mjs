@@ -72,10 +72,26 @@ export function populate(fake, count, backendPort) {
     fake.create(deploymentObject({ namespace: ns, name, backend: { service: 'backend', port: SERVICE_PORT } }));
     paths.push(predictPath(ns, name));
     const k = makeKey();
-    fake.create(keySecretObject({ name: `key-${String(i).padStart(5, '0')}`, namespace: KEYS_NAMESPACE, prefix: k.prefix, sha256: k.sha256, projects: ns }));
+    fake.create(
+      keySecretObject({
+        name: `key-${String(i).padStart(5, '0')}`,
+        namespace: KEYS_NAMESPACE,
+        prefix: k.prefix,
+        sha256: k.sha256,
+        projects: ns,
+      }),
+    );
   }
   const load = makeKey();
-  fake.create(keySecretObject({ name: 'bench-load', namespace: KEYS_NAMESPACE, prefix: load.prefix, sha256: load.sha256, projects: '*' }));
+  fake.create(
+    keySecretObject({
+      name: 'bench-load',
+      namespace: KEYS_NAMESPACE,
+      prefix: load.prefix,
+      sha256: load.sha256,
+      projects: '*',
+    }),
+  );
   fake.create(otherLeaderLease());
   return { key: load.key, paths, namespaces };
 }
@@ -90,7 +106,13 @@ function otherLeaderLease() {
     apiVersion: 'coordination.k8s.io/v1',
     kind: 'Lease',
     metadata: { name: LEASE_NAME, namespace: KEYS_NAMESPACE },
-    spec: { holderIdentity: 'bench-other-replica', leaseDurationSeconds: 3600, acquireTime: now, renewTime: now, leaseTransitions: 0 },
+    spec: {
+      holderIdentity: 'bench-other-replica',
+      leaseDurationSeconds: 3600,
+      acquireTime: now,
+      renewTime: now,
+      leaseTransitions: 0,
+    },
   };
 }
 
@@ -124,7 +146,8 @@ function writeKubeconfig(dir, name, url) {
 /** Status writes the controller has made so far (PUT/PATCH on /status answered 2xx). */
 function statusWrites(fake) {
   let n = 0;
-  for (const r of fake.requests) if (r.path.endsWith('/status') && (r.method === 'PATCH' || r.method === 'PUT') && r.status < 300) n++;
+  for (const r of fake.requests)
+    if (r.path.endsWith('/status') && (r.method === 'PATCH' || r.method === 'PUT') && r.status < 300) n++;
   return n;
 }
 
@@ -148,11 +171,15 @@ export async function startKubeGateway(dir, name, fake, probePath, headers, prof
     ready: async (g) => {
       const pool = new Pool(`http://127.0.0.1:${g.port}`, { connections: 1 });
       try {
-        await waitFor(`servegate (${name}) serving ${probePath}`, async () => (await post(pool, probePath, headers)) === 200, {
-          child: g.child,
-          timeoutMs: 90_000,
-          intervalMs: 100,
-        });
+        await waitFor(
+          `servegate (${name}) serving ${probePath}`,
+          async () => (await post(pool, probePath, headers)) === 200,
+          {
+            child: g.child,
+            timeoutMs: 90_000,
+            intervalMs: 100,
+          },
+        );
       } finally {
         await pool.close();
       }
@@ -188,7 +215,9 @@ export async function runKubernetesBench(ctx) {
     const FakeApiServer = await loadFakeApiServer(ctx.root);
     const backend = await startBackend(ctx, dir);
     started.push(backend.child);
-    log(`  backend: ${backend.kind} on 127.0.0.1:${backend.port} (behind a Service + EndpointSlice in every namespace)`);
+    log(
+      `  backend: ${backend.kind} on 127.0.0.1:${backend.port} (behind a Service + EndpointSlice in every namespace)`,
+    );
 
     const t0 = performance.now();
     const bigFake = await FakeApiServer.start();
@@ -197,16 +226,27 @@ export async function runKubernetesBench(ctx) {
     const oneFake = await FakeApiServer.start();
     fakes.push(oneFake);
     const one = populate(oneFake, 1, backend.port);
-    log(`  fake API server: ${count.toLocaleString('en-US')} ServingDeployments in ${big.namespaces.length} namespaces, ${(count + 1).toLocaleString('en-US')} key Secrets (${Math.round(performance.now() - t0)} ms to fill); a second one with 1 of each`);
+    log(
+      `  fake API server: ${count.toLocaleString('en-US')} ServingDeployments in ${big.namespaces.length} namespaces, ${(count + 1).toLocaleString('en-US')} key Secrets (${Math.round(performance.now() - t0)} ms to fill); a second one with 1 of each`,
+    );
 
     const bigHeaders = { 'content-type': 'application/json', authorization: `ApiKey ${big.key}` };
     const oneHeaders = { 'content-type': 'application/json', authorization: `ApiKey ${one.key}` };
 
     // Start-up with 10k, as a follower (another replica holds the controller Lease).
-    const gwBig = await startKubeGateway(dir, 'big', bigFake, big.paths[big.paths.length - 1], bigHeaders, ctx.profileDir);
+    const gwBig = await startKubeGateway(
+      dir,
+      'big',
+      bigFake,
+      big.paths[big.paths.length - 1],
+      bigHeaders,
+      ctx.profileDir,
+    );
     started.push(gwBig.child);
     results.startupMs = gwBig.readyMs;
-    log(`  servegate (${count.toLocaleString('en-US')} deployments, follower): all routes served ${ms(results.startupMs)} after the process started`);
+    log(
+      `  servegate (${count.toLocaleString('en-US')} deployments, follower): all routes served ${ms(results.startupMs)} after the process started`,
+    );
     log(`  servegate access log off: ${gwBig.logMode}`);
     const gwOne = await startKubeGateway(dir, 'one', oneFake, one.paths[0], oneHeaders, ctx.profileDir);
     started.push(gwOne.child);
@@ -236,22 +276,57 @@ export async function runKubernetesBench(ctx) {
     await eventPool.close();
     latencies.sort((a, b) => a - b);
     const pct = (p) => latencies[Math.min(latencies.length - 1, Math.ceil((p / 100) * latencies.length) - 1)];
-    results.eventToRoute = { events: ctx.events, served: latencies.length, timeouts, p50Ms: pct(50), p99Ms: pct(99), maxMs: latencies[latencies.length - 1] };
+    results.eventToRoute = {
+      events: ctx.events,
+      served: latencies.length,
+      timeouts,
+      p50Ms: pct(50),
+      p99Ms: pct(99),
+      maxMs: latencies[latencies.length - 1],
+    };
     log('');
-    log(`  watch event → route served (create a ServingDeployment in the API server, poll the gateway until 200), ${ctx.events} events:`);
-    log(`    p50 ${ms(results.eventToRoute.p50Ms)}, p99 ${ms(results.eventToRoute.p99Ms)}, max ${ms(results.eventToRoute.maxMs)}${timeouts ? `, ${timeouts} not served within 5 s` : ''}`);
+    log(
+      `  watch event → route served (create a ServingDeployment in the API server, poll the gateway until 200), ${ctx.events} events:`,
+    );
+    log(
+      `    p50 ${ms(results.eventToRoute.p50Ms)}, p99 ${ms(results.eventToRoute.p99Ms)}, max ${ms(results.eventToRoute.maxMs)}${timeouts ? `, ${timeouts} not served within 5 s` : ''}`,
+    );
 
     // 2. Throughput with 10k routes vs 1 route, alternating rounds.
     const bigPaths = [...big.paths];
     const scripts = ctx.tools.wrk
       ? {
-          big: writeWrkScript(dir, { method: 'POST', body: BODY, headers: bigHeaders, paths: bigPaths, name: 'wrk-10k' }),
-          one: writeWrkScript(dir, { method: 'POST', body: BODY, headers: oneHeaders, paths: one.paths, name: 'wrk-1' }),
+          big: writeWrkScript(dir, {
+            method: 'POST',
+            body: BODY,
+            headers: bigHeaders,
+            paths: bigPaths,
+            name: 'wrk-10k',
+          }),
+          one: writeWrkScript(dir, {
+            method: 'POST',
+            body: BODY,
+            headers: oneHeaders,
+            paths: one.paths,
+            name: 'wrk-1',
+          }),
         }
       : {};
     const runs = {
-      one: { base: `http://127.0.0.1:${gwOne.port}`, paths: one.paths, script: scripts.one, headers: oneHeaders, rounds: [] },
-      big: { base: `http://127.0.0.1:${gwBig.port}`, paths: bigPaths, script: scripts.big, headers: bigHeaders, rounds: [] },
+      one: {
+        base: `http://127.0.0.1:${gwOne.port}`,
+        paths: one.paths,
+        script: scripts.one,
+        headers: oneHeaders,
+        rounds: [],
+      },
+      big: {
+        base: `http://127.0.0.1:${gwBig.port}`,
+        paths: bigPaths,
+        script: scripts.big,
+        headers: bigHeaders,
+        rounds: [],
+      },
     };
     for (const r of Object.values(runs)) {
       ctx.headers = r.headers;
@@ -278,16 +353,34 @@ export async function runKubernetesBench(ctx) {
     };
     results.throughput = { oneRoute: summary(runs.one), tenK: summary(runs.big) };
     log('');
-    log(`  closed loop: ${ctx.tools.wrk ? `wrk -t${ctx.threads}` : 'autocannon'} -c${ctx.connections}, 2 alternating rounds of ${roundSeconds} s each; the big run cycles through all ${count.toLocaleString('en-US')} routes`);
+    log(
+      `  closed loop: ${ctx.tools.wrk ? `wrk -t${ctx.threads}` : 'autocannon'} -c${ctx.connections}, 2 alternating rounds of ${roundSeconds} s each; the big run cycles through all ${count.toLocaleString('en-US')} routes`,
+    );
     table([
       ['routes', 'requests/s', 'p50 (mean)', 'p99 (mean)', 'errors', 'rounds'],
-      ['1', rps(results.throughput.oneRoute.rps), ms(results.throughput.oneRoute.p50Ms), ms(results.throughput.oneRoute.p99Ms), String(results.throughput.oneRoute.errors), results.throughput.oneRoute.roundsRps.map((x) => Math.round(x)).join(' / ')],
-      [count.toLocaleString('en-US'), rps(results.throughput.tenK.rps), ms(results.throughput.tenK.p50Ms), ms(results.throughput.tenK.p99Ms), String(results.throughput.tenK.errors), results.throughput.tenK.roundsRps.map((x) => Math.round(x)).join(' / ')],
+      [
+        '1',
+        rps(results.throughput.oneRoute.rps),
+        ms(results.throughput.oneRoute.p50Ms),
+        ms(results.throughput.oneRoute.p99Ms),
+        String(results.throughput.oneRoute.errors),
+        results.throughput.oneRoute.roundsRps.map((x) => Math.round(x)).join(' / '),
+      ],
+      [
+        count.toLocaleString('en-US'),
+        rps(results.throughput.tenK.rps),
+        ms(results.throughput.tenK.p50Ms),
+        ms(results.throughput.tenK.p99Ms),
+        String(results.throughput.tenK.errors),
+        results.throughput.tenK.roundsRps.map((x) => Math.round(x)).join(' / '),
+      ],
     ]);
     const ok = !results.throughput.oneRoute.errors && !results.throughput.tenK.errors;
     results.throughput.ratio = ok ? results.throughput.tenK.rps / results.throughput.oneRoute.rps : undefined;
     const tenKOverOne = results.throughput.ratio;
-    log(`  ${count.toLocaleString('en-US')} routes ÷ 1 route = ${ratio(tenKOverOne)}${tenKOverOne > 1.05 ? ' (the big run faster by more than 5 %: noise, not a figure; counted as a miss)' : ''}`);
+    log(
+      `  ${count.toLocaleString('en-US')} routes ÷ 1 route = ${ratio(tenKOverOne)}${tenKOverOne > 1.05 ? ' (the big run faster by more than 5 %: noise, not a figure; counted as a miss)' : ''}`,
+    );
 
     // 3. Memory.
     results.memory = {
@@ -300,7 +393,9 @@ export async function runKubernetesBench(ctx) {
       `RSS ${mb(m?.rss)} (peak ${mb(m?.peak)}, heap used ${mb(m?.heapUsed)}); after a full GC: RSS ${mb(m?.rssAfterGc)}, live heap ${mb(m?.liveHeap)}`;
     log('');
     log(`  memory after the run, ${count.toLocaleString('en-US')} routes: ${mem(results.memory.tenK)}`);
-    log(`  memory after the run, 1 route: ${' '.repeat(Math.max(0, count.toLocaleString('en-US').length - 1))}${mem(results.memory.oneRoute)}`);
+    log(
+      `  memory after the run, 1 route: ${' '.repeat(Math.max(0, count.toLocaleString('en-US').length - 1))}${mem(results.memory.oneRoute)}`,
+    );
 
     // 4. Becoming leader with every status to write (a fresh install): the other replica's Lease goes away.
     if (ctx.stormSeconds > 0) {
@@ -317,19 +412,42 @@ export async function runKubernetesBench(ctx) {
       const written = statusWrites(bigFake) - before;
       const seconds = (performance.now() - tStorm) / 1000;
       const rate = firstWriteMs === undefined ? 0 : written / (seconds - firstWriteMs / 1000);
-      results.leaderStatusWrites = { seconds, written, firstWriteMs, perSecond: rate, memory: memoryOf(gwBig.child.pid) };
+      results.leaderStatusWrites = {
+        seconds,
+        written,
+        firstWriteMs,
+        perSecond: rate,
+        memory: memoryOf(gwBig.child.pid),
+      };
       log('');
-      log(`  becoming leader (Lease released) with ${count.toLocaleString('en-US')} statuses to write: ${written.toLocaleString('en-US')} written in ${seconds.toFixed(1)} s`);
-      log(`    (first after ${ms(firstWriteMs)}; ${rate.toFixed(0)}/s${written < count && rate > 0 ? `, all ${count.toLocaleString('en-US')} would take ~${Math.round(count / rate)} s` : ''}); RSS then ${mb(results.leaderStatusWrites.memory?.rss)}, peak ${mb(results.leaderStatusWrites.memory?.peak)}`);
+      log(
+        `  becoming leader (Lease released) with ${count.toLocaleString('en-US')} statuses to write: ${written.toLocaleString('en-US')} written in ${seconds.toFixed(1)} s`,
+      );
+      log(
+        `    (first after ${ms(firstWriteMs)}; ${rate.toFixed(0)}/s${written < count && rate > 0 ? `, all ${count.toLocaleString('en-US')} would take ~${Math.round(count / rate)} s` : ''}); RSS then ${mb(results.leaderStatusWrites.memory?.rss)}, peak ${mb(results.leaderStatusWrites.memory?.peak)}`,
+      );
     }
 
     log('');
     const texts = goalTexts(ctx);
     const e = results.eventToRoute.p99Ms;
-    results.goals.eventToRoute = goal(texts.eventToRoute, `${ms(e)} (p50 ${ms(results.eventToRoute.p50Ms)})`, timeouts ? false : e <= 50, 'B');
+    results.goals.eventToRoute = goal(
+      texts.eventToRoute,
+      `${ms(e)} (p50 ${ms(results.eventToRoute.p50Ms)})`,
+      timeouts ? false : e <= 50,
+      'B',
+    );
     const r = results.throughput.ratio;
-    const figure = r === undefined ? 'n/a' : `${ratio(r)} (${r >= 1 ? '+' : '−'}${Math.abs((r - 1) * 100).toFixed(1)} %)${r > 1.05 ? ' faster: noise' : ''}`;
-    results.goals.throughput = goal(texts.throughput, figure, r === undefined ? undefined : Math.abs(r - 1) <= 0.05, 'B');
+    const figure =
+      r === undefined
+        ? 'n/a'
+        : `${ratio(r)} (${r >= 1 ? '+' : '−'}${Math.abs((r - 1) * 100).toFixed(1)} %)${r > 1.05 ? ' faster: noise' : ''}`;
+    results.goals.throughput = goal(
+      texts.throughput,
+      figure,
+      r === undefined ? undefined : Math.abs(r - 1) <= 0.05,
+      'B',
+    );
     const m = results.memory.tenK?.rssAfterGc;
     results.goals.memory = goal(texts.memory, mb(m), m === undefined ? undefined : m <= 200 * 1024 * 1024, 'B');
     results.summary = [

@@ -23,7 +23,9 @@ async function startRedis(dir) {
   const bin = findExecutable('redis-server');
   if (!bin) return undefined;
   const port = await freePort();
-  const child = spawn(bin, ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(bin, ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let out = '';
   child.stdout.on('data', (c) => (out += c));
   await waitFor('redis-server', () => out.includes('Ready to accept connections'), { child, timeoutMs: 10_000 });
@@ -40,7 +42,13 @@ export async function runLimitsBench(ctx) {
   }
   const { key, prefix, sha256 } = makeKey();
   const headers = { 'content-type': 'application/json', authorization: `ApiKey ${key}` };
-  const lctx = { ...ctx, headers, wrkScript: ctx.tools.wrk ? writeWrkScript(dir, { method: 'POST', body: '{"instances":[[6.8,2.8,4.8,1.4]]}', headers, name: 'wrk-limits' }) : undefined };
+  const lctx = {
+    ...ctx,
+    headers,
+    wrkScript: ctx.tools.wrk
+      ? writeWrkScript(dir, { method: 'POST', body: '{"instances":[[6.8,2.8,4.8,1.4]]}', headers, name: 'wrk-limits' })
+      : undefined,
+  };
   const started = [];
   const rows = [['gateway', 'requests/s', 'CPU µs/request', 'vs no limit']];
   const figures = {};
@@ -53,31 +61,62 @@ export async function runLimitsBench(ctx) {
     keyDoc.stringData.rpm = String(RPM);
     writeFileSync(
       join(manifests, 'bench.yaml'),
-      [deploymentObject({ namespace: PROJECT, name: DEPLOYMENT, backend: { url: `http://127.0.0.1:${backend.port}` } }), keyDoc].map((d) => stringify(d)).join('---\n'),
+      [
+        deploymentObject({
+          namespace: PROJECT,
+          name: DEPLOYMENT,
+          backend: { url: `http://127.0.0.1:${backend.port}` },
+        }),
+        keyDoc,
+      ]
+        .map((d) => stringify(d))
+        .join('---\n'),
     );
     const noLimits = join(dir, 'manifests-none');
     mkdirSync(noLimits, { recursive: true });
     const plainKey = keySecretObject({ name: 'bench-key', prefix, sha256, projects: PROJECT });
     writeFileSync(
       join(noLimits, 'bench.yaml'),
-      [deploymentObject({ namespace: PROJECT, name: DEPLOYMENT, backend: { url: `http://127.0.0.1:${backend.port}` } }), plainKey].map((d) => stringify(d)).join('---\n'),
+      [
+        deploymentObject({
+          namespace: PROJECT,
+          name: DEPLOYMENT,
+          backend: { url: `http://127.0.0.1:${backend.port}` },
+        }),
+        plainKey,
+      ]
+        .map((d) => stringify(d))
+        .join('---\n'),
     );
     const redis = await startRedis(dir);
     if (redis) started.push(redis.child);
     const variants = [
       { name: 'no limit', manifests: noLimits, config: {} },
       { name: 'rpm, in process', manifests, config: {} },
-      ...(redis ? [{ name: 'rpm, Redis', manifests, config: { limits: { redis: { url: redis.url, failOpen: false } } } }] : []),
+      ...(redis
+        ? [{ name: 'rpm, Redis', manifests, config: { limits: { redis: { url: redis.url, failOpen: false } } } }]
+        : []),
     ];
     for (const v of variants) {
       const gw = await startGateway(dir, ['--manifests', v.manifests], {
         accessLog: false,
         name: `limits-${v.name.replace(/\W+/g, '-')}`,
         config: v.config,
-        ready: (g) => waitFor(`${v.name} route`, async () => (await probe(`http://127.0.0.1:${g.port}/v1/${PROJECT}/${DEPLOYMENT}${MODEL_PATH}`, headers)) !== undefined, { child: g.child, timeoutMs: 20_000 }),
+        ready: (g) =>
+          waitFor(
+            `${v.name} route`,
+            async () =>
+              (await probe(`http://127.0.0.1:${g.port}/v1/${PROJECT}/${DEPLOYMENT}${MODEL_PATH}`, headers)) !==
+              undefined,
+            { child: g.child, timeoutMs: 20_000 },
+          ),
       });
       try {
-        const r = await throughput(lctx, `http://127.0.0.1:${gw.port}/v1/${PROJECT}/${DEPLOYMENT}${MODEL_PATH}`, gw.child);
+        const r = await throughput(
+          lctx,
+          `http://127.0.0.1:${gw.port}/v1/${PROJECT}/${DEPLOYMENT}${MODEL_PATH}`,
+          gw.child,
+        );
         figures[v.name] = r.errors || r.non2xx ? undefined : r;
       } finally {
         await stopProcess(gw.child);
@@ -89,11 +128,17 @@ export async function runLimitsBench(ctx) {
   }
   const base = figures['no limit'];
   for (const [name, r] of Object.entries(figures)) {
-    rows.push([name, rps(r?.rps), us(r?.serverCpuUsPerRequest), name === 'no limit' ? '1.00×' : ratio(r && base ? r.serverCpuUsPerRequest / base.serverCpuUsPerRequest : NaN)]);
+    rows.push([
+      name,
+      rps(r?.rps),
+      us(r?.serverCpuUsPerRequest),
+      name === 'no limit' ? '1.00×' : ratio(r && base ? r.serverCpuUsPerRequest / base.serverCpuUsPerRequest : NaN),
+    ]);
   }
   table(rows);
   // A difference inside the run-to-run noise can come out negative; it is printed as measured, with its sign.
-  const cost = (name) => (figures[name] && base ? Math.round(figures[name].serverCpuUsPerRequest - base.serverCpuUsPerRequest) || 0 : NaN);
+  const cost = (name) =>
+    figures[name] && base ? Math.round(figures[name].serverCpuUsPerRequest - base.serverCpuUsPerRequest) || 0 : NaN;
   const summary = [
     `limits: a per-key rpm check costs ${us(cost('rpm, in process'))} of CPU per request in process, ${figures['rpm, Redis'] ? us(cost('rpm, Redis')) : 'n/a (no redis-server)'} with Redis (the gateway's side; Redis's own CPU not counted)`,
   ];

@@ -12,7 +12,18 @@ import { performance } from 'node:perf_hooks';
 import { Pool } from 'undici';
 
 const spec = JSON.parse(process.argv[2]);
-const { targets, method = 'GET', body, headers = {}, rate, seconds, sliceSeconds = 1, warmupSeconds = 0, connections = 32, slowMs } = spec;
+const {
+  targets,
+  method = 'GET',
+  body,
+  headers = {},
+  rate,
+  seconds,
+  sliceSeconds = 1,
+  warmupSeconds = 0,
+  connections = 32,
+  slowMs,
+} = spec;
 
 const perTarget = Math.round(rate * seconds);
 const perSlice = Math.max(1, Math.round(rate * sliceSeconds));
@@ -83,7 +94,8 @@ function send(i) {
       t.fromSchedule[m] = end - scheduled;
       t.service[m] = end - sent;
       t.sliceOf[m] = Math.floor(slice / state.length);
-      if (slowMs !== undefined && end - sent > slowMs) keepSlow(t, [+(sent - measuredStart).toFixed(1), +(end - sent).toFixed(2)]);
+      if (slowMs !== undefined && end - sent > slowMs)
+        keepSlow(t, [+(sent - measuredStart).toFixed(1), +(end - sent).toFixed(2)]);
       if (res.statusCode >= 200 && res.statusCode < 300) t.ok++;
       else t.non2xx++;
     })
@@ -119,7 +131,8 @@ function percentiles(values, n) {
 
 function percentilesOf(values) {
   const sorted = values.sort((a, b) => a - b);
-  const at = (p) => (sorted.length ? sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] : NaN);
+  const at = (p) =>
+    sorted.length ? sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] : NaN;
   return { p50: at(50), p90: at(90), p99: at(99), p999: at(99.9), max: sorted[sorted.length - 1] ?? NaN };
 }
 
@@ -140,7 +153,10 @@ function windows(k) {
   const out = [];
   for (let slice = k; slice * perSlice < perTarget * state.length; slice += state.length) {
     const from = measuredStart + slice * perSlice * intervalMs;
-    out.push([Math.round(performance.timeOrigin + from), Math.round(performance.timeOrigin + from + perSlice * intervalMs)]);
+    out.push([
+      Math.round(performance.timeOrigin + from),
+      Math.round(performance.timeOrigin + from + perSlice * intervalMs),
+    ]);
   }
   return out;
 }
@@ -176,9 +192,12 @@ function finish() {
 }
 
 // Hard stop: never outlive the run by much, whatever the targets do.
-setTimeout(() => {
-  for (const t of state) t.firstError ??= 'requests unanswered at the time limit';
-  finish();
-}, ((seconds + warmupSeconds) * targets.length + 15) * 1000).unref();
+setTimeout(
+  () => {
+    for (const t of state) t.firstError ??= 'requests unanswered at the time limit';
+    finish();
+  },
+  ((seconds + warmupSeconds) * targets.length + 15) * 1000,
+).unref();
 
 setTimeout(tick, Math.max(0, start - performance.now()));

@@ -22,6 +22,9 @@ for (let i = 0; i < profile.samples.length; i++) {
 const total = [...self.values()].reduce((a, b) => a + b, 0);
 const idle = [...self.entries()].filter(([k]) => k.startsWith('(idle)')).reduce((a, [, v]) => a + v, 0);
 console.log(`total ${(total / 1000).toFixed(0)} ms sampled, ${(((total - idle) / total) * 100).toFixed(0)}% busy`);
-for (const [k, v] of [...self.entries()].filter(([k]) => !k.startsWith('(idle)')).sort((a, b) => b[1] - a[1]).slice(0, top)) {
+for (const [k, v] of [...self.entries()]
+  .filter(([k]) => !k.startsWith('(idle)'))
+  .sort((a, b) => b[1] - a[1])
+  .slice(0, top)) {
   console.log(`${((v / (total - idle)) * 100).toFixed(1).padStart(5)}%  ${k}`);
 }

@@ -46,15 +46,25 @@ const { values: flags } = parseArgs({
 });
 
 if (flags.help) {
-  log('usage: npm run bench -- [--only gateway|kubernetes] [--seconds 10] [--warmup 2] [--rate 1000] [--rate-seconds 10]');
+  log(
+    'usage: npm run bench -- [--only gateway|kubernetes] [--seconds 10] [--warmup 2] [--rate 1000] [--rate-seconds 10]',
+  );
   log('                        [--settle 3] [--openloop-warmup 2] [--cold-openloop] [--requests-for-rss 1000000]');
-  log('                        [--connections 64] [--threads 2] [--backend-workers 2] [--deployments 10000] [--events 200]');
+  log(
+    '                        [--connections 64] [--threads 2] [--backend-workers 2] [--deployments 10000] [--events 200]',
+  );
   log('                        [--leader-seconds 15]');
   log('                        [--no-build] [--quick] [--profile] [--no-nginx] [--no-wrk]');
-  log('  --settle: idle seconds before the open loop (then a forced GC in the gateway and --openloop-warmup s per target)');
-  log('  --cold-openloop: the open loop right after a closed loop on the gateway, 1 s warm-up, no settle/GC (the old way)');
+  log(
+    '  --settle: idle seconds before the open loop (then a forced GC in the gateway and --openloop-warmup s per target)',
+  );
+  log(
+    '  --cold-openloop: the open loop right after a closed loop on the gateway, 1 s warm-up, no settle/GC (the old way)',
+  );
   log('  --requests-for-rss: requests driven through the gateway while its RSS is sampled (--quick: 100000)');
-  log('  --profile: the gateway runs with --cpu-prof into .bench-tmp/profiles (read with node bench/profile-summary.mjs)');
+  log(
+    '  --profile: the gateway runs with --cpu-prof into .bench-tmp/profiles (read with node bench/profile-summary.mjs)',
+  );
   process.exit(0);
 }
 if (flags.only && !['gateway', 'kubernetes', 'limits'].includes(flags.only)) {
@@ -77,7 +87,10 @@ const version = (bin, args, re) => {
 };
 
 // --no-nginx / --no-wrk act as if the tool were missing (to check the fallbacks).
-const tools = { nginx: flags['no-nginx'] ? undefined : findExecutable('nginx'), wrk: flags['no-wrk'] ? undefined : findExecutable('wrk') };
+const tools = {
+  nginx: flags['no-nginx'] ? undefined : findExecutable('nginx'),
+  wrk: flags['no-wrk'] ? undefined : findExecutable('wrk'),
+};
 const ctx = {
   root: ROOT,
   tools,
@@ -105,14 +118,26 @@ installCleanup(limitMs);
 
 const started = Date.now();
 log(`servegate benchmark — ${new Date().toISOString()}`);
-log(`machine: ${cpus().length} × ${cpus()[0]?.model?.trim() ?? 'cpu'}, ${mb(totalmem())} RAM, ${platform()} ${release()}, node ${process.version}`);
-log(`nginx: ${tools.nginx ? `${tools.nginx} (${version(tools.nginx, ['-v'], /nginx\/[\d.]+/)})` : 'NOT FOUND — the nginx comparison is skipped and the backend is a Node cluster (apt-get install -y nginx-light)'}`);
-log(`wrk:   ${tools.wrk ? `${tools.wrk} (${version(tools.wrk, ['-v'], /wrk \S+/)})` : 'NOT FOUND — closed-loop load uses autocannon instead (apt-get install -y wrk)'}`);
+log(
+  `machine: ${cpus().length} × ${cpus()[0]?.model?.trim() ?? 'cpu'}, ${mb(totalmem())} RAM, ${platform()} ${release()}, node ${process.version}`,
+);
+log(
+  `nginx: ${tools.nginx ? `${tools.nginx} (${version(tools.nginx, ['-v'], /nginx\/[\d.]+/)})` : 'NOT FOUND — the nginx comparison is skipped and the backend is a Node cluster (apt-get install -y nginx-light)'}`,
+);
+log(
+  `wrk:   ${tools.wrk ? `${tools.wrk} (${version(tools.wrk, ['-v'], /wrk \S+/)})` : 'NOT FOUND — closed-loop load uses autocannon instead (apt-get install -y wrk)'}`,
+);
 
 if (!flags['no-build']) {
   log('build: npx tsc -p . ...');
-  const res = await runToEnd(process.execPath, [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', '.'], { cwd: ROOT, timeoutMs: 180_000 });
-  if (res.code !== 0) log(`build: tsc reported errors (exit ${res.code}); benchmarking whatever dist/ holds:\n${res.stdout.trim().split('\n').slice(0, 10).join('\n')}`);
+  const res = await runToEnd(process.execPath, [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', '.'], {
+    cwd: ROOT,
+    timeoutMs: 180_000,
+  });
+  if (res.code !== 0)
+    log(
+      `build: tsc reported errors (exit ${res.code}); benchmarking whatever dist/ holds:\n${res.stdout.trim().split('\n').slice(0, 10).join('\n')}`,
+    );
 }
 
 /** How this run was started, as a reader would type it again. */
@@ -124,12 +149,21 @@ function commandLine() {
 
 /** The closing block: every goal line with its verdict and figure, the key ratios, the command line. */
 function printSummary(results) {
-  const load = Object.entries(results.loadBefore ?? {}).map(([part, v]) => `${part} ${v.toFixed(2)}`).join(', ');
+  const load = Object.entries(results.loadBefore ?? {})
+    .map(([part, v]) => `${part} ${v.toFixed(2)}`)
+    .join(', ');
   log('');
   log('== Summary ==');
   log(`  command: ${commandLine()}`);
-  log(`  ${results.date}, ${results.machine.cpus} × ${results.machine.model?.trim() ?? 'cpu'}, node ${results.machine.node}; load average before: ${load || 'n/a'}`);
-  for (const line of [...(results.gateway?.summary ?? []), ...(results.kubernetes?.summary ?? []), ...(results.limits?.summary ?? [])]) log(`  ${line}`);
+  log(
+    `  ${results.date}, ${results.machine.cpus} × ${results.machine.model?.trim() ?? 'cpu'}, node ${results.machine.node}; load average before: ${load || 'n/a'}`,
+  );
+  for (const line of [
+    ...(results.gateway?.summary ?? []),
+    ...(results.kubernetes?.summary ?? []),
+    ...(results.limits?.summary ?? []),
+  ])
+    log(`  ${line}`);
   const rows = [['goal', 'measured', 'verdict']];
   for (const g of goalLog) rows.push([`${g.part}  ${g.text}`, g.measured, g.verdict]);
   log('');
@@ -143,17 +177,25 @@ function busyCheck(results, part) {
   const [one] = loadavg();
   results.loadBefore ??= {};
   results.loadBefore[part] = one;
-  log(`  load average before: ${one.toFixed(2)}${one > 0.5 ? '  (WARNING: other processes are using the CPU; figures may be noisy)' : ''}`);
+  log(
+    `  load average before: ${one.toFixed(2)}${one > 0.5 ? '  (WARNING: other processes are using the CPU; figures may be noisy)' : ''}`,
+  );
 }
 
 if (ctx.profileDir) {
   rmSync(ctx.profileDir, { recursive: true, force: true });
-  log(`profiles: gateway CPU profiles go to ${ctx.profileDir}/{gateway-log-off,gateway-log-on,kubernetes-big,kubernetes-one}/`);
+  log(
+    `profiles: gateway CPU profiles go to ${ctx.profileDir}/{gateway-log-off,gateway-log-on,kubernetes-big,kubernetes-one}/`,
+  );
 }
 
 const dir = mkdtempSync(join(tmpdir(), 'servegate-bench-'));
 ctx.dir = dir;
-const results = { date: new Date().toISOString(), machine: { cpus: cpus().length, model: cpus()[0]?.model, node: process.version }, settings: { ...ctx, tools: undefined, dir: undefined, root: undefined, headers: undefined } };
+const results = {
+  date: new Date().toISOString(),
+  machine: { cpus: cpus().length, model: cpus()[0]?.model, node: process.version },
+  settings: { ...ctx, tools: undefined, dir: undefined, root: undefined, headers: undefined },
+};
 let failed = false;
 try {
   if (!flags.only || flags.only === 'gateway') {
@@ -168,7 +210,11 @@ try {
       log(`Part A FAILED: ${err.stack ?? err}`);
     }
   }
-  skipGoals('A', Object.values(gatewayGoals(ctx)), flags.only && flags.only !== 'gateway' ? `not run (--only ${flags.only})` : 'no figure (part failed)');
+  skipGoals(
+    'A',
+    Object.values(gatewayGoals(ctx)),
+    flags.only && flags.only !== 'gateway' ? `not run (--only ${flags.only})` : 'no figure (part failed)',
+  );
   if (!flags.only || flags.only === 'kubernetes') {
     log('');
     log('== Part B: Kubernetes source at 10,000 ServingDeployments ==');
@@ -181,7 +227,11 @@ try {
       log(`Part B FAILED: ${err.stack ?? err}`);
     }
   }
-  skipGoals('B', Object.values(kubernetesGoals(ctx)), flags.only && flags.only !== 'kubernetes' ? `not run (--only ${flags.only})` : 'no figure (part failed or skipped)');
+  skipGoals(
+    'B',
+    Object.values(kubernetesGoals(ctx)),
+    flags.only && flags.only !== 'kubernetes' ? `not run (--only ${flags.only})` : 'no figure (part failed or skipped)',
+  );
   if (!flags.only || flags.only === 'limits') {
     log('');
     log('== Part C: the cost of per-minute limits (SPEC §9): none vs in process vs Redis ==');

@@ -10,7 +10,10 @@ export function createLogger(level: string = 'info', destination?: NodeJS.Writab
     {
       level,
       base: { service: 'servegate' },
-      redact: { paths: ['req.headers.authorization', 'headers.authorization', '*.authorization', 'key', 'apiKey'], censor: '[redacted]' },
+      redact: {
+        paths: ['req.headers.authorization', 'headers.authorization', '*.authorization', 'key', 'apiKey'],
+        censor: '[redacted]',
+      },
       timestamp: pino.stdTimeFunctions.isoTime,
       // Levels as words ("info"), as log pipelines and the access log expect.
       formatters: { level: (label) => ({ level: label }) },

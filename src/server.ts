@@ -70,7 +70,10 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
           metrics.tlsReloads.inc({ result: 'success' });
           metrics.tlsNotAfter.reset();
           metrics.tlsNotAfter.set({ subject: pair.subject }, pair.notAfter / 1000);
-          logger.info({ subject: pair.subject, notAfter: new Date(pair.notAfter).toISOString() }, 'TLS certificate reloaded');
+          logger.info(
+            { subject: pair.subject, notAfter: new Date(pair.notAfter).toISOString() },
+            'TLS certificate reloaded',
+          );
         },
         onError: (err) => {
           metrics.tlsReloads.inc({ result: 'error' });
@@ -106,7 +109,14 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
 
   let started = false;
   const admin = createServer(
-    adminHandler({ store, source, metrics, isDraining: () => drain.draining, started: () => started, problems: () => (limitStore?.problem() ? [`rate limits: ${limitStore.problem()}`] : []) }),
+    adminHandler({
+      store,
+      source,
+      metrics,
+      isDraining: () => drain.draining,
+      started: () => started,
+      problems: () => (limitStore?.problem() ? [`rate limits: ${limitStore.problem()}`] : []),
+    }),
   );
   await listen(admin, opts.adminPort, opts.host);
   const health = setInterval(() => {
@@ -149,7 +159,13 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
   if (plain) await listen(plain, config.tls.httpPort, opts.host);
   certs?.start();
   logger.info(
-    { port: port(server), tls: Boolean(certs), httpPort: plain && port(plain), adminPort: port(admin), routes: store.current().routes.length },
+    {
+      port: port(server),
+      tls: Boolean(certs),
+      httpPort: plain && port(plain),
+      adminPort: port(admin),
+      routes: store.current().routes.length,
+    },
     'servegate listening',
   );
   const dataPlane = plane;
@@ -164,7 +180,12 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
     await limitStore?.close().catch(() => undefined);
     for (const c of drain.connections) c.destroy();
     await attached?.stop().catch((err: unknown) => logger.warn({ err }, 'stopping the controller failed'));
-    await Promise.all([...servers.map(closeServer), closeServer(admin), source.stop().catch(() => undefined), dataPlane.close()]);
+    await Promise.all([
+      ...servers.map(closeServer),
+      closeServer(admin),
+      source.stop().catch(() => undefined),
+      dataPlane.close(),
+    ]);
   };
 
   const shutdown = async (drainMs = config.shutdown.drainSeconds * 1000): Promise<void> => {
@@ -174,7 +195,15 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
     logger.info('servegate stopped');
   };
 
-  return { port: port(server), httpPort: plain && port(plain), adminPort: port(admin), store, metrics, shutdown, close };
+  return {
+    port: port(server),
+    httpPort: plain && port(plain),
+    adminPort: port(admin),
+    store,
+    metrics,
+    shutdown,
+    close,
+  };
 }
 
 /** Counts and logs every route-table build: sizes, problems by reason (each problem logged once when it appears). */
@@ -186,14 +215,29 @@ function observeBuilds(store: RouteStore, metrics: Metrics, logger: Logger): voi
     let keyCount = 0;
     for (const list of result.table.keys.values()) keyCount += list.length;
     metrics.keys.set(keyCount);
-    const byReason: Record<string, number> = { InvalidSpec: 0, Conflict: 0, BackendNotFound: 0, InvalidKey: result.keyProblems.length, ReadError: snapshot.readErrors?.length ?? 0 };
+    const byReason: Record<string, number> = {
+      InvalidSpec: 0,
+      Conflict: 0,
+      BackendNotFound: 0,
+      InvalidKey: result.keyProblems.length,
+      ReadError: snapshot.readErrors?.length ?? 0,
+    };
     for (const s of result.statuses) if (!s.ready) byReason[s.reason] = (byReason[s.reason] ?? 0) + 1;
     for (const [reason, n] of Object.entries(byReason)) metrics.invalidResources.set({ reason }, n);
-    if (changed) logger.info({ routes: result.table.routes.length, keys: keyCount, hash: result.table.hash }, 'route table updated');
+    if (changed)
+      logger.info(
+        { routes: result.table.routes.length, keys: keyCount, hash: result.table.hash },
+        'route table updated',
+      );
     // Problems are logged when they appear, even when the table itself did not change (a bad key adds no route).
     const problems = [
-      ...result.statuses.filter((s) => !s.ready).map((s) => ({ at: { resource: `${s.resourceKind} ${s.id}`, reason: s.reason }, msg: s.message })),
-      ...result.keyProblems.map((p) => ({ at: { secret: p.id, origin: p.origin }, msg: `API-key Secret ignored: ${p.message}` })),
+      ...result.statuses
+        .filter((s) => !s.ready)
+        .map((s) => ({ at: { resource: `${s.resourceKind} ${s.id}`, reason: s.reason }, msg: s.message })),
+      ...result.keyProblems.map((p) => ({
+        at: { secret: p.id, origin: p.origin },
+        msg: `API-key Secret ignored: ${p.message}`,
+      })),
       ...(snapshot.readErrors ?? []).map((e) => ({ at: { origin: e.origin }, msg: e.message })),
     ];
     const seen = new Set<string>();

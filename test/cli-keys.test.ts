@@ -7,7 +7,15 @@ import { afterAll, afterEach, beforeAll, describe, test } from '@jest/globals';
 import { expect } from './support/expect.js';
 import { parse as parseYaml, parseAllDocuments } from 'yaml';
 import { keysCommand, type CliIo } from '../src/cli/keys.js';
-import { generateKey, hashKey, keySecretManifest, KeyError, parseExpires, parseProjects, secretFields } from '../src/keys/index.js';
+import {
+  generateKey,
+  hashKey,
+  keySecretManifest,
+  KeyError,
+  parseExpires,
+  parseProjects,
+  secretFields,
+} from '../src/keys/index.js';
 import { buildKeys } from '../src/routing/build.js';
 import type { KeySecretResource } from '../src/routing/types.js';
 import { parseManifests } from '../src/sources/manifests.js';
@@ -38,7 +46,10 @@ async function keys(argv: string[], env: NodeJS.ProcessEnv = {}) {
 /** A Secret document as the gateway's sources hand it to buildKeys. */
 function asKeySecret(doc: Record<string, unknown>, defaultNamespace = 'servegate'): KeySecretResource {
   const meta = doc.metadata as { name: string; namespace?: string; labels?: Record<string, string> };
-  return { metadata: { name: meta.name, namespace: meta.namespace ?? defaultNamespace, labels: meta.labels }, data: secretFields(doc) };
+  return {
+    metadata: { name: meta.name, namespace: meta.namespace ?? defaultNamespace, labels: meta.labels },
+    data: secretFields(doc),
+  };
 }
 
 const dirs: string[] = [];
@@ -81,9 +92,12 @@ describe('key material', () => {
     expect(parseExpires(raw, NOW).toISOString()).toBe(iso);
   });
 
-  test.each(['0d', '30', 'd', '3x', '-5d', '2026-01-01', '2020-01-01T00:00:00Z', 'tomorrow', '1.5h'])('--expires %s is refused', (raw) => {
-    expect(() => parseExpires(raw, NOW)).toThrow(KeyError);
-  });
+  test.each(['0d', '30', 'd', '3x', '-5d', '2026-01-01', '2020-01-01T00:00:00Z', 'tomorrow', '1.5h'])(
+    '--expires %s is refused',
+    (raw) => {
+      expect(() => parseExpires(raw, NOW)).toThrow(KeyError);
+    },
+  );
 
   test.each([
     ['a,b', ['a', 'b']],
@@ -100,9 +114,25 @@ describe('key material', () => {
 
   test('the Secret manifest carries the label, prefix, hash, projects and expiry that buildKeys accepts', () => {
     const k = generateKey();
-    const m = keySecretManifest({ name: 'ci-bot', namespace: 'servegate', prefix: k.prefix, sha256: k.sha256, projects: ['fraud_detection', 'demo'], expiresAt: new Date('2027-01-01T00:00:00Z') });
-    expect(m.metadata).toEqual({ name: 'ci-bot', namespace: 'servegate', labels: { 'serving.servegate.dev/api-key': 'true' } });
-    expect(m.stringData).toEqual({ prefix: k.prefix, sha256: k.sha256, projects: 'fraud_detection,demo', expiresAt: '2027-01-01T00:00:00Z' });
+    const m = keySecretManifest({
+      name: 'ci-bot',
+      namespace: 'servegate',
+      prefix: k.prefix,
+      sha256: k.sha256,
+      projects: ['fraud_detection', 'demo'],
+      expiresAt: new Date('2027-01-01T00:00:00Z'),
+    });
+    expect(m.metadata).toEqual({
+      name: 'ci-bot',
+      namespace: 'servegate',
+      labels: { 'serving.servegate.dev/api-key': 'true' },
+    });
+    expect(m.stringData).toEqual({
+      prefix: k.prefix,
+      sha256: k.sha256,
+      projects: 'fraud_detection,demo',
+      expiresAt: '2027-01-01T00:00:00Z',
+    });
     const { keys: table, problems } = buildKeys([asKeySecret(m as unknown as Record<string, unknown>)], 'servegate');
     expect(problems).toEqual([]);
     const rec = table.get(k.prefix)![0];
@@ -114,11 +144,25 @@ describe('key material', () => {
 
 describe('keys create -o yaml', () => {
   test('prints the Secret manifest on stdout and the key once on stderr', async () => {
-    const r = await keys(['create', '--name', 'ci-bot', '--projects', 'fraud_detection,demo', '--expires', '30d', '-o', 'yaml']);
+    const r = await keys([
+      'create',
+      '--name',
+      'ci-bot',
+      '--projects',
+      'fraud_detection,demo',
+      '--expires',
+      '30d',
+      '-o',
+      'yaml',
+    ]);
     expect(r.code).toBe(0);
     const doc = parseYaml(r.out);
     expect(doc.kind).toBe('Secret');
-    expect(doc.metadata).toEqual({ name: 'ci-bot', namespace: 'servegate', labels: { 'serving.servegate.dev/api-key': 'true' } });
+    expect(doc.metadata).toEqual({
+      name: 'ci-bot',
+      namespace: 'servegate',
+      labels: { 'serving.servegate.dev/api-key': 'true' },
+    });
     const key = r.err.split('\n').find((l) => KEY_RE.test(l))!;
     expect(key).toBeDefined();
     expect(r.out).not.toContain(key);
@@ -151,12 +195,24 @@ describe('keys command-line errors', () => {
     [['create', '--projects', 'a', '-o', 'yaml'], 2, "error[SG_USAGE]: required option '--name <name>' not specified"],
     [['create', '--name', 'Bad_Name', '--projects', 'a', '-o', 'yaml'], 1, 'DNS-1123 subdomain'],
     [['create', '--name', '-x', '--projects', 'a', '-o', 'yaml'], 1, 'DNS-1123 subdomain'],
-    [['create', '--name', 'k', '-o', 'yaml'], 2, "error[SG_USAGE]: required option '--projects <p1,p2|*>' not specified"],
+    [
+      ['create', '--name', 'k', '-o', 'yaml'],
+      2,
+      "error[SG_USAGE]: required option '--projects <p1,p2|*>' not specified",
+    ],
     [['create', '--name', 'k', '--projects', 'a b', '-o', 'yaml'], 1, 'invalid project name "a b"'],
     [['create', '--name', 'k', '--projects', 'a', '--expires', 'soon', '-o', 'yaml'], 1, 'invalid --expires "soon"'],
-    [['create', '--name', 'k', '--projects', 'a', '-o', 'xml'], 2, "argument 'xml' is invalid. Allowed choices are yaml, json"],
+    [
+      ['create', '--name', 'k', '--projects', 'a', '-o', 'xml'],
+      2,
+      "argument 'xml' is invalid. Allowed choices are yaml, json",
+    ],
     [['create', '--name', 'k', '--projects', 'a', '--frob'], 2, "error[SG_USAGE]: unknown option '--frob'"],
-    [['create', '--name', 'k', '--projects', 'a', '--rpm', 'lots', '-o', 'yaml'], 2, 'must be a whole number 0 or more, got "lots"'],
+    [
+      ['create', '--name', 'k', '--projects', 'a', '--rpm', 'lots', '-o', 'yaml'],
+      2,
+      'must be a whole number 0 or more, got "lots"',
+    ],
     [['create', '--name'], 2, "option '--name <name>' argument missing"],
     [['rotate'], 2, "error[SG_USAGE]: unknown command 'rotate'"],
     [['revok', '--name', 'x'], 2, '(Did you mean revoke?)'],
@@ -169,12 +225,15 @@ describe('keys command-line errors', () => {
     expect(r.out).toBe('');
   });
 
-  test.each([[['--help']], [['-h']], [['create', '--help']], [['list', '--help']], [['revoke', '-h']]])('keys %j prints the usage', async (argv) => {
-    const r = await keys(argv);
-    expect(r.code).toBe(0);
-    expect(r.out).toContain('Usage: servegate keys');
-    expect(r.err).toBe('');
-  });
+  test.each([[['--help']], [['-h']], [['create', '--help']], [['list', '--help']], [['revoke', '-h']]])(
+    'keys %j prints the usage',
+    async (argv) => {
+      const r = await keys(argv);
+      expect(r.code).toBe(0);
+      expect(r.out).toContain('Usage: servegate keys');
+      expect(r.err).toBe('');
+    },
+  );
 
   test('keys without a command prints its usage to stderr and exits 2', async () => {
     const r = await keys([]);
@@ -184,7 +243,19 @@ describe('keys command-line errors', () => {
   });
 
   test('create --rpm/--tpm writes the limits into the Secret, where the gateway reads them', async () => {
-    const r = await keys(['create', '--name', 'limited', '--projects', 'demo', '--rpm', '60', '--tpm', '100000', '-o', 'json']);
+    const r = await keys([
+      'create',
+      '--name',
+      'limited',
+      '--projects',
+      'demo',
+      '--rpm',
+      '60',
+      '--tpm',
+      '100000',
+      '-o',
+      'json',
+    ]);
     expect(r.code, r.err).toBe(0);
     const manifest = JSON.parse(r.out);
     expect(manifest.stringData).toMatchObject({ rpm: '60', tpm: '100000' });
@@ -226,13 +297,25 @@ describe('keys in files mode (--manifests DIR)', () => {
 
   test('list shows name, prefix, projects and expiry but never the key or its hash', async () => {
     const dir = tempDir();
-    const a = await keys(['create', '--name', 'alpha', '--projects', 'demo,fraud_detection', '--expires', '12h', '--manifests', dir]);
+    const a = await keys([
+      'create',
+      '--name',
+      'alpha',
+      '--projects',
+      'demo,fraud_detection',
+      '--expires',
+      '12h',
+      '--manifests',
+      dir,
+    ]);
     const b = await keys(['create', '--name', 'beta', '--projects', '*', '--manifests', dir]);
     const r = await keys(['list', '--manifests', dir]);
     expect(r.code).toBe(0);
     const lines = r.out.trim().split('\n');
     expect(lines[0]).toMatch(/^NAME\s+PREFIX\s+PROJECTS\s+EXPIRES/);
-    expect(lines[1]).toMatch(new RegExp(`^alpha\\s+${a.out.slice(0, 16)}\\s+demo,fraud_detection\\s+2026-06-02T00:00:00Z`));
+    expect(lines[1]).toMatch(
+      new RegExp(`^alpha\\s+${a.out.slice(0, 16)}\\s+demo,fraud_detection\\s+2026-06-02T00:00:00Z`),
+    );
     expect(lines[2]).toMatch(new RegExp(`^beta\\s+${b.out.slice(0, 16)}\\s+\\*\\s+never`));
     for (const created of [a, b]) {
       const key = created.out.trim();
@@ -246,7 +329,13 @@ describe('keys in files mode (--manifests DIR)', () => {
 
   test('list marks an expired key', async () => {
     const dir = tempDir();
-    const m = keySecretManifest({ name: 'old', prefix: 'A'.repeat(16), sha256: 'a'.repeat(64), projects: ['x'], expiresAt: new Date('2026-01-01T00:00:00Z') });
+    const m = keySecretManifest({
+      name: 'old',
+      prefix: 'A'.repeat(16),
+      sha256: 'a'.repeat(64),
+      projects: ['x'],
+      expiresAt: new Date('2026-01-01T00:00:00Z'),
+    });
     writeFileSync(join(dir, 'old.yaml'), JSON.stringify(m));
     const r = await keys(['list', '--manifests', dir]);
     expect(r.out).toMatch(/old\s+A{16}\s+x\s+2026-01-01T00:00:00Z \(expired\)/);
@@ -267,7 +356,12 @@ describe('keys in files mode (--manifests DIR)', () => {
   test('revoke of a key kept in a file with other documents removes only that document', async () => {
     const dir = tempDir();
     const key = keySecretManifest({ name: 'shared', prefix: 'B'.repeat(16), sha256: 'b'.repeat(64), projects: '*' });
-    const other = { apiVersion: 'serving.servegate.dev/v1alpha1', kind: 'ServingDeployment', metadata: { name: 'iris' }, spec: { type: 'python', backend: { url: 'http://127.0.0.1:9' } } };
+    const other = {
+      apiVersion: 'serving.servegate.dev/v1alpha1',
+      kind: 'ServingDeployment',
+      metadata: { name: 'iris' },
+      spec: { type: 'python', backend: { url: 'http://127.0.0.1:9' } },
+    };
     writeFileSync(join(dir, 'all.yaml'), `# my manifests\n${JSON.stringify(other)}\n---\n${JSON.stringify(key)}\n`);
     const r = await keys(['revoke', '--name', 'shared', '--manifests', dir]);
     expect(r.code).toBe(0);
@@ -278,7 +372,12 @@ describe('keys in files mode (--manifests DIR)', () => {
   test('with a single manifests file, create appends the key as one more document and revoke takes it out', async () => {
     const dir = tempDir();
     const file = join(dir, 'all.yaml');
-    const other = { apiVersion: 'serving.servegate.dev/v1alpha1', kind: 'ServingDeployment', metadata: { name: 'iris', namespace: 'demo' }, spec: { type: 'python', backend: { url: 'http://127.0.0.1:9' } } };
+    const other = {
+      apiVersion: 'serving.servegate.dev/v1alpha1',
+      kind: 'ServingDeployment',
+      metadata: { name: 'iris', namespace: 'demo' },
+      spec: { type: 'python', backend: { url: 'http://127.0.0.1:9' } },
+    };
     writeFileSync(file, JSON.stringify(other) + '\n');
     const r = await keys(['create', '--name', 'ci-bot', '--projects', 'demo', '--manifests', file]);
     expect(r.code, r.err).toBe(0);
@@ -304,7 +403,12 @@ describe('keys in files mode (--manifests DIR)', () => {
 
   test('a key inside a kind: List is listed, and revoke asks for a hand edit instead of rewriting the List', async () => {
     const dir = tempDir();
-    const key = keySecretManifest({ name: 'in-list', prefix: 'C'.repeat(16), sha256: 'c'.repeat(64), projects: ['demo'] });
+    const key = keySecretManifest({
+      name: 'in-list',
+      prefix: 'C'.repeat(16),
+      sha256: 'c'.repeat(64),
+      projects: ['demo'],
+    });
     writeFileSync(join(dir, 'list.yaml'), JSON.stringify({ apiVersion: 'v1', kind: 'List', items: [key] }));
     expect((await keys(['list', '--manifests', dir])).out).toMatch(/in-list\s+C{16}\s+demo/);
     const r = await keys(['revoke', '--name', 'in-list', '--manifests', dir]);
@@ -315,7 +419,10 @@ describe('keys in files mode (--manifests DIR)', () => {
 
   test('revoke refuses a Secret without the key label', async () => {
     const dir = tempDir();
-    writeFileSync(join(dir, 's.yaml'), 'apiVersion: v1\nkind: Secret\nmetadata: {name: db-password}\nstringData: {password: x}\n');
+    writeFileSync(
+      join(dir, 's.yaml'),
+      'apiVersion: v1\nkind: Secret\nmetadata: {name: db-password}\nstringData: {password: x}\n',
+    );
     const r = await keys(['revoke', '--name', 'db-password', '--manifests', dir]);
     expect(r.code).toBe(1);
     expect(readdirSync(dir)).toEqual(['s.yaml']);
@@ -337,7 +444,17 @@ describe('keys in the cluster (fake API server over HTTP)', () => {
   });
 
   test('create makes a labelled Secret in the keys namespace that buildKeys accepts; the key is printed once', async () => {
-    const r = await keys(['create', '--name', 'ci-bot', '--projects', 'fraud_detection', '--expires', '30d', '--kubeconfig', kubeconfig]);
+    const r = await keys([
+      'create',
+      '--name',
+      'ci-bot',
+      '--projects',
+      'fraud_detection',
+      '--expires',
+      '30d',
+      '--kubeconfig',
+      kubeconfig,
+    ]);
     expect(r.code, r.err).toBe(0);
     const key = r.out.trim();
     expect(key).toMatch(KEY_RE);
@@ -350,7 +467,10 @@ describe('keys in the cluster (fake API server over HTTP)', () => {
   });
 
   test('KUBECONFIG and POD_NAMESPACE choose the cluster and the namespace', async () => {
-    const r = await keys(['create', '--name', 'from-env', '--projects', '*'], { KUBECONFIG: kubeconfig, POD_NAMESPACE: 'gw' });
+    const r = await keys(['create', '--name', 'from-env', '--projects', '*'], {
+      KUBECONFIG: kubeconfig,
+      POD_NAMESPACE: 'gw',
+    });
     expect(r.code, r.err).toBe(0);
     expect(fake.get('v1', 'Secret', 'gw', 'from-env')).toBeDefined();
   });
@@ -365,8 +485,25 @@ describe('keys in the cluster (fake API server over HTTP)', () => {
 
   test('list shows the keys of the namespace without secrets; revoke deletes one', async () => {
     const a = await keys(['create', '--name', 'one', '--projects', 'x,y', '-n', 'listing', '--kubeconfig', kubeconfig]);
-    await keys(['create', '--name', 'two', '--projects', '*', '--expires', '2030-01-01T00:00:00Z', '-n', 'listing', '--kubeconfig', kubeconfig]);
-    fake.create({ apiVersion: 'v1', kind: 'Secret', metadata: { name: 'db', namespace: 'listing' }, stringData: { password: 'hunter2' } });
+    await keys([
+      'create',
+      '--name',
+      'two',
+      '--projects',
+      '*',
+      '--expires',
+      '2030-01-01T00:00:00Z',
+      '-n',
+      'listing',
+      '--kubeconfig',
+      kubeconfig,
+    ]);
+    fake.create({
+      apiVersion: 'v1',
+      kind: 'Secret',
+      metadata: { name: 'db', namespace: 'listing' },
+      stringData: { password: 'hunter2' },
+    });
     const r = await keys(['list', '-n', 'listing', '--kubeconfig', kubeconfig]);
     expect(r.code, r.err).toBe(0);
     const lines = r.out.trim().split('\n');
@@ -383,7 +520,12 @@ describe('keys in the cluster (fake API server over HTTP)', () => {
   });
 
   test('revoke will not delete a Secret that is not an API key', async () => {
-    fake.create({ apiVersion: 'v1', kind: 'Secret', metadata: { name: 'tls', namespace: 'servegate' }, stringData: { crt: 'x' } });
+    fake.create({
+      apiVersion: 'v1',
+      kind: 'Secret',
+      metadata: { name: 'tls', namespace: 'servegate' },
+      stringData: { crt: 'x' },
+    });
     const r = await keys(['revoke', '--name', 'tls', '--kubeconfig', kubeconfig]);
     expect(r.code).toBe(1);
     expect(r.err).toContain('is not an API key');

@@ -4,7 +4,13 @@ import type OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import { keysCommand, type CliIo } from '../src/cli/keys.js';
 import { Deployment, GatewayError } from '../src/client/index.js';
-import { startOpenAIBackend, startPythonBackend, startV1Backend, type OpenAIBackend, type RecordingBackend } from './support/backends.js';
+import {
+  startOpenAIBackend,
+  startPythonBackend,
+  startV1Backend,
+  type OpenAIBackend,
+  type RecordingBackend,
+} from './support/backends.js';
 import { eventually, startGateway, type Gateway } from './support/harness.js';
 
 async function createKey(dir: string, name: string, projects: string): Promise<string> {
@@ -27,7 +33,13 @@ describe('Deployment client through the gateway', () => {
     [v1, llm, py] = await Promise.all([startV1Backend(), startOpenAIBackend(), startPythonBackend()]);
     gw = await startGateway({
       deployments: [
-        { name: 'fraud', namespace: 'fraud-detection', project: 'fraud_detection', modelServer: 'sklearn', url: v1.url },
+        {
+          name: 'fraud',
+          namespace: 'fraud-detection',
+          project: 'fraud_detection',
+          modelServer: 'sklearn',
+          url: v1.url,
+        },
         { name: 'mnist', namespace: 'demo', modelServer: 'tensorflow', modelName: 'digits', url: v1.url },
         { name: 'chat', namespace: 'demo', modelServer: 'llm', url: llm.url },
         { name: 'echo', namespace: 'demo', type: 'python', url: py.url },
@@ -72,10 +84,19 @@ describe('Deployment client through the gateway', () => {
   });
 
   test('the openai SDK from openai() chats with an LLM deployment', async () => {
-    const client = await dep({ project: 'demo', deployment: 'chat', modelServer: 'llm' }).openai<OpenAI>({ maxRetries: 0 });
-    const out = await client.chat.completions.create({ model: 'tiny-llm', messages: [{ role: 'user', content: 'hello' }] });
+    const client = await dep({ project: 'demo', deployment: 'chat', modelServer: 'llm' }).openai<OpenAI>({
+      maxRetries: 0,
+    });
+    const out = await client.chat.completions.create({
+      model: 'tiny-llm',
+      messages: [{ role: 'user', content: 'hello' }],
+    });
     expect(out.choices[0].message.content).toBe('echo: hello');
-    const stream = await client.chat.completions.create({ model: 'tiny-llm', messages: [{ role: 'user', content: 'hi' }], stream: true });
+    const stream = await client.chat.completions.create({
+      model: 'tiny-llm',
+      messages: [{ role: 'user', content: 'hi' }],
+      stream: true,
+    });
     let text = '';
     for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? '';
     expect(text).toBe('tok0 tok1 tok2 ');
@@ -89,12 +110,20 @@ describe('Deployment client through the gateway', () => {
   });
 
   test.each([
-    ['a wrong key', { apiKey: 'AAAAAAAAAAAAAAAA.wrongwrongwrongwrongwrongwrongwrongwrong' }, 'fraud_detection', 'fraud', 401],
+    [
+      'a wrong key',
+      { apiKey: 'AAAAAAAAAAAAAAAA.wrongwrongwrongwrongwrongwrongwrongwrong' },
+      'fraud_detection',
+      'fraud',
+      401,
+    ],
     ['a key for another project', { apiKey: '' }, 'fraud_detection', 'fraud', 403],
     ['an unknown deployment', {} as { apiKey?: string }, 'demo', 'nope', 404],
   ])('%s gives a GatewayError with status %i and the gateway message', async (_, o, project, deployment, status) => {
     const apiKey = o.apiKey === '' ? otherProjectKey : (o.apiKey ?? key);
-    const err = (await dep({ project, deployment, modelServer: 'sklearn', apiKey }).predict({ instances: [[1]] }).catch((e: unknown) => e)) as GatewayError;
+    const err = (await dep({ project, deployment, modelServer: 'sklearn', apiKey })
+      .predict({ instances: [[1]] })
+      .catch((e: unknown) => e)) as GatewayError;
     expect(err).toBeInstanceOf(GatewayError);
     expect(err.status).toBe(status);
     expect(err.message.length).toBeGreaterThan(3);

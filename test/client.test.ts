@@ -15,10 +15,22 @@ describe('URL helpers', () => {
     ['sklearn', { modelServer: 'sklearn' }, `${base}/v1/models/fraud:predict`, null, null],
     ['python model server', { modelServer: 'python' }, `${base}/v1/models/fraud:predict`, null, null],
     ['tensorflow', { modelServer: 'tensorflow' }, `${base}/v1/models/fraud:predict`, null, null],
-    ['sklearn with a model name', { modelServer: 'sklearn', modelName: 'fraud-v2' }, `${base}/v1/models/fraud-v2:predict`, null, null],
+    [
+      'sklearn with a model name',
+      { modelServer: 'sklearn', modelName: 'fraud-v2' },
+      `${base}/v1/models/fraud-v2:predict`,
+      null,
+      null,
+    ],
     ['llm', { modelServer: 'llm' }, null, `${base}/v1`, null],
     ['python deployment', { type: 'python' }, null, null, base],
-    ['"scikit-learn" (another spelling)', { modelServer: 'scikit-learn' as never }, `${base}/v1/models/fraud:predict`, null, null],
+    [
+      '"scikit-learn" (another spelling)',
+      { modelServer: 'scikit-learn' as never },
+      `${base}/v1/models/fraud:predict`,
+      null,
+      null,
+    ],
     ['"TensorFlow" (any case)', { modelServer: 'TensorFlow' as never }, `${base}/v1/models/fraud:predict`, null, null],
   ])('%s: inference, OpenAI and endpoint URLs', (_, opts, inference, openai, endpoint) => {
     const d = new Deployment({ gatewayUrl: GW, project: 'fraud_detection', deployment: 'fraud', apiKey: KEY, ...opts });
@@ -28,13 +40,22 @@ describe('URL helpers', () => {
     expect(d.getBaseUrl()).toBe(base);
   });
 
-  test.each(['https://models.example.com/', 'https://models.example.com//'])('a trailing slash on the gateway URL %s is ignored', (gw) => {
-    const d = new Deployment({ gatewayUrl: gw, project: 'p', deployment: 'd', type: 'python', apiKey: KEY });
-    expect(d.getEndpointUrl()).toBe('https://models.example.com/v1/p/d');
-  });
+  test.each(['https://models.example.com/', 'https://models.example.com//'])(
+    'a trailing slash on the gateway URL %s is ignored',
+    (gw) => {
+      const d = new Deployment({ gatewayUrl: gw, project: 'p', deployment: 'd', type: 'python', apiKey: KEY });
+      expect(d.getEndpointUrl()).toBe('https://models.example.com/v1/p/d');
+    },
+  );
 
   test('a gateway under a path prefix keeps it', () => {
-    const d = new Deployment({ gatewayUrl: 'http://10.0.0.1:8080/serving', project: 'p', deployment: 'd', modelServer: 'llm', apiKey: KEY });
+    const d = new Deployment({
+      gatewayUrl: 'http://10.0.0.1:8080/serving',
+      project: 'p',
+      deployment: 'd',
+      modelServer: 'llm',
+      apiKey: KEY,
+    });
     expect(d.getOpenaiUrl()).toBe('http://10.0.0.1:8080/serving/v1/p/d/v1');
   });
 
@@ -106,10 +127,14 @@ describe('requests against a loopback server', () => {
     '/v1/p/skl/v1/models/skl:predict': (_req, res) => json(res, 200, { predictions: [1] }),
     '/v1/p/tf/v1/models/tf:classify': (_req, res) => json(res, 200, { result: [['a', 0.9]] }),
     '/v1/p/tf/v1/models/tf:regress': (_req, res) => json(res, 200, { result: [0.5] }),
-    '/v1/p/denied/v1/models/denied:predict': (_req, res) => json(res, 403, { error: 'key "ci" may not call project p' }, { 'x-request-id': 'rid-1' }),
+    '/v1/p/denied/v1/models/denied:predict': (_req, res) =>
+      json(res, 403, { error: 'key "ci" may not call project p' }, { 'x-request-id': 'rid-1' }),
     '/v1/p/chat/v1/chat/completions': (req, res) => {
       const body = JSON.parse(req.body);
-      if (body.model === 'bad') return json(res, 400, { error: { message: 'model not found', type: 'invalid_request_error', code: 'model_not_found' } });
+      if (body.model === 'bad')
+        return json(res, 400, {
+          error: { message: 'model not found', type: 'invalid_request_error', code: 'model_not_found' },
+        });
       json(res, 200, {
         id: 'c1',
         object: 'chat.completion',
@@ -150,7 +175,8 @@ describe('requests against a loopback server', () => {
     await new Promise<void>((r) => server.close(() => r()));
   });
 
-  const dep = (deployment: string, o: Partial<DeploymentOptions>) => new Deployment({ gatewayUrl: gw, project: 'p', deployment, apiKey: KEY, ...o });
+  const dep = (deployment: string, o: Partial<DeploymentOptions>) =>
+    new Deployment({ gatewayUrl: gw, project: 'p', deployment, apiKey: KEY, ...o });
   const last = () => seen[seen.length - 1];
 
   test('predict POSTs JSON to the inference URL with authorization: ApiKey <key>', async () => {
@@ -169,11 +195,16 @@ describe('requests against a loopback server', () => {
     expect(await tf.regress({ examples: [{ x: 1 }] })).toEqual({ result: [0.5] });
   });
 
-  test.each(['classify', 'regress'] as const)('%s on an sklearn model fails without sending a request', async (verb) => {
-    const before = seen.length;
-    await expect(dep('skl', { modelServer: 'sklearn' })[verb]({ instances: [] })).rejects.toThrow(/offers only :predict/);
-    expect(seen.length).toBe(before);
-  });
+  test.each(['classify', 'regress'] as const)(
+    '%s on an sklearn model fails without sending a request',
+    async (verb) => {
+      const before = seen.length;
+      await expect(dep('skl', { modelServer: 'sklearn' })[verb]({ instances: [] })).rejects.toThrow(
+        /offers only :predict/,
+      );
+      expect(seen.length).toBe(before);
+    },
+  );
 
   test('predict on an LLM or python deployment fails without a request', async () => {
     const before = seen.length;
@@ -183,7 +214,9 @@ describe('requests against a loopback server', () => {
   });
 
   test('a KServe-dialect error becomes a GatewayError with status, message and request id', async () => {
-    const err = (await dep('denied', { modelServer: 'sklearn' }).predict({ instances: [] }).catch((e: unknown) => e)) as GatewayError;
+    const err = (await dep('denied', { modelServer: 'sklearn' })
+      .predict({ instances: [] })
+      .catch((e: unknown) => e)) as GatewayError;
     expect(err).toBeInstanceOf(GatewayError);
     expect(err.status).toBe(403);
     expect(err.message).toBe('key "ci" may not call project p');
@@ -191,7 +224,9 @@ describe('requests against a loopback server', () => {
   });
 
   test('an OpenAI-dialect error becomes a GatewayError with its message and code', async () => {
-    const err = (await dep('chat', { modelServer: 'llm' }).chatCompletions({ model: 'bad', messages: [] }).catch((e: unknown) => e)) as GatewayError;
+    const err = (await dep('chat', { modelServer: 'llm' })
+      .chatCompletions({ model: 'bad', messages: [] })
+      .catch((e: unknown) => e)) as GatewayError;
     expect(err).toBeInstanceOf(GatewayError);
     expect(err.status).toBe(400);
     expect(err.message).toBe('model not found');
@@ -203,7 +238,7 @@ describe('requests against a loopback server', () => {
     const res = await py.request('/echo?x=1', { method: 'PUT', body: 'hello' });
     expect(await res.json()).toEqual({ method: 'PUT', url: '/v1/p/py/echo?x=1', body: 'hello' });
     expect(last().headers.authorization).toBe(`ApiKey ${KEY}`);
-    expect(((await (await py.request("health")).json()) as { url: string }).url).toBe('/v1/p/py/health');
+    expect(((await (await py.request('health')).json()) as { url: string }).url).toBe('/v1/p/py/health');
   });
 
   test('request() throws GatewayError on 404 unless throwOnError is false', async () => {
@@ -230,7 +265,9 @@ describe('requests against a loopback server', () => {
   });
 
   test('timeoutMs aborts a request that gets no answer', async () => {
-    const err = (await dep('slow', { modelServer: 'sklearn', timeoutMs: 200 }).predict({ instances: [] }).catch((e: unknown) => e)) as GatewayError;
+    const err = (await dep('slow', { modelServer: 'sklearn', timeoutMs: 200 })
+      .predict({ instances: [] })
+      .catch((e: unknown) => e)) as GatewayError;
     // fetch's own DOMException (not an instance of the test realm's Error under jest's vm modules)
     expect(err).toHaveProperty('name', expect.stringMatching(/^(TimeoutError|AbortError)$/));
   });

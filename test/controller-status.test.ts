@@ -25,7 +25,16 @@ function routed(overrides: Partial<DeploymentStatus> = {}): DeploymentStatus {
 }
 
 function rejected(reason: DeploymentStatus['reason'], message: string): DeploymentStatus {
-  return { id: 'ns/x', namespace: 'ns', name: 'x', resourceKind: 'ServingDeployment', generation: 2, ready: false, reason, message };
+  return {
+    id: 'ns/x',
+    namespace: 'ns',
+    name: 'x',
+    resourceKind: 'ServingDeployment',
+    generation: 2,
+    ready: false,
+    reason,
+    message,
+  };
 }
 
 describe('desiredStatus', () => {
@@ -38,7 +47,14 @@ describe('desiredStatus', () => {
       inferenceUrl: 'https://models.example.com/v1/fraud_detection/fraud/v1/models/fraud:predict',
       hostname: 'fraud.fraud-detection.serving.example.com',
       conditions: [
-        { type: 'Ready', status: 'True', reason: 'Routed', message: '', observedGeneration: 3, lastTransitionTime: '2026-03-01T10:00:00Z' },
+        {
+          type: 'Ready',
+          status: 'True',
+          reason: 'Routed',
+          message: '',
+          observedGeneration: 3,
+          lastTransitionTime: '2026-03-01T10:00:00Z',
+        },
         {
           type: 'HostnameAssigned',
           status: 'True',
@@ -59,12 +75,25 @@ describe('desiredStatus', () => {
     const s = desiredStatus(rejected(reason, message), { url: 'https://old', hostname: 'old.example' }, T0);
     expect(s).toEqual({
       observedGeneration: 2,
-      conditions: [{ type: 'Ready', status: 'False', reason, message, observedGeneration: 2, lastTransitionTime: '2026-03-01T10:00:00Z' }],
+      conditions: [
+        {
+          type: 'Ready',
+          status: 'False',
+          reason,
+          message,
+          observedGeneration: 2,
+          lastTransitionTime: '2026-03-01T10:00:00Z',
+        },
+      ],
     });
   });
 
   test('a project that forms no DNS label gives HostnameAssigned=False with the reason why', () => {
-    const s = desiredStatus(routed({ hostname: undefined, hostnameMessage: 'project "A_b" does not form a valid DNS label' }), undefined, T0);
+    const s = desiredStatus(
+      routed({ hostname: undefined, hostnameMessage: 'project "A_b" does not form a valid DNS label' }),
+      undefined,
+      T0,
+    );
     expect(s.hostname).toBeUndefined();
     expect(s.conditions.find((c) => c.type === 'HostnameAssigned')).toMatchObject({
       status: 'False',
@@ -75,13 +104,41 @@ describe('desiredStatus', () => {
   });
 
   test.each([
-    { name: 'status unchanged keeps lastTransitionTime', before: 'True', ready: true, expected: '2025-12-24T08:00:00Z' },
-    { name: 'status flipped True→False takes the new time', before: 'True', ready: false, expected: '2026-03-01T11:30:00Z' },
-    { name: 'status flipped False→True takes the new time', before: 'False', ready: true, expected: '2026-03-01T11:30:00Z' },
-    { name: 'status unchanged False keeps lastTransitionTime even when the reason changes', before: 'False', ready: false, expected: '2025-12-24T08:00:00Z' },
+    {
+      name: 'status unchanged keeps lastTransitionTime',
+      before: 'True',
+      ready: true,
+      expected: '2025-12-24T08:00:00Z',
+    },
+    {
+      name: 'status flipped True→False takes the new time',
+      before: 'True',
+      ready: false,
+      expected: '2026-03-01T11:30:00Z',
+    },
+    {
+      name: 'status flipped False→True takes the new time',
+      before: 'False',
+      ready: true,
+      expected: '2026-03-01T11:30:00Z',
+    },
+    {
+      name: 'status unchanged False keeps lastTransitionTime even when the reason changes',
+      before: 'False',
+      ready: false,
+      expected: '2025-12-24T08:00:00Z',
+    },
   ])('$name', ({ before, ready, expected }) => {
     const current = {
-      conditions: [{ type: 'Ready', status: before, reason: before === 'True' ? 'Routed' : 'Conflict', message: 'm', lastTransitionTime: '2025-12-24T08:00:00Z' }],
+      conditions: [
+        {
+          type: 'Ready',
+          status: before,
+          reason: before === 'True' ? 'Routed' : 'Conflict',
+          message: 'm',
+          lastTransitionTime: '2025-12-24T08:00:00Z',
+        },
+      ],
     };
     const ds = ready ? routed() : rejected('BackendNotFound', 'gone');
     const s = desiredStatus(ds, current, T1);
@@ -111,9 +168,15 @@ describe('desiredStatus', () => {
     });
     const { statuses } = buildRouteTable(snap, buildOptions);
     const by = Object.fromEntries(statuses.map((s) => [s.name, desiredStatus(s, undefined, T0)]));
-    expect(by.chat).toMatchObject({ url: 'https://models.example.com/v1/demo/chat', openaiUrl: 'https://models.example.com/v1/demo/chat/v1' });
+    expect(by.chat).toMatchObject({
+      url: 'https://models.example.com/v1/demo/chat',
+      openaiUrl: 'https://models.example.com/v1/demo/chat/v1',
+    });
     expect(by.chat.inferenceUrl).toBeUndefined();
-    expect(by.app).toMatchObject({ url: 'https://models.example.com/v1/demo/app', endpointUrl: 'https://models.example.com/v1/demo/app' });
+    expect(by.app).toMatchObject({
+      url: 'https://models.example.com/v1/demo/app',
+      endpointUrl: 'https://models.example.com/v1/demo/app',
+    });
     expect(by.iris.conditions[0]).toMatchObject({ type: 'Ready', status: 'False', reason: 'BackendNotFound' });
   });
 });
@@ -127,7 +190,9 @@ describe('statusNeedsWrite', () => {
     expect(Object.keys(readBack)[0]).not.toBe(Object.keys(desired)[0]);
     expect(statusNeedsWrite(desired, readBack)).toBe(false);
     // ...and recomputing from it later keeps every lastTransitionTime, so it stays equal.
-    expect(statusNeedsWrite(desiredStatus(routed(), readBack, T1, { project: 'fraud_detection' }), readBack)).toBe(false);
+    expect(statusNeedsWrite(desiredStatus(routed(), readBack, T1, { project: 'fraud_detection' }), readBack)).toBe(
+      false,
+    );
   });
 
   test.each([
@@ -146,7 +211,9 @@ describe('statusMergePatch', () => {
   test('sets every desired field and nulls the fields the current status has but the desired lacks', () => {
     const desired = desiredStatus(rejected('Conflict', 'taken'), undefined, T0);
     const patch = statusMergePatch(desired, { url: 'u', hostname: 'h', observedGeneration: 1, conditions: [] });
-    expect(patch).toEqual({ status: { observedGeneration: 2, conditions: desired.conditions, url: null, hostname: null } });
+    expect(patch).toEqual({
+      status: { observedGeneration: 2, conditions: desired.conditions, url: null, hostname: null },
+    });
   });
 });
 

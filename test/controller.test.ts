@@ -23,19 +23,42 @@ afterEach(async () => {
 });
 
 function sdepObj(ns: string, name: string, spec: Obj, created = '2026-01-01T00:00:00Z'): Obj {
-  return { apiVersion: API_VERSION, kind: 'ServingDeployment', metadata: { namespace: ns, name, creationTimestamp: created }, spec };
+  return {
+    apiVersion: API_VERSION,
+    kind: 'ServingDeployment',
+    metadata: { namespace: ns, name, creationTimestamp: created },
+    spec,
+  };
 }
 function svcObj(ns: string, name: string, port: number): Obj {
-  return { apiVersion: 'v1', kind: 'Service', metadata: { namespace: ns, name }, spec: { ports: [{ name: 'http', port, targetPort: port }] } };
+  return {
+    apiVersion: 'v1',
+    kind: 'Service',
+    metadata: { namespace: ns, name },
+    spec: { ports: [{ name: 'http', port, targetPort: port }] },
+  };
 }
-const sklearn = (svc = 'fraud-predictor') => ({ project: 'fraud_detection', type: 'model', modelServer: 'sklearn', backend: { service: svc, port: 8080 } });
+const sklearn = (svc = 'fraud-predictor') => ({
+  project: 'fraud_detection',
+  type: 'model',
+  modelServer: 'sklearn',
+  backend: { service: svc, port: 8080 },
+});
 
 /** What the kubernetes source would hand over now: every object as the API server has it. */
 function snapshotNow(): Snapshot {
   return {
     source: 'kubernetes',
-    deployments: fake.list(API_VERSION, 'ServingDeployment').map((o) => ({ apiVersion: o.apiVersion, kind: 'ServingDeployment', metadata: o.metadata, spec: o.spec, status: o.status })),
-    inferenceServices: fake.list('serving.kserve.io/v1beta1', 'InferenceService').map((o) => ({ apiVersion: o.apiVersion, kind: 'InferenceService', metadata: o.metadata, spec: o.spec })),
+    deployments: fake.list(API_VERSION, 'ServingDeployment').map((o) => ({
+      apiVersion: o.apiVersion,
+      kind: 'ServingDeployment',
+      metadata: o.metadata,
+      spec: o.spec,
+      status: o.status,
+    })),
+    inferenceServices: fake
+      .list('serving.kserve.io/v1beta1', 'InferenceService')
+      .map((o) => ({ apiVersion: o.apiVersion, kind: 'InferenceService', metadata: o.metadata, spec: o.spec })),
     keySecrets: [],
     services: fake.list('v1', 'Service').map((s) => ({ metadata: s.metadata, ports: s.spec.ports })),
   };
@@ -73,7 +96,14 @@ describe('status controller', () => {
       inferenceUrl: 'https://models.example.com/v1/fraud_detection/fraud/v1/models/fraud:predict',
       hostname: 'fraud.fraud-detection.serving.example.com',
       conditions: [
-        { type: 'Ready', status: 'True', reason: 'Routed', message: '', observedGeneration: 1, lastTransitionTime: '2026-03-01T10:00:00Z' },
+        {
+          type: 'Ready',
+          status: 'True',
+          reason: 'Routed',
+          message: '',
+          observedGeneration: 1,
+          lastTransitionTime: '2026-03-01T10:00:00Z',
+        },
         {
           type: 'HostnameAssigned',
           status: 'True',
@@ -131,7 +161,9 @@ describe('status controller', () => {
 
   test('a spec change is reflected with the new observedGeneration', async () => {
     fake.create(svcObj('demo', 'chat', 8000));
-    fake.create(sdepObj('demo', 'chat', { type: 'model', modelServer: 'llm', backend: { service: 'chat', port: 8000 } }));
+    fake.create(
+      sdepObj('demo', 'chat', { type: 'model', modelServer: 'llm', backend: { service: 'chat', port: 8000 } }),
+    );
     const { store, c } = controller();
     store.apply(snapshotNow());
     await c.idle();
@@ -139,13 +171,18 @@ describe('status controller', () => {
     fake.update({ ...o, spec: { ...o.spec, timeoutSeconds: 600 } });
     store.apply(snapshotNow());
     await c.idle();
-    expect(sdepStatus('demo', 'chat')).toMatchObject({ observedGeneration: 2, openaiUrl: 'https://models.example.com/v1/demo/chat/v1' });
+    expect(sdepStatus('demo', 'chat')).toMatchObject({
+      observedGeneration: 2,
+      openaiUrl: 'https://models.example.com/v1/demo/chat/v1',
+    });
     expect(statusWrites()).toHaveLength(2);
   });
 
   test.each([409, 500, 503])('a %i answer to a status write is retried until it succeeds', async (code) => {
     fake.create(svcObj('demo', 'iris', 8080));
-    fake.create(sdepObj('demo', 'iris', { type: 'model', modelServer: 'sklearn', backend: { service: 'iris', port: 8080 } }));
+    fake.create(
+      sdepObj('demo', 'iris', { type: 'model', modelServer: 'sklearn', backend: { service: 'iris', port: 8080 } }),
+    );
     fake.failNext(2, code, (m, p) => m === 'PATCH' && p.endsWith('/status'));
     const { store, c } = controller();
     store.apply(snapshotNow());
@@ -157,7 +194,9 @@ describe('status controller', () => {
 
   test('a write for an object deleted meanwhile (404) is dropped, not retried', async () => {
     fake.create(svcObj('demo', 'iris', 8080));
-    fake.create(sdepObj('demo', 'iris', { type: 'model', modelServer: 'sklearn', backend: { service: 'iris', port: 8080 } }));
+    fake.create(
+      sdepObj('demo', 'iris', { type: 'model', modelServer: 'sklearn', backend: { service: 'iris', port: 8080 } }),
+    );
     const snap = snapshotNow();
     fake.delete(API_VERSION, 'ServingDeployment', 'demo', 'iris');
     const { store, c } = controller();
@@ -169,7 +208,9 @@ describe('status controller', () => {
 
   test('an object that leaves the snapshot while its write is backing off is dropped', async () => {
     fake.create(svcObj('demo', 'iris', 8080));
-    fake.create(sdepObj('demo', 'iris', { type: 'model', modelServer: 'sklearn', backend: { service: 'iris', port: 8080 } }));
+    fake.create(
+      sdepObj('demo', 'iris', { type: 'model', modelServer: 'sklearn', backend: { service: 'iris', port: 8080 } }),
+    );
     fake.failNext(100, 500, (m, p) => m === 'PATCH' && p.endsWith('/status'));
     const { store, c } = controller();
     store.apply(snapshotNow());
@@ -187,8 +228,22 @@ describe('status controller', () => {
   test('Conflict: the younger of two resources claiming one project/deployment gets Ready=False/Conflict, the older Ready=True', async () => {
     fake.create(svcObj('team-a', 'm', 80));
     fake.create(svcObj('team-b', 'm', 80));
-    fake.create(sdepObj('team-a', 'iris', { project: 'shared', type: 'model', modelServer: 'sklearn', backend: { service: 'm', port: 80 } }, '2026-01-01T00:00:00Z'));
-    fake.create(sdepObj('team-b', 'iris', { project: 'shared', type: 'model', modelServer: 'sklearn', backend: { service: 'm', port: 80 } }, '2026-01-02T00:00:00Z'));
+    fake.create(
+      sdepObj(
+        'team-a',
+        'iris',
+        { project: 'shared', type: 'model', modelServer: 'sklearn', backend: { service: 'm', port: 80 } },
+        '2026-01-01T00:00:00Z',
+      ),
+    );
+    fake.create(
+      sdepObj(
+        'team-b',
+        'iris',
+        { project: 'shared', type: 'model', modelServer: 'sklearn', backend: { service: 'm', port: 80 } },
+        '2026-01-02T00:00:00Z',
+      ),
+    );
     const { store, c } = controller();
     store.apply(snapshotNow());
     await c.idle();
@@ -203,7 +258,11 @@ describe('status controller', () => {
     const { store, c } = controller();
     store.apply(snapshotNow());
     await c.idle();
-    expect(sdepStatus('demo', 'sneaky')?.conditions[0]).toMatchObject({ type: 'Ready', status: 'False', reason: 'InvalidSpec' });
+    expect(sdepStatus('demo', 'sneaky')?.conditions[0]).toMatchObject({
+      type: 'Ready',
+      status: 'False',
+      reason: 'InvalidSpec',
+    });
     expect(sdepStatus('demo', 'sneaky')?.conditions[0].message).toMatch(/backend\.url is refused/);
   });
 
@@ -326,7 +385,9 @@ describe('two replicas with leader election', () => {
   test('only the elected replica writes status; after it stops, the other takes over and writes what changed', async () => {
     fake.create(svcObj('demo', 'a', 80));
     fake.create(sdepObj('demo', 'a', { type: 'python', backend: { service: 'a', port: 80 } }));
-    fake.create(sdepObj('demo', 'b', { type: 'model', modelServer: 'tensorflow', backend: { service: 'a', port: 80 } }));
+    fake.create(
+      sdepObj('demo', 'b', { type: 'model', modelServer: 'tensorflow', backend: { service: 'a', port: 80 } }),
+    );
     const replicas: Array<{ store: RouteStore; handle: ControllerHandle }> = ['pod-a', 'pod-b'].map((identity) => {
       const store = new RouteStore(buildOptions);
       const handle = startStatusController({
@@ -334,7 +395,13 @@ describe('two replicas with leader election', () => {
         kubeConfig: fake.kubeConfig('servegate'),
         namespace: 'servegate',
         identity,
-        leaderElection: { enabled: true, leaseName: 'servegate-controller', leaseDurationSeconds: 15, renewDeadlineSeconds: 10, retryPeriodSeconds: 2 },
+        leaderElection: {
+          enabled: true,
+          leaseName: 'servegate-controller',
+          leaseDurationSeconds: 15,
+          renewDeadlineSeconds: 10,
+          retryPeriodSeconds: 2,
+        },
         timings: { leaseDurationMs: 1000, renewDeadlineMs: 700, retryPeriodMs: 150 },
         retryBaseMs: 30,
       });
@@ -361,10 +428,17 @@ describe('two replicas with leader election', () => {
     const b = fake.get(API_VERSION, 'ServingDeployment', 'demo', 'b')!;
     fake.update({ ...b, spec: { ...b.spec, modelName: 'renamed' } });
     follower.store.apply(snapshotNow());
-    await waitFor(() => sdepStatus('demo', 'b')?.observedGeneration === 2, 'the follower-turned-leader to write generation 2', 3000);
+    await waitFor(
+      () => sdepStatus('demo', 'b')?.observedGeneration === 2,
+      'the follower-turned-leader to write generation 2',
+      3000,
+    );
     await follower.handle.controller.idle(); // the fake has stored the write; let the client see the answer too
     expect(follower.handle.isLeader()).toBe(true);
-    expect(sdepStatus('demo', 'b')).toMatchObject({ observedGeneration: 2, inferenceUrl: 'https://models.example.com/v1/demo/b/v1/models/renamed:predict' });
+    expect(sdepStatus('demo', 'b')).toMatchObject({
+      observedGeneration: 2,
+      inferenceUrl: 'https://models.example.com/v1/demo/b/v1/models/renamed:predict',
+    });
     expect(follower.handle.controller.stats.writes).toBe(1);
   });
 });

@@ -23,11 +23,20 @@ const schema: Json = version.schema.openAPIV3Schema;
 
 /** Every problem that would make the API server reject the schema as non-structural, with its path. */
 function structuralProblems(node: Json, path: string, inJunctor = false, problems: string[] = []): string[] {
-  const forbiddenEverywhere = ['$ref', 'definitions', 'id', '$schema', 'dependencies', 'patternProperties', 'additionalItems'];
+  const forbiddenEverywhere = [
+    '$ref',
+    'definitions',
+    'id',
+    '$schema',
+    'dependencies',
+    'patternProperties',
+    'additionalItems',
+  ];
   for (const k of forbiddenEverywhere) if (k in node) problems.push(`${path}: ${k} is not allowed`);
   if (node.uniqueItems === true) problems.push(`${path}: uniqueItems: true is not allowed`);
   if (node.additionalProperties === false) problems.push(`${path}: additionalProperties: false is not allowed`);
-  if (node.properties && node.additionalProperties !== undefined) problems.push(`${path}: properties and additionalProperties together`);
+  if (node.properties && node.additionalProperties !== undefined)
+    problems.push(`${path}: properties and additionalProperties together`);
   const opaque = node['x-kubernetes-int-or-string'] === true || node['x-kubernetes-preserve-unknown-fields'] === true;
   if (inJunctor) {
     for (const k of ['type', 'description', 'default', 'additionalProperties', 'nullable']) {
@@ -36,12 +45,17 @@ function structuralProblems(node: Json, path: string, inJunctor = false, problem
   } else if (!opaque && typeof node.type !== 'string') {
     problems.push(`${path}: no type`);
   }
-  for (const [k, child] of Object.entries<Json>(node.properties ?? {})) structuralProblems(child, `${path}.${k}`, inJunctor, problems);
+  for (const [k, child] of Object.entries<Json>(node.properties ?? {}))
+    structuralProblems(child, `${path}.${k}`, inJunctor, problems);
   if (node.items) structuralProblems(node.items, `${path}[]`, inJunctor, problems);
-  if (typeof node.additionalProperties === 'object') structuralProblems(node.additionalProperties, `${path}.*`, inJunctor, problems);
-  for (const j of ['allOf', 'anyOf', 'oneOf']) for (const [i, child] of (node[j] ?? []).entries()) structuralProblems(child, `${path}.${j}[${i}]`, true, problems);
+  if (typeof node.additionalProperties === 'object')
+    structuralProblems(node.additionalProperties, `${path}.*`, inJunctor, problems);
+  for (const j of ['allOf', 'anyOf', 'oneOf'])
+    for (const [i, child] of (node[j] ?? []).entries()) structuralProblems(child, `${path}.${j}[${i}]`, true, problems);
   if (node.not) structuralProblems(node.not, `${path}.not`, true, problems);
-  for (const r of node.required ?? []) if (!inJunctor && !(r in (node.properties ?? {}))) problems.push(`${path}: required "${r}" is not a declared property`);
+  for (const r of node.required ?? [])
+    if (!inJunctor && !(r in (node.properties ?? {})))
+      problems.push(`${path}: required "${r}" is not a declared property`);
   if ('default' in node && path.includes('metadata')) problems.push(`${path}: default under metadata`);
   return problems;
 }
@@ -56,7 +70,10 @@ function toJsonSchema(node: Json, path = ''): Json {
   const out: Json = {};
   for (const [k, v] of Object.entries(node)) {
     if (k.startsWith('x-kubernetes-')) continue;
-    if (k === 'properties') out.properties = Object.fromEntries(Object.entries<Json>(v).map(([p, s]) => [p, toJsonSchema(s, `${path}.${p}`)]));
+    if (k === 'properties')
+      out.properties = Object.fromEntries(
+        Object.entries<Json>(v).map(([p, s]) => [p, toJsonSchema(s, `${path}.${p}`)]),
+      );
     else if (k === 'items') out.items = toJsonSchema(v, `${path}[]`);
     else out[k] = v;
   }
@@ -98,13 +115,17 @@ const rules = collectRules(schema, '');
 const has = (o: Json, k: string) => o[k] !== undefined;
 /** What each rule means, keyed by its exact text: a rule that changes without its twin fails the test below. */
 const celTwins: Record<string, (self: Json) => boolean> = {
-  "size(self.metadata.name) <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')": (self) => isDnsLabel(self.metadata.name),
-  "self.type == 'model' ? has(self.modelServer) : !has(self.modelServer)": (self) => (self.type === 'model' ? has(self, 'modelServer') : !has(self, 'modelServer')),
+  "size(self.metadata.name) <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')": (self) =>
+    isDnsLabel(self.metadata.name),
+  "self.type == 'model' ? has(self.modelServer) : !has(self.modelServer)": (self) =>
+    self.type === 'model' ? has(self, 'modelServer') : !has(self, 'modelServer'),
   "self.type == 'model' || !has(self.modelName)": (self) => self.type === 'model' || !has(self, 'modelName'),
-  "!has(self.modelName) || (has(self.modelServer) && self.modelServer == 'llm') || self.modelName.matches('^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$')": (self) =>
-    !has(self, 'modelName') || self.modelServer === 'llm' || MODEL_NAME.test(self.modelName),
-  "(has(self.service) && has(self.port) && !has(self.url)) || (has(self.url) && !has(self.service) && !has(self.port))": (self) =>
-    (has(self, 'service') && has(self, 'port') && !has(self, 'url')) || (has(self, 'url') && !has(self, 'service') && !has(self, 'port')),
+  "!has(self.modelName) || (has(self.modelServer) && self.modelServer == 'llm') || self.modelName.matches('^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$')":
+    (self) => !has(self, 'modelName') || self.modelServer === 'llm' || MODEL_NAME.test(self.modelName),
+  '(has(self.service) && has(self.port) && !has(self.url)) || (has(self.url) && !has(self.service) && !has(self.port))':
+    (self) =>
+      (has(self, 'service') && has(self, 'port') && !has(self, 'url')) ||
+      (has(self, 'url') && !has(self, 'service') && !has(self, 'port')),
 };
 
 function at(obj: Json, path: string): unknown {
@@ -126,45 +147,154 @@ function admit(obj: Json): string[] {
 // ---- fixtures ----
 
 function obj(name: string, spec: Json, namespace = 'demo'): Json {
-  return { apiVersion: 'serving.servegate.dev/v1alpha1', kind: 'ServingDeployment', metadata: { name, namespace }, spec };
+  return {
+    apiVersion: 'serving.servegate.dev/v1alpha1',
+    kind: 'ServingDeployment',
+    metadata: { name, namespace },
+    spec,
+  };
 }
 
 const good: Array<[string, Json]> = [
-  ['sklearn model', obj('fraud', { project: 'fraud_detection', type: 'model', modelServer: 'sklearn', modelName: 'fraud', backend: { service: 'fraud-predictor', port: 8080 }, timeoutSeconds: 60 }, 'fraud-detection')],
-  ['tensorflow model, defaults', obj('tf', { type: 'model', modelServer: 'tensorflow', backend: { service: 'tf', port: 8501 } })],
-  ['llm model, fractional timeout', obj('chat', { type: 'model', modelServer: 'llm', backend: { service: 'vllm', port: 8000 }, timeoutSeconds: 0.5 })],
-  ['llm model serving a Hugging Face id', obj('llama', { type: 'model', modelServer: 'llm', modelName: 'meta-llama/Llama-3.1-8B-Instruct', backend: { service: 'vllm', port: 8000 } })],
+  [
+    'sklearn model',
+    obj(
+      'fraud',
+      {
+        project: 'fraud_detection',
+        type: 'model',
+        modelServer: 'sklearn',
+        modelName: 'fraud',
+        backend: { service: 'fraud-predictor', port: 8080 },
+        timeoutSeconds: 60,
+      },
+      'fraud-detection',
+    ),
+  ],
+  [
+    'tensorflow model, defaults',
+    obj('tf', { type: 'model', modelServer: 'tensorflow', backend: { service: 'tf', port: 8501 } }),
+  ],
+  [
+    'llm model, fractional timeout',
+    obj('chat', { type: 'model', modelServer: 'llm', backend: { service: 'vllm', port: 8000 }, timeoutSeconds: 0.5 }),
+  ],
+  [
+    'llm model serving a Hugging Face id',
+    obj('llama', {
+      type: 'model',
+      modelServer: 'llm',
+      modelName: 'meta-llama/Llama-3.1-8B-Instruct',
+      backend: { service: 'vllm', port: 8000 },
+    }),
+  ],
   ['python model server', obj('py', { type: 'model', modelServer: 'python', backend: { service: 'py', port: 1 } })],
   ['python server', obj('app', { type: 'python', backend: { service: 'app', port: 65535 } })],
   ['files-source url backend', obj('local', { type: 'python', backend: { url: 'http://127.0.0.1:8081' } })],
 ];
 
 const bad: Array<[string, Json, RegExp]> = [
-  ['type model without modelServer', obj('a', { type: 'model', backend: { service: 's', port: 80 } }), /modelServer is required/],
-  ['type python with modelServer', obj('a', { type: 'python', modelServer: 'sklearn', backend: { service: 's', port: 80 } }), /modelServer is required when type is model, and not allowed/],
-  ['modelName on type python', obj('a', { type: 'python', modelName: 'm', backend: { service: 's', port: 80 } }), /modelName is only allowed/],
-  ['unknown type', obj('a', { type: 'job', backend: { service: 's', port: 80 } }), /spec\/type must be equal to one of the allowed values/],
-  ['unknown modelServer', obj('a', { type: 'model', modelServer: 'pytorch', backend: { service: 's', port: 80 } }), /modelServer must be equal to one of the allowed values/],
-  ['project with a dot', obj('a', { project: 'a.b', type: 'python', backend: { service: 's', port: 80 } }), /spec\/project must match pattern/],
-  ['project ending in _', obj('a', { project: 'ab_', type: 'python', backend: { service: 's', port: 80 } }), /spec\/project must match pattern/],
-  ['project of 64 characters', obj('a', { project: 'p'.repeat(64), type: 'python', backend: { service: 's', port: 80 } }), /spec\/project must NOT have more than 63/],
-  ['model name with a slash', obj('a', { type: 'model', modelServer: 'sklearn', modelName: 'a/b', backend: { service: 's', port: 80 } }), /modelName of a predictive server must be/],
-  ['LLM model name with a space', obj('a', { type: 'model', modelServer: 'llm', modelName: 'a b', backend: { service: 's', port: 80 } }), /modelName must match pattern/],
-  ['service not a DNS label', obj('a', { type: 'python', backend: { service: 'My_Svc', port: 80 } }), /backend\/service must match pattern/],
+  [
+    'type model without modelServer',
+    obj('a', { type: 'model', backend: { service: 's', port: 80 } }),
+    /modelServer is required/,
+  ],
+  [
+    'type python with modelServer',
+    obj('a', { type: 'python', modelServer: 'sklearn', backend: { service: 's', port: 80 } }),
+    /modelServer is required when type is model, and not allowed/,
+  ],
+  [
+    'modelName on type python',
+    obj('a', { type: 'python', modelName: 'm', backend: { service: 's', port: 80 } }),
+    /modelName is only allowed/,
+  ],
+  [
+    'unknown type',
+    obj('a', { type: 'job', backend: { service: 's', port: 80 } }),
+    /spec\/type must be equal to one of the allowed values/,
+  ],
+  [
+    'unknown modelServer',
+    obj('a', { type: 'model', modelServer: 'pytorch', backend: { service: 's', port: 80 } }),
+    /modelServer must be equal to one of the allowed values/,
+  ],
+  [
+    'project with a dot',
+    obj('a', { project: 'a.b', type: 'python', backend: { service: 's', port: 80 } }),
+    /spec\/project must match pattern/,
+  ],
+  [
+    'project ending in _',
+    obj('a', { project: 'ab_', type: 'python', backend: { service: 's', port: 80 } }),
+    /spec\/project must match pattern/,
+  ],
+  [
+    'project of 64 characters',
+    obj('a', { project: 'p'.repeat(64), type: 'python', backend: { service: 's', port: 80 } }),
+    /spec\/project must NOT have more than 63/,
+  ],
+  [
+    'model name with a slash',
+    obj('a', { type: 'model', modelServer: 'sklearn', modelName: 'a/b', backend: { service: 's', port: 80 } }),
+    /modelName of a predictive server must be/,
+  ],
+  [
+    'LLM model name with a space',
+    obj('a', { type: 'model', modelServer: 'llm', modelName: 'a b', backend: { service: 's', port: 80 } }),
+    /modelName must match pattern/,
+  ],
+  [
+    'service not a DNS label',
+    obj('a', { type: 'python', backend: { service: 'My_Svc', port: 80 } }),
+    /backend\/service must match pattern/,
+  ],
   ['port 0', obj('a', { type: 'python', backend: { service: 's', port: 0 } }), /backend\/port must be >= 1/],
-  ['port 70000', obj('a', { type: 'python', backend: { service: 's', port: 70000 } }), /backend\/port must be <= 65535/],
-  ['port as a string', obj('a', { type: 'python', backend: { service: 's', port: '80' } }), /backend\/port must be integer/],
+  [
+    'port 70000',
+    obj('a', { type: 'python', backend: { service: 's', port: 70000 } }),
+    /backend\/port must be <= 65535/,
+  ],
+  [
+    'port as a string',
+    obj('a', { type: 'python', backend: { service: 's', port: '80' } }),
+    /backend\/port must be integer/,
+  ],
   ['service without port', obj('a', { type: 'python', backend: { service: 's' } }), /either service and port, or url/],
-  ['service and url', obj('a', { type: 'python', backend: { service: 's', port: 80, url: 'http://x:1' } }), /either service and port, or url/],
+  [
+    'service and url',
+    obj('a', { type: 'python', backend: { service: 's', port: 80, url: 'http://x:1' } }),
+    /either service and port, or url/,
+  ],
   ['empty backend', obj('a', { type: 'python', backend: {} }), /either service and port, or url/],
   ['https url', obj('a', { type: 'python', backend: { url: 'https://x' } }), /backend\/url must match pattern/],
-  ['timeout 0', obj('a', { type: 'python', backend: { service: 's', port: 80 }, timeoutSeconds: 0 }), /timeoutSeconds must be > 0/],
+  [
+    'timeout 0',
+    obj('a', { type: 'python', backend: { service: 's', port: 80 }, timeoutSeconds: 0 }),
+    /timeoutSeconds must be > 0/,
+  ],
   ['no backend', obj('a', { type: 'python' }), /must have required property 'backend'/],
-  ['no spec', { apiVersion: 'serving.servegate.dev/v1alpha1', kind: 'ServingDeployment', metadata: { name: 'a', namespace: 'demo' } }, /must have required property 'spec'/],
-  ['unknown spec field (strict field validation)', obj('a', { type: 'python', backend: { service: 's', port: 80 }, replicas: 2 }), /must NOT have additional properties/],
+  [
+    'no spec',
+    {
+      apiVersion: 'serving.servegate.dev/v1alpha1',
+      kind: 'ServingDeployment',
+      metadata: { name: 'a', namespace: 'demo' },
+    },
+    /must have required property 'spec'/,
+  ],
+  [
+    'unknown spec field (strict field validation)',
+    obj('a', { type: 'python', backend: { service: 's', port: 80 }, replicas: 2 }),
+    /must NOT have additional properties/,
+  ],
   ['name with a dot', obj('a.b', { type: 'python', backend: { service: 's', port: 80 } }), /DNS-1123 label/],
   ['upper-case name', obj('Fraud', { type: 'python', backend: { service: 's', port: 80 } }), /DNS-1123 label/],
-  ['name of 64 characters', obj('n'.repeat(64), { type: 'python', backend: { service: 's', port: 80 } }), /DNS-1123 label/],
+  [
+    'name of 64 characters',
+    obj('n'.repeat(64), { type: 'python', backend: { service: 's', port: 80 } }),
+    /DNS-1123 label/,
+  ],
 ];
 
 /** ServingDeployment documents under examples/ (examples/cluster for kubectl, the rest for the files source). */
@@ -194,7 +324,13 @@ describe('the CRD', () => {
     expect(crd.metadata.name).toBe(`${crd.spec.names.plural}.${crd.spec.group}`);
     expect(crd.spec.group).toBe('serving.servegate.dev');
     expect(crd.spec.scope).toBe('Namespaced');
-    expect(crd.spec.names).toMatchObject({ kind: 'ServingDeployment', plural: 'servingdeployments', singular: 'servingdeployment', shortNames: ['sdep'], categories: ['servegate'] });
+    expect(crd.spec.names).toMatchObject({
+      kind: 'ServingDeployment',
+      plural: 'servingdeployments',
+      singular: 'servingdeployment',
+      shortNames: ['sdep'],
+      categories: ['servegate'],
+    });
     expect(crd.spec.versions).toHaveLength(1);
     expect(version).toMatchObject({ name: 'v1alpha1', served: true, storage: true, subresources: { status: {} } });
   });
@@ -218,13 +354,23 @@ describe('the CRD', () => {
 
   test('kubectl get sdep -A shows Project, Type, Server, URL, Ready, Age', () => {
     const cols = version.additionalPrinterColumns as Json[];
-    expect(cols.filter((c) => !c.priority).map((c) => c.name)).toEqual(['Project', 'Type', 'Server', 'URL', 'Ready', 'Age']);
+    expect(cols.filter((c) => !c.priority).map((c) => c.name)).toEqual([
+      'Project',
+      'Type',
+      'Server',
+      'URL',
+      'Ready',
+      'Age',
+    ]);
     const byName = Object.fromEntries(cols.map((c) => [c.name, c]));
     expect(byName.Ready.jsonPath).toBe('.status.conditions[?(@.type=="Ready")].status');
     expect(byName.Age).toMatchObject({ type: 'date', jsonPath: '.metadata.creationTimestamp' });
     // Every simple column path names a field the schema declares.
     for (const c of cols.filter((c) => !c.jsonPath.includes('[') && !c.jsonPath.startsWith('.metadata'))) {
-      const node = c.jsonPath.slice(1).split('.').reduce((n: Json | undefined, k: string) => n?.properties?.[k], schema);
+      const node = c.jsonPath
+        .slice(1)
+        .split('.')
+        .reduce((n: Json | undefined, k: string) => n?.properties?.[k], schema);
       expect(node, c.jsonPath).toBeDefined();
     }
   });
@@ -233,7 +379,11 @@ describe('the CRD', () => {
     const spec = schema.properties.spec.properties;
     expect(spec.project.pattern).toBe(PROJECT_NAME.source);
     expect(spec.modelName.pattern).toBe(SERVED_MODEL_NAME.source);
-    expect(schema.properties.spec['x-kubernetes-validations'].some((v: { rule: string }) => v.rule.includes(`'${MODEL_NAME.source}'`))).toBe(true);
+    expect(
+      schema.properties.spec['x-kubernetes-validations'].some((v: { rule: string }) =>
+        v.rule.includes(`'${MODEL_NAME.source}'`),
+      ),
+    ).toBe(true);
     expect(spec.backend.properties.service.pattern).toBe(DNS_LABEL.source);
   });
 
@@ -285,7 +435,10 @@ describe('kubectl apply', () => {
     const deployments = [...good, ...examples]
       .map(([, o]) => o as Json)
       .filter((o) => o.spec.backend?.service)
-      .map((o, i): ServingDeploymentResource => ({ ...(o as ServingDeploymentResource), metadata: { ...o.metadata, namespace: `ns${i}` } }));
+      .map((o, i): ServingDeploymentResource => ({
+        ...(o as ServingDeploymentResource),
+        metadata: { ...o.metadata, namespace: `ns${i}` },
+      }));
     const services = deployments.map((d) => {
       const b = (d.spec as Json).backend;
       return service(`${d.metadata.namespace}/${b.service}`, [{ port: b.port }]);
@@ -302,7 +455,9 @@ describe('kubectl apply', () => {
       return;
     }
     for (const f of readdirSync(join(ROOT, 'crds'))) {
-      expect(readFileSync(join(chartCrds, f), 'utf8'), `charts/servegate/crds/${f}`).toBe(readFileSync(join(ROOT, 'crds', f), 'utf8'));
+      expect(readFileSync(join(chartCrds, f), 'utf8'), `charts/servegate/crds/${f}`).toBe(
+        readFileSync(join(ROOT, 'crds', f), 'utf8'),
+      );
     }
   });
 });

@@ -27,7 +27,11 @@ describe('servegate demo', () => {
     ['iris', '/v1/demo/iris/v1/models/iris:predict', { instances: [[5.1, 3.5, 1.4, 0.2]] }, { predictions: [0] }],
     ['mnist', '/v1/demo/mnist/v1/models/mnist:regress', { instances: [[1, 2, 3]] }, { predictions: [2] }],
   ])('the %s deployment answers through the gateway', async (_n, path, body, want) => {
-    const r = await fetch(`http://127.0.0.1:${demo.server.port}${path}`, { method: 'POST', headers: auth, body: JSON.stringify(body) });
+    const r = await fetch(`http://127.0.0.1:${demo.server.port}${path}`, {
+      method: 'POST',
+      headers: auth,
+      body: JSON.stringify(body),
+    });
     expect(r.status).toBe(200);
     expect(await r.json()).toEqual(want);
   });
@@ -44,9 +48,17 @@ describe('servegate demo', () => {
   });
 
   test('the chat deployment streams to the openai SDK through the gateway', async () => {
-    const client = new OpenAI({ apiKey: DEMO_API_KEY, baseURL: `http://127.0.0.1:${demo.server.port}/v1/demo/chat/v1`, maxRetries: 0 });
+    const client = new OpenAI({
+      apiKey: DEMO_API_KEY,
+      baseURL: `http://127.0.0.1:${demo.server.port}/v1/demo/chat/v1`,
+      maxRetries: 0,
+    });
     let text = '';
-    for await (const chunk of await client.chat.completions.create({ model: 'chat', messages: [{ role: 'user', content: 'Hello' }], stream: true })) {
+    for await (const chunk of await client.chat.completions.create({
+      model: 'chat',
+      messages: [{ role: 'user', content: 'Hello' }],
+      stream: true,
+    })) {
       text += chunk.choices[0]?.delta?.content ?? '';
     }
     expect(text).toBe('You said: Hello');

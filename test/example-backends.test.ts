@@ -3,7 +3,11 @@ import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import OpenAI from 'openai';
 import WebSocket from 'ws';
 
-type Started = { port: number; close(): Promise<void>; stats?: { activeStreams: number; completedStreams: number; abortedStreams: number } };
+type Started = {
+  port: number;
+  close(): Promise<void>;
+  stats?: { activeStreams: number; completedStreams: number; abortedStreams: number };
+};
 type Mod = { start(port: number, options?: object): Promise<Started> };
 const load = (f: string) => import(new URL(`../examples/backends/${f}`, import.meta.url).href) as Promise<Mod>;
 
@@ -17,13 +21,32 @@ describe('examples/backends/v1-server.mjs', () => {
   afterAll(() => s.close());
 
   const post = (path: string, body: unknown) =>
-    fetch(`${base}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: typeof body === 'string' ? body : JSON.stringify(body) });
+    fetch(`${base}${path}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: typeof body === 'string' ? body : JSON.stringify(body),
+    });
 
   test.each([
-    ['predict with instances', '/v1/models/iris:predict', { instances: [[5.1, 3.5, 1.4, 0.2], [0, 0, 9, 1]] }, { predictions: [0, 2] }],
+    [
+      'predict with instances',
+      '/v1/models/iris:predict',
+      {
+        instances: [
+          [5.1, 3.5, 1.4, 0.2],
+          [0, 0, 9, 1],
+        ],
+      },
+      { predictions: [0, 2] },
+    ],
     ['predict with inputs', '/v1/models/iris:predict', { inputs: [[1, 7]] }, { predictions: [1] }],
     ['regress', '/v1/models/mnist:regress', { instances: [[1, 2, 3]] }, { predictions: [2] }],
-    ['classify with examples', '/v1/models/mnist:classify', { examples: [[0, 1]] }, { predictions: [{ class: 1, scores: [0.268941, 0.731059] }] }],
+    [
+      'classify with examples',
+      '/v1/models/mnist:classify',
+      { examples: [[0, 1]] },
+      { predictions: [{ class: 1, scores: [0.268941, 0.731059] }] },
+    ],
   ])('%s answers {"predictions": [...]}', async (_n, path, body, want) => {
     const r = await post(path, body);
     expect(r.status).toBe(200);
@@ -56,7 +79,10 @@ describe('examples/backends/llm-server.mjs', () => {
   afterAll(() => s.close());
 
   test('the openai SDK reads a chat completion', async () => {
-    const r = await client.chat.completions.create({ model: 'chat', messages: [{ role: 'user', content: 'Hello there' }] });
+    const r = await client.chat.completions.create({
+      model: 'chat',
+      messages: [{ role: 'user', content: 'Hello there' }],
+    });
     expect(r.object).toBe('chat.completion');
     expect(r.choices[0].message).toMatchObject({ role: 'assistant', content: 'You said: Hello there' });
     expect(r.choices[0].finish_reason).toBe('stop');
@@ -111,7 +137,10 @@ describe('examples/backends/llm-server.mjs', () => {
   });
 
   test('an OpenAI-shaped error for a bad body reaches the SDK as a BadRequestError', async () => {
-    await expect(client.chat.completions.create({ model: 'chat', messages: [] })).rejects.toMatchObject({ status: 400, message: expect.stringMatching(/messages/) });
+    await expect(client.chat.completions.create({ model: 'chat', messages: [] })).rejects.toMatchObject({
+      status: 400,
+      message: expect.stringMatching(/messages/),
+    });
   });
 
   test('a client that hangs up stops the stream at once', async () => {
@@ -119,7 +148,11 @@ describe('examples/backends/llm-server.mjs', () => {
     const r = await fetch(`http://127.0.0.1:${s.port}/v1/chat/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'chat', stream: true, messages: [{ role: 'user', content: 'a b c d e f g h i j k l m n o p' }] }),
+      body: JSON.stringify({
+        model: 'chat',
+        stream: true,
+        messages: [{ role: 'user', content: 'a b c d e f g h i j k l m n o p' }],
+      }),
       signal: ac.signal,
     });
     const reader = r.body!.getReader();
@@ -141,8 +174,18 @@ describe('examples/backends/echo-server.mjs', () => {
   afterAll(() => s.close());
 
   test('echoes method, path, query, headers and body', async () => {
-    const r = await fetch(`http://127.0.0.1:${s.port}/a/b?x=1&x=2&y=z`, { method: 'PUT', headers: { 'x-test': 'yes' }, body: 'payload' });
-    expect(await r.json()).toMatchObject({ method: 'PUT', path: '/a/b', query: { x: ['1', '2'], y: 'z' }, headers: { 'x-test': 'yes' }, body: 'payload' });
+    const r = await fetch(`http://127.0.0.1:${s.port}/a/b?x=1&x=2&y=z`, {
+      method: 'PUT',
+      headers: { 'x-test': 'yes' },
+      body: 'payload',
+    });
+    expect(await r.json()).toMatchObject({
+      method: 'PUT',
+      path: '/a/b',
+      query: { x: ['1', '2'], y: 'z' },
+      headers: { 'x-test': 'yes' },
+      body: 'payload',
+    });
   });
 
   test('GET /health is ok', async () => {
@@ -178,7 +221,9 @@ describe('examples/backends/echo-server.mjs', () => {
 
   test('a websocket on another path is refused', async () => {
     const ws = new WebSocket(`ws://127.0.0.1:${s.port}/elsewhere`);
-    const status = await new Promise<number>((resolve) => ws.on('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0)));
+    const status = await new Promise<number>((resolve) =>
+      ws.on('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0)),
+    );
     expect(status).toBe(404);
   });
 });

@@ -25,14 +25,22 @@ function sdepObj(ns: string, name: string, port = 8080): Record<string, any> {
   };
 }
 
-function secretObj(ns: string, name: string, labels: Record<string, string> = { 'serving.servegate.dev/api-key': 'true' }) {
+function secretObj(
+  ns: string,
+  name: string,
+  labels: Record<string, string> = { 'serving.servegate.dev/api-key': 'true' },
+) {
   return { apiVersion: 'v1', kind: 'Secret', metadata: { name, namespace: ns, labels }, stringData: { prefix: 'abc' } };
 }
 
 type Ev = { type: string; object: any };
 
 /** Opens a watch with the real client's Watch class and collects its events until `done`. */
-async function openWatch(fake: FakeApiServer, path: string, query: Record<string, string | number | boolean | undefined>) {
+async function openWatch(
+  fake: FakeApiServer,
+  path: string,
+  query: Record<string, string | number | boolean | undefined>,
+) {
   const events: Ev[] = [];
   let doneErr: unknown = 'open';
   const ended = new Promise<unknown>((resolve) => {
@@ -48,11 +56,16 @@ async function openWatch(fake: FakeApiServer, path: string, query: Record<string
       )
       .then((c) => controllers.push(c));
   });
-  return { events, ended, get done() { return doneErr !== 'open'; } };
+  return {
+    events,
+    ended,
+    get done() {
+      return doneErr !== 'open';
+    },
+  };
 }
 
 const controllers: AbortController[] = [];
-
 
 let fake: FakeApiServer;
 beforeEach(async () => {
@@ -159,7 +172,9 @@ describe('list with the real client', () => {
     const api = fake.kubeConfig().makeApiClient(CoreV1Api);
     const first = await api.listNamespacedSecret({ namespace: 's', limit: 2 });
     fake.compact();
-    const err = await api.listNamespacedSecret({ namespace: 's', limit: 2, _continue: first.metadata?._continue }).catch((e) => e);
+    const err = await api
+      .listNamespacedSecret({ namespace: 's', limit: 2, _continue: first.metadata?._continue })
+      .catch((e) => e);
     expect(err).toBeInstanceOf(ApiException);
     expect(err.code).toBe(410);
   });
@@ -184,18 +199,41 @@ describe('errors as Status objects', () => {
 
   test('creating an existing object is 409 AlreadyExists', async () => {
     const api = fake.kubeConfig().makeApiClient(CustomObjectsApi);
-    await api.createNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: 'a', plural: SDEP, body: sdepObj('a', 'x') });
-    const err = await api.createNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: 'a', plural: SDEP, body: sdepObj('a', 'x') }).catch((e) => e);
+    await api.createNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace: 'a',
+      plural: SDEP,
+      body: sdepObj('a', 'x'),
+    });
+    const err = await api
+      .createNamespacedCustomObject({
+        group: GROUP,
+        version: VERSION,
+        namespace: 'a',
+        plural: SDEP,
+        body: sdepObj('a', 'x'),
+      })
+      .catch((e) => e);
     expect(err.code).toBe(409);
     expect(JSON.parse(err.body)).toMatchObject({ reason: 'AlreadyExists' });
   });
 
   test('a replace with a stale resourceVersion is 409 Conflict', async () => {
     const api = fake.kubeConfig().makeApiClient(CoordinationV1Api);
-    const lease = await api.createNamespacedLease({ namespace: 'sg', body: { metadata: { name: 'l' }, spec: { holderIdentity: 'a' } } });
-    const next = await api.replaceNamespacedLease({ name: 'l', namespace: 'sg', body: { ...lease, spec: { holderIdentity: 'b' } } });
+    const lease = await api.createNamespacedLease({
+      namespace: 'sg',
+      body: { metadata: { name: 'l' }, spec: { holderIdentity: 'a' } },
+    });
+    const next = await api.replaceNamespacedLease({
+      name: 'l',
+      namespace: 'sg',
+      body: { ...lease, spec: { holderIdentity: 'b' } },
+    });
     expect(next.spec?.holderIdentity).toBe('b');
-    const err = await api.replaceNamespacedLease({ name: 'l', namespace: 'sg', body: { ...lease, spec: { holderIdentity: 'c' } } }).catch((e) => e);
+    const err = await api
+      .replaceNamespacedLease({ name: 'l', namespace: 'sg', body: { ...lease, spec: { holderIdentity: 'c' } } })
+      .catch((e) => e);
     expect(err.code).toBe(409);
     expect(JSON.parse(err.body)).toMatchObject({ kind: 'Status', reason: 'Conflict', code: 409 });
   });
@@ -203,9 +241,12 @@ describe('errors as Status objects', () => {
   test('failNext answers the next matching requests with the given status, then recovers', async () => {
     fake.failNext(2, 500, (method, path) => method === 'GET' && path.endsWith('/secrets'));
     const api = fake.kubeConfig().makeApiClient(CoreV1Api);
-    for (let i = 0; i < 2; i++) expect((await api.listNamespacedSecret({ namespace: 's' }).catch((e) => e)).code).toBe(500);
+    for (let i = 0; i < 2; i++)
+      expect((await api.listNamespacedSecret({ namespace: 's' }).catch((e) => e)).code).toBe(500);
     expect((await api.listNamespacedSecret({ namespace: 's' })).items).toEqual([]);
-    expect(fake.requests.filter((r) => r.path === '/api/v1/namespaces/s/secrets').map((r) => r.status)).toEqual([500, 500, 200]);
+    expect(fake.requests.filter((r) => r.path === '/api/v1/namespaces/s/secrets').map((r) => r.status)).toEqual([
+      500, 500, 200,
+    ]);
   });
 });
 
@@ -214,7 +255,14 @@ describe('status subresource', () => {
     const created = fake.create(sdepObj('a', 'iris'));
     const api = fake.kubeConfig().makeApiClient(CustomObjectsApi);
     const patched = await api.patchNamespacedCustomObjectStatus(
-      { group: GROUP, version: VERSION, namespace: 'a', plural: SDEP, name: 'iris', body: { status: { url: 'u' }, spec: { type: 'python' } } },
+      {
+        group: GROUP,
+        version: VERSION,
+        namespace: 'a',
+        plural: SDEP,
+        name: 'iris',
+        body: { status: { url: 'u' }, spec: { type: 'python' } },
+      },
       setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
     );
     expect(patched.status).toEqual({ url: 'u' });
@@ -227,7 +275,14 @@ describe('status subresource', () => {
     fake.create(sdepObj('a', 'iris'));
     const api = fake.kubeConfig().makeApiClient(CustomObjectsApi);
     const patched = await api.patchNamespacedCustomObjectStatus(
-      { group: GROUP, version: VERSION, namespace: 'a', plural: SDEP, name: 'iris', body: [{ op: 'add', path: '/status', value: { observedGeneration: 1 } }] },
+      {
+        group: GROUP,
+        version: VERSION,
+        namespace: 'a',
+        plural: SDEP,
+        name: 'iris',
+        body: [{ op: 'add', path: '/status', value: { observedGeneration: 1 } }],
+      },
       setHeaderOptions('Content-Type', PatchStrategy.JsonPatch),
     );
     expect(patched.status).toEqual({ observedGeneration: 1 });
@@ -236,14 +291,32 @@ describe('status subresource', () => {
   test('PUT on /status with a stale resourceVersion is 409; PUT on the main resource keeps status', async () => {
     const created = fake.create({ ...sdepObj('a', 'iris'), status: { url: 'old' } });
     const api = fake.kubeConfig().makeApiClient(CustomObjectsApi);
-    const ok = await api.replaceNamespacedCustomObjectStatus({ group: GROUP, version: VERSION, namespace: 'a', plural: SDEP, name: 'iris', body: { ...created, status: { url: 'new' } } });
+    const ok = await api.replaceNamespacedCustomObjectStatus({
+      group: GROUP,
+      version: VERSION,
+      namespace: 'a',
+      plural: SDEP,
+      name: 'iris',
+      body: { ...created, status: { url: 'new' } },
+    });
     expect(ok.status).toEqual({ url: 'new' });
     const err = await api
-      .replaceNamespacedCustomObjectStatus({ group: GROUP, version: VERSION, namespace: 'a', plural: SDEP, name: 'iris', body: { ...created, status: { url: 'x' } } })
+      .replaceNamespacedCustomObjectStatus({
+        group: GROUP,
+        version: VERSION,
+        namespace: 'a',
+        plural: SDEP,
+        name: 'iris',
+        body: { ...created, status: { url: 'x' } },
+      })
       .catch((e) => e);
     expect(err.code).toBe(409);
     const main = await api.replaceNamespacedCustomObject({
-      group: GROUP, version: VERSION, namespace: 'a', plural: SDEP, name: 'iris',
+      group: GROUP,
+      version: VERSION,
+      namespace: 'a',
+      plural: SDEP,
+      name: 'iris',
       body: { ...ok, spec: { ...ok.spec, timeoutSeconds: 3 }, status: { url: 'ignored' } },
     });
     expect(main.status).toEqual({ url: 'new' });
@@ -262,7 +335,11 @@ describe('watch with the real Watch class', () => {
     fake.update({ ...o, spec: { ...o.spec, timeoutSeconds: 9 } });
     fake.delete(`${GROUP}/${VERSION}`, 'ServingDeployment', 'a', 'iris');
     await waitFor(() => w.events.length === 3, 'three events');
-    expect(w.events.map((e) => `${e.type} ${e.object.metadata.name}`)).toEqual(['ADDED iris', 'MODIFIED iris', 'DELETED iris']);
+    expect(w.events.map((e) => `${e.type} ${e.object.metadata.name}`)).toEqual([
+      'ADDED iris',
+      'MODIFIED iris',
+      'DELETED iris',
+    ]);
     expect(w.events[1].object.metadata.generation).toBe(2);
   });
 
@@ -281,7 +358,9 @@ describe('watch with the real Watch class', () => {
     fake.compact();
     const w = await openWatch(fake, path, { resourceVersion: o.metadata.resourceVersion });
     await w.ended;
-    expect(w.events).toEqual([{ type: 'ERROR', object: expect.objectContaining({ kind: 'Status', code: 410, reason: 'Expired' }) }]);
+    expect(w.events).toEqual([
+      { type: 'ERROR', object: expect.objectContaining({ kind: 'Status', code: 410, reason: 'Expired' }) },
+    ]);
   });
 
   test('events beyond the history window are compacted: a watch from before it gets 410', async () => {
@@ -298,7 +377,10 @@ describe('watch with the real Watch class', () => {
 
   test('a label-selected watch sees an object leave the selection as DELETED', async () => {
     const s = fake.create(secretObj('s', 'k'));
-    const w = await openWatch(fake, '/api/v1/secrets', { resourceVersion: s.metadata.resourceVersion, labelSelector: 'serving.servegate.dev/api-key=true' });
+    const w = await openWatch(fake, '/api/v1/secrets', {
+      resourceVersion: s.metadata.resourceVersion,
+      labelSelector: 'serving.servegate.dev/api-key=true',
+    });
     await waitFor(() => fake.openWatches() === 1, 'watch open');
     fake.update({ ...s, metadata: { ...s.metadata, labels: {} } });
     fake.create(secretObj('s', 'unlabelled', {}));
@@ -314,7 +396,11 @@ describe('watch with the real Watch class', () => {
     await waitFor(() => w.events.length >= 2, 'bookmarks');
     expect(w.events[0]).toEqual({
       type: 'BOOKMARK',
-      object: { kind: 'ServingDeployment', apiVersion: `${GROUP}/${VERSION}`, metadata: { resourceVersion: fake.resourceVersion() } },
+      object: {
+        kind: 'ServingDeployment',
+        apiVersion: `${GROUP}/${VERSION}`,
+        metadata: { resourceVersion: fake.resourceVersion() },
+      },
     });
   });
 

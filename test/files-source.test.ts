@@ -69,7 +69,10 @@ class Recorder {
     for (;;) {
       if (this.last && pred(this.last)) return this.last;
       const left = deadline - Date.now();
-      if (left <= 0) throw new Error(`no snapshot with ${what} within ${timeoutMs} ms; last: ${JSON.stringify(this.last && summary(this.last))}`);
+      if (left <= 0)
+        throw new Error(
+          `no snapshot with ${what} within ${timeoutMs} ms; last: ${JSON.stringify(this.last && summary(this.last))}`,
+        );
       await new Promise<void>((resolve) => {
         const t = setTimeout(resolve, left);
         this.waiters.push(() => {
@@ -91,9 +94,13 @@ function summary(s: Snapshot) {
 
 const names = (s: Snapshot) => s.deployments.map((d) => d.metadata.name).sort();
 const urlOf = (s: Snapshot, name: string) =>
-  ((s.deployments.find((d) => d.metadata.name === name)?.spec as { backend?: { url?: string } } | undefined)?.backend?.url);
+  (s.deployments.find((d) => d.metadata.name === name)?.spec as { backend?: { url?: string } } | undefined)?.backend
+    ?.url;
 
-async function startSource(path: string, opts: Partial<FilesSourceOptions> = {}): Promise<{ source: FilesSource; rec: Recorder }> {
+async function startSource(
+  path: string,
+  opts: Partial<FilesSourceOptions> = {},
+): Promise<{ source: FilesSource; rec: Recorder }> {
   const rec = new Recorder();
   const source = new FilesSource(path, { keysNamespace: 'servegate', ...opts });
   cleanups.push(() => source.stop());
@@ -115,7 +122,10 @@ describe('FilesSource', () => {
     expect(s.source).toBe('files');
     expect(s.services).toBeUndefined();
     expect(s.readErrors).toEqual([]);
-    expect(summary(s).deployments).toEqual([`demo/iris@${join(dir, 'iris.yaml')}#1`, `default/mnist@${join(dir, 'team-a', 'nested', 'mnist.yml')}#1`]);
+    expect(summary(s).deployments).toEqual([
+      `demo/iris@${join(dir, 'iris.yaml')}#1`,
+      `default/mnist@${join(dir, 'team-a', 'nested', 'mnist.yml')}#1`,
+    ]);
     expect(summary(s).keys).toEqual(['servegate/k1']);
     expect(source.health()).toEqual({ synced: true, stalenessMs: 0, problems: [] });
   });
@@ -124,7 +134,16 @@ describe('FilesSource', () => {
     const dir = await tempDir();
     const broken = 'kind: [this is not yaml';
     await writeFile(join(dir, 'good.yaml'), sdepYaml('good'));
-    for (const f of ['.hidden.yaml', 'good.yaml~', '.#good.yaml', '.good.yaml.swp', 'good.yaml.swp', '#good.yaml#', 'notes.txt', 'README.md']) {
+    for (const f of [
+      '.hidden.yaml',
+      'good.yaml~',
+      '.#good.yaml',
+      '.good.yaml.swp',
+      'good.yaml.swp',
+      '#good.yaml#',
+      'notes.txt',
+      'README.md',
+    ]) {
       await writeFile(join(dir, f), broken);
     }
     await mkdir(join(dir, '.git'));
@@ -166,7 +185,8 @@ describe('FilesSource', () => {
     [
       'a renamed file (same resources, new origin)',
       async (dir: string) => rename(join(dir, 'sub', 'b.yaml'), join(dir, 'sub', 'b2.yml')),
-      (s: Snapshot) => s.deployments.some((d) => d.origin?.endsWith(join('sub', 'b2.yml#1'))) && names(s).join() === 'a,b',
+      (s: Snapshot) =>
+        s.deployments.some((d) => d.origin?.endsWith(join('sub', 'b2.yml#1'))) && names(s).join() === 'a,b',
     ],
     [
       'a file renamed to a non-manifest name',
@@ -226,7 +246,8 @@ describe('FilesSource', () => {
     const dir = await tempDir();
     const lines: string[] = [];
     const logger = createLogger('debug', new Writable({ write: (c, _e, cb) => (lines.push(String(c)), cb()) }));
-    const bad = 'apiVersion: serving.servegate.dev/v1alpha1\nkind: ServingDeployment\nmetadata: {namespace: demo}\nspec: {}\n';
+    const bad =
+      'apiVersion: serving.servegate.dev/v1alpha1\nkind: ServingDeployment\nmetadata: {namespace: demo}\nspec: {}\n';
     await writeFile(join(dir, 'app.yaml'), `${sdepYaml('one')}---\n${bad}---\n${sdepYaml('three')}`);
     const { source, rec } = await startSource(dir, { logger });
 
@@ -235,7 +256,12 @@ describe('FilesSource', () => {
     expect(rec.last.readErrors).toEqual([{ origin, message: expect.stringMatching(/metadata\.name/) }]);
     expect(source.health().problems).toEqual([expect.stringContaining(`${origin}: `)]);
     const logged = lines.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.origin === origin);
-    expect(logged).toMatchObject({ level: 'warn', file: join(dir, 'app.yaml'), document: 2, reason: expect.stringMatching(/metadata\.name/) });
+    expect(logged).toMatchObject({
+      level: 'warn',
+      file: join(dir, 'app.yaml'),
+      document: 2,
+      reason: expect.stringMatching(/metadata\.name/),
+    });
 
     // Fixing the document clears the problem.
     await writeFile(join(dir, 'app.yaml'), `${sdepYaml('one')}---\n${sdepYaml('three')}`);
@@ -251,8 +277,14 @@ describe('FilesSource', () => {
 
     // Half of a new version: valid first document, cut in the middle of the second.
     const full = `${sdepYaml('a', { port: 9100 })}---\n${sdepYaml('a2', { port: 9101 })}`;
-    await writeFile(join(dir, 'a.yaml'), `${full.slice(0, full.indexOf('backend:', full.indexOf('a2')))}backend: {url: "http://127.0.0.1:91`);
-    const broken = await rec.until((s) => (s.readErrors ?? []).some((e) => e.origin.startsWith(join(dir, 'a.yaml'))), 'the YAML error');
+    await writeFile(
+      join(dir, 'a.yaml'),
+      `${full.slice(0, full.indexOf('backend:', full.indexOf('a2')))}backend: {url: "http://127.0.0.1:91`,
+    );
+    const broken = await rec.until(
+      (s) => (s.readErrors ?? []).some((e) => e.origin.startsWith(join(dir, 'a.yaml'))),
+      'the YAML error',
+    );
     expect(broken.readErrors![0].message).toMatch(/not valid YAML.*last good version \(2 resources\) stays in use/);
     expect(names(broken)).toEqual(['a', 'a2', 'other']);
     expect(urlOf(broken, 'a')).toBe('http://127.0.0.1:8081'); // nothing of the broken text applied
@@ -270,7 +302,9 @@ describe('FilesSource', () => {
     await writeFile(join(dir, 'b.yaml'), 'kind: ServingDeployment\nmetadata: {name: b');
     const { rec } = await startSource(dir);
     expect(names(rec.last)).toEqual(['a']);
-    expect(rec.last.readErrors).toEqual([{ origin: `${join(dir, 'b.yaml')}#1`, message: expect.stringMatching(/nothing from this file is used/) }]);
+    expect(rec.last.readErrors).toEqual([
+      { origin: `${join(dir, 'b.yaml')}#1`, message: expect.stringMatching(/nothing from this file is used/) },
+    ]);
   });
 
   test('an API-key Secret added and removed shows up and disappears, in the keys namespace', async () => {
@@ -280,7 +314,10 @@ describe('FilesSource', () => {
     expect(rec.last.keySecrets).toEqual([]);
     await writeFile(join(dir, 'key.yaml'), keyYaml('ci-bot'));
     const added = await rec.until((s) => s.keySecrets.length === 1, 'the key');
-    expect(added.keySecrets[0]).toMatchObject({ metadata: { name: 'ci-bot', namespace: 'keys-here' }, data: { prefix: 'AbCdEfGh12345678', projects: 'demo' } });
+    expect(added.keySecrets[0]).toMatchObject({
+      metadata: { name: 'ci-bot', namespace: 'keys-here' },
+      data: { prefix: 'AbCdEfGh12345678', projects: 'demo' },
+    });
     await unlink(join(dir, 'key.yaml'));
     await rec.until((s) => s.keySecrets.length === 0, 'no key');
   });
@@ -378,14 +415,21 @@ describe('FilesSource', () => {
     await writeFile(join(dir, '2.yaml'), sdepYaml('a', { port: 9002 }));
     const { rec } = await startSource(dir);
     expect(urlOf(rec.last, 'a')).toBe('http://127.0.0.1:9002');
-    expect(rec.last.readErrors).toEqual([{ origin: `${join(dir, '1.yaml')}#1`, message: expect.stringMatching(/defined again at .*2\.yaml#1/) }]);
+    expect(rec.last.readErrors).toEqual([
+      { origin: `${join(dir, '1.yaml')}#1`, message: expect.stringMatching(/defined again at .*2\.yaml#1/) },
+    ]);
   });
 });
 
 function parseYamlKey(text: string): unknown {
   const r = parseManifests(text, { origin: 'x', keysNamespace: 'servegate' });
   const k = r.keySecrets[0];
-  return { apiVersion: 'v1', kind: 'Secret', metadata: { name: k.metadata.name, labels: k.metadata.labels }, stringData: k.data };
+  return {
+    apiVersion: 'v1',
+    kind: 'Secret',
+    metadata: { name: k.metadata.name, labels: k.metadata.labels },
+    stringData: k.data,
+  };
 }
 
 // ---- the shipped examples ----
@@ -433,17 +477,28 @@ describe('examples/', () => {
     expect(parsed.errors).toEqual([]);
     expect(parsed.deployments.map((d) => d.metadata.name)).toEqual(['iris', 'mnist', 'chat', 'echo']);
     for (const d of parsed.deployments) expect((d.spec as { backend: object }).backend).not.toHaveProperty('url');
-    const snapshot: Snapshot = { source: 'kubernetes', deployments: parsed.deployments, inferenceServices: [], keySecrets: [] };
+    const snapshot: Snapshot = {
+      source: 'kubernetes',
+      deployments: parsed.deployments,
+      inferenceServices: [],
+      keySecrets: [],
+    };
     expect(buildRouteTable(snapshot, options).statuses.every((st) => st.ready)).toBe(true);
   });
 
   test('the documented demo key matches the example Secret and grants project demo', async () => {
     const file = join(EXAMPLES, 'keys', 'demo-key.yaml');
-    const [secret] = parseManifests(await readFile(file, 'utf8'), { origin: file, keysNamespace: 'servegate' }).keySecrets;
+    const [secret] = parseManifests(await readFile(file, 'utf8'), {
+      origin: file,
+      keysNamespace: 'servegate',
+    }).keySecrets;
     const [prefix] = DEMO_KEY.split('.');
     expect(secret.data.prefix).toBe(prefix);
     expect(secret.data.sha256).toBe(createHash('sha256').update(DEMO_KEY).digest('hex'));
-    const { table } = buildRouteTable({ source: 'files', deployments: [], inferenceServices: [], keySecrets: [secret] }, options);
+    const { table } = buildRouteTable(
+      { source: 'files', deployments: [], inferenceServices: [], keySecrets: [secret] },
+      options,
+    );
     expect([...(table.keys.get(prefix)?.[0].projects as Set<string>)]).toEqual(['demo']);
     expect(await readFile(join(EXAMPLES, 'README.md'), 'utf8')).toContain(DEMO_KEY);
   });

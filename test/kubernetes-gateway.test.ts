@@ -26,21 +26,42 @@ function backend(host: string, listenPort: number): Promise<number> {
     req.resume();
     req.on('end', () => {
       res.setHeader('content-type', 'application/json');
-      res.end(JSON.stringify({ predictions: [host], key: req.headers['x-servegate-key'], auth: req.headers.authorization ?? null }));
+      res.end(
+        JSON.stringify({
+          predictions: [host],
+          key: req.headers['x-servegate-key'],
+          auth: req.headers.authorization ?? null,
+        }),
+      );
     });
   });
   backends.push(s);
   return new Promise((resolve) => s.listen(listenPort, host, () => resolve((s.address() as AddressInfo).port)));
 }
 
-
 async function call(path: string, key = demoKey.key, body = '{"instances":[[1,2]]}') {
-  const r = await request(`http://127.0.0.1:${gw.port}${path}`, { method: 'POST', headers: { authorization: `ApiKey ${key}`, 'content-type': 'application/json' }, body });
+  const r = await request(`http://127.0.0.1:${gw.port}${path}`, {
+    method: 'POST',
+    headers: { authorization: `ApiKey ${key}`, 'content-type': 'application/json' },
+    body,
+  });
   const text = await r.body.text();
-  return { status: r.statusCode, headers: r.headers, text, json: (() => { try { return JSON.parse(text); } catch { return undefined; } })() };
+  return {
+    status: r.statusCode,
+    headers: r.headers,
+    text,
+    json: (() => {
+      try {
+        return JSON.parse(text);
+      } catch {
+        return undefined;
+      }
+    })(),
+  };
 }
 
-const predict = (deployment: string, key?: string) => call(`/v1/demo/${deployment}/v1/models/${deployment}:predict`, key);
+const predict = (deployment: string, key?: string) =>
+  call(`/v1/demo/${deployment}/v1/models/${deployment}:predict`, key);
 
 function readyCondition(obj: Obj | undefined): Obj | undefined {
   return (obj?.status?.conditions as Obj[] | undefined)?.find((c) => c.type === 'Ready');
@@ -51,12 +72,25 @@ beforeAll(async () => {
   await backend('127.0.0.2', port);
   api = await FakeApiServer.start({ bookmarkIntervalMs: 500 });
   api.create(serviceRaw('demo/iris-svc', [{ name: 'http', port: 80, targetPort: 'web' }]));
-  api.create(sliceRaw('demo/iris-svc-abc', 'iris-svc', [{ name: 'http', port }], [{ ip: '127.0.0.1', ready: true }, { ip: '127.0.0.2', ready: true }]));
+  api.create(
+    sliceRaw(
+      'demo/iris-svc-abc',
+      'iris-svc',
+      [{ name: 'http', port }],
+      [
+        { ip: '127.0.0.1', ready: true },
+        { ip: '127.0.0.2', ready: true },
+      ],
+    ),
+  );
   api.create(sdepRaw('demo/iris', { backend: { service: 'iris-svc', port: 80 } }));
   api.create(keySecretRaw(demoKey.secret));
   api.create(keySecretRaw(otherKey.secret));
   const config = parseConfig(
-    { publicUrl: 'https://models.example.com', kubernetes: { leaderElection: { leaseDurationSeconds: 3, renewDeadlineSeconds: 2, retryPeriodSeconds: 1 } } },
+    {
+      publicUrl: 'https://models.example.com',
+      kubernetes: { leaderElection: { leaseDurationSeconds: 3, renewDeadlineSeconds: 2, retryPeriodSeconds: 1 } },
+    },
     { port: 0, namespace: 'servegate' },
   );
   gw = await startKubernetesWith(api.kubeConfig(), config, {
@@ -104,20 +138,42 @@ describe('kubernetes mode', () => {
   });
 
   test('an endpoint that turns not-ready gets no traffic; none ready → 503 JSON with Retry-After', async () => {
-    api.update(sliceRaw('demo/iris-svc-abc', 'iris-svc', [{ name: 'http', port }], [{ ip: '127.0.0.1', ready: false }, { ip: '127.0.0.2', ready: true }]));
+    api.update(
+      sliceRaw(
+        'demo/iris-svc-abc',
+        'iris-svc',
+        [{ name: 'http', port }],
+        [
+          { ip: '127.0.0.1', ready: false },
+          { ip: '127.0.0.2', ready: true },
+        ],
+      ),
+    );
     await waitFor(async () => {
       for (const k of Object.keys(hits)) delete hits[k];
       for (let i = 0; i < 4; i++) expect((await predict('iris')).status).toBe(200);
       expect(hits['127.0.0.1']).toBeUndefined();
     });
-    api.update(sliceRaw('demo/iris-svc-abc', 'iris-svc', [{ name: 'http', port }], [{ ip: '127.0.0.1', ready: false }]));
+    api.update(
+      sliceRaw('demo/iris-svc-abc', 'iris-svc', [{ name: 'http', port }], [{ ip: '127.0.0.1', ready: false }]),
+    );
     await waitFor(async () => {
       const r = await predict('iris');
       expect(r.status).toBe(503);
       expect(r.headers['retry-after']).toBeDefined();
       expect(r.json.error).toMatch(/no ready endpoint/);
     });
-    api.update(sliceRaw('demo/iris-svc-abc', 'iris-svc', [{ name: 'http', port }], [{ ip: '127.0.0.1', ready: true }, { ip: '127.0.0.2', ready: true }]));
+    api.update(
+      sliceRaw(
+        'demo/iris-svc-abc',
+        'iris-svc',
+        [{ name: 'http', port }],
+        [
+          { ip: '127.0.0.1', ready: true },
+          { ip: '127.0.0.2', ready: true },
+        ],
+      ),
+    );
     await waitFor(async () => expect((await predict('iris')).status).toBe(200));
   });
 
@@ -126,7 +182,9 @@ describe('kubernetes mode', () => {
     api.create(sliceRaw('demo/fresh-svc-1', 'fresh-svc', [{ name: 'http', port }], [{ ip: '127.0.0.1' }]));
     api.create(sdepRaw('demo/fresh', { backend: { service: 'fresh-svc', port: 80 } }));
     await waitFor(async () => expect((await predict('fresh')).status).toBe(200));
-    await waitFor(() => expect(readyCondition(api.get(SDEP_API, 'ServingDeployment', 'demo', 'fresh') as Obj)?.status).toBe('True'));
+    await waitFor(() =>
+      expect(readyCondition(api.get(SDEP_API, 'ServingDeployment', 'demo', 'fresh') as Obj)?.status).toBe('True'),
+    );
     api.delete(SDEP_API, 'ServingDeployment', 'demo', 'fresh');
     await waitFor(async () => expect((await predict('fresh')).status).toBe(404));
   });
@@ -135,8 +193,14 @@ describe('kubernetes mode', () => {
     api.create(sdepRaw('demo/sneaky', { backend: { url: 'http://127.0.0.1:9' } }));
     api.create(sdepRaw('demo/orphan', { backend: { service: 'nowhere', port: 80 } }));
     await waitFor(() => {
-      expect(readyCondition(api.get(SDEP_API, 'ServingDeployment', 'demo', 'sneaky') as Obj)).toMatchObject({ status: 'False', reason: 'InvalidSpec' });
-      expect(readyCondition(api.get(SDEP_API, 'ServingDeployment', 'demo', 'orphan') as Obj)).toMatchObject({ status: 'False', reason: 'BackendNotFound' });
+      expect(readyCondition(api.get(SDEP_API, 'ServingDeployment', 'demo', 'sneaky') as Obj)).toMatchObject({
+        status: 'False',
+        reason: 'InvalidSpec',
+      });
+      expect(readyCondition(api.get(SDEP_API, 'ServingDeployment', 'demo', 'orphan') as Obj)).toMatchObject({
+        status: 'False',
+        reason: 'BackendNotFound',
+      });
     });
     expect((await predict('sneaky')).status).toBe(404);
     expect((await predict('orphan')).status).toBe(404);
@@ -155,17 +219,25 @@ describe('kubernetes mode', () => {
   test('with the API server down the gateway keeps serving its last routes and readiness reports the staleness', async () => {
     await api.down();
     try {
-      await waitFor(async () => {
-        const r = await request(`http://127.0.0.1:${gw.adminPort}/readyz`);
-        const body = (await r.body.json()) as { ready: boolean; stalenessSeconds: number };
-        expect(r.statusCode).toBe(200);
-        expect(body.stalenessSeconds).toBeGreaterThan(0);
-      }, 'readiness to report the stale source', 8000);
+      await waitFor(
+        async () => {
+          const r = await request(`http://127.0.0.1:${gw.adminPort}/readyz`);
+          const body = (await r.body.json()) as { ready: boolean; stalenessSeconds: number };
+          expect(r.statusCode).toBe(200);
+          expect(body.stalenessSeconds).toBeGreaterThan(0);
+        },
+        'readiness to report the stale source',
+        8000,
+      );
       expect((await predict('iris')).status).toBe(200);
     } finally {
       await api.up();
     }
     api.create(sdepRaw('demo/after', { backend: { service: 'iris-svc', port: 80 } }));
-    await waitFor(async () => expect((await predict('after')).status).toBe(200), 'the deployment created after the outage', 8000);
+    await waitFor(
+      async () => expect((await predict('after')).status).toBe(200),
+      'the deployment created after the outage',
+      8000,
+    );
   });
 });

@@ -26,7 +26,12 @@ afterEach(async () => {
 test('KServe enabled but not installed (InferenceService list answers 404): the source still syncs and serves the rest', async () => {
   api.failNext(1_000_000, 404, (method, path) => method === 'GET' && path.includes('/inferenceservices'));
   api.create(sdepRaw('demo/iris'));
-  source = new KubernetesSource(api.kubeConfig(), { keysNamespace: 'servegate', namespaces: [], kserve: true, backoff: FAST });
+  source = new KubernetesSource(api.kubeConfig(), {
+    keysNamespace: 'servegate',
+    namespaces: [],
+    kserve: true,
+    backoff: FAST,
+  });
   let last: Snapshot | undefined;
   await Promise.race([
     source.start((s) => (last = s)),
@@ -59,7 +64,9 @@ test('a Secret without the api-key label is never taken for a key, even when the
   try {
     const kc = new KubeConfig();
     kc.loadFromOptions({
-      clusters: [{ name: 'proxy', server: `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`, skipTLSVerify: true }],
+      clusters: [
+        { name: 'proxy', server: `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`, skipTLSVerify: true },
+      ],
       users: [{ name: 'u', token: 't' }],
       contexts: [{ name: 'c', cluster: 'proxy', user: 'u' }],
       currentContext: 'c',
@@ -78,7 +85,12 @@ test('a Secret without the api-key label is never taken for a key, even when the
 
 test('a status-only change (a status write) produces no rebuild; the next snapshot carries the fresh status', async () => {
   api.create(sdepRaw('demo/iris'));
-  source = new KubernetesSource(api.kubeConfig(), { keysNamespace: 'servegate', namespaces: [], kserve: false, backoff: FAST });
+  source = new KubernetesSource(api.kubeConfig(), {
+    keysNamespace: 'servegate',
+    namespaces: [],
+    kserve: false,
+    backoff: FAST,
+  });
   const snapshots: Snapshot[] = [];
   await source.start((s) => snapshots.push(s));
   const obj = api.get('serving.servegate.dev/v1alpha1', 'ServingDeployment', 'demo', 'iris') as Record<string, unknown>;

@@ -3,7 +3,11 @@ import { afterEach, beforeEach, describe, expect, test } from '@jest/globals';
 import { waitFor } from './support/wait.js';
 import type { Snapshot } from '../src/routing/types.js';
 import { parseConfig } from '../src/config/load.js';
-import { KubernetesSource, kubernetesSourceOptions, type KubernetesSourceOptions } from '../src/sources/kubernetes/index.js';
+import {
+  KubernetesSource,
+  kubernetesSourceOptions,
+  type KubernetesSourceOptions,
+} from '../src/sources/kubernetes/index.js';
 import type { RestartReason } from '../src/sources/kubernetes/reflector.js';
 import { FakeApiServer } from './support/fake-apiserver.js';
 import { apiKey } from './support/fixtures.js';
@@ -47,12 +51,18 @@ function startSource(opts: Partial<KubernetesSourceOptions> = {}): Harness {
   return { source, snapshots, restarts, last: () => snapshots[snapshots.length - 1], started };
 }
 
-
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const names = (s: Snapshot | undefined) => (s?.deployments ?? []).map((d) => `${d.metadata.namespace}/${d.metadata.name}`).sort();
-const keyNames = (s: Snapshot | undefined) => (s?.keySecrets ?? []).map((k) => `${k.metadata.namespace}/${k.metadata.name}`).sort();
-const svcBackend = (namespace: string, service: string, port: number, portName?: string, targetPort?: number | string) =>
-  ({ kind: 'service', namespace, service, port, portName, targetPort }) as const;
+const names = (s: Snapshot | undefined) =>
+  (s?.deployments ?? []).map((d) => `${d.metadata.namespace}/${d.metadata.name}`).sort();
+const keyNames = (s: Snapshot | undefined) =>
+  (s?.keySecrets ?? []).map((k) => `${k.metadata.namespace}/${k.metadata.name}`).sort();
+const svcBackend = (
+  namespace: string,
+  service: string,
+  port: number,
+  portName?: string,
+  targetPort?: number | string,
+) => ({ kind: 'service', namespace, service, port, portName, targetPort }) as const;
 
 describe('cache sync', () => {
   test('start resolves only after every watched kind has been listed, then delivers one full snapshot', async () => {
@@ -63,7 +73,10 @@ describe('cache sync', () => {
     const h = startSource();
     let resolved = false;
     void h.started.then(() => (resolved = true));
-    await waitFor(() => fake.requests.filter((r) => r.path.endsWith('/endpointslices')).length >= 3, 'endpointslice list retries');
+    await waitFor(
+      () => fake.requests.filter((r) => r.path.endsWith('/endpointslices')).length >= 3,
+      'endpointslice list retries',
+    );
     expect(resolved).toBe(false);
     expect(h.snapshots).toHaveLength(0);
     expect(h.source.health().synced).toBe(false);
@@ -94,7 +107,9 @@ describe('cache sync', () => {
     const h = startSource();
     await h.started;
     expect(names(h.last())).toEqual(['demo/iris']);
-    const lists = fake.requests.filter((r) => r.path === '/apis/serving.servegate.dev/v1alpha1/servingdeployments' && !r.watch);
+    const lists = fake.requests.filter(
+      (r) => r.path === '/apis/serving.servegate.dev/v1alpha1/servingdeployments' && !r.watch,
+    );
     expect(lists.map((r) => r.status)).toEqual([500, 500, 200]);
   });
 
@@ -124,10 +139,19 @@ describe('changes are reflected', () => {
     await h.started;
     const created = fake.create(sdepRaw('demo/iris'));
     await waitFor(() => names(h.last()).includes('demo/iris'), 'created deployment');
-    fake.update({ ...created, spec: { ...created.spec, timeoutSeconds: 7 }, status: { url: 'https://x/v1/demo/iris' } });
+    fake.update({
+      ...created,
+      spec: { ...created.spec, timeoutSeconds: 7 },
+      status: { url: 'https://x/v1/demo/iris' },
+    });
     await waitFor(() => (h.last().deployments[0]?.spec as any)?.timeoutSeconds === 7, 'updated deployment');
     const d = h.last().deployments[0];
-    expect(d).toMatchObject({ apiVersion: SDEP_API, kind: 'ServingDeployment', status: { url: 'https://x/v1/demo/iris' }, origin: 'kubernetes' });
+    expect(d).toMatchObject({
+      apiVersion: SDEP_API,
+      kind: 'ServingDeployment',
+      status: { url: 'https://x/v1/demo/iris' },
+      origin: 'kubernetes',
+    });
     expect(d.metadata).toMatchObject({ name: 'iris', namespace: 'demo', generation: 2 });
     expect(d.metadata.uid).toBeTruthy();
     expect(d.metadata.creationTimestamp).toBeTruthy();
@@ -151,12 +175,19 @@ describe('changes are reflected', () => {
   });
 
   test('a Secret without the api-key label is not read; removing the label removes the key', async () => {
-    fake.create({ apiVersion: 'v1', kind: 'Secret', metadata: { name: 'tls', namespace: 'servegate' }, data: { a: 'Yg==' } });
+    fake.create({
+      apiVersion: 'v1',
+      kind: 'Secret',
+      metadata: { name: 'tls', namespace: 'servegate' },
+      data: { a: 'Yg==' },
+    });
     const k = fake.create(keySecretRaw(apiKey('ci', '*').secret));
     const h = startSource();
     await h.started;
     expect(keyNames(h.last())).toEqual(['servegate/ci']);
-    expect(fake.requests.find((r) => r.path === '/api/v1/secrets' && !r.watch)?.query).toContain('labelSelector=serving.servegate.dev%2Fapi-key%3Dtrue');
+    expect(fake.requests.find((r) => r.path === '/api/v1/secrets' && !r.watch)?.query).toContain(
+      'labelSelector=serving.servegate.dev%2Fapi-key%3Dtrue',
+    );
     fake.update({ ...k, metadata: { ...k.metadata, labels: {} } });
     await waitFor(() => keyNames(h.last()).length === 0, 'unlabelled key gone');
   });
@@ -168,7 +199,12 @@ describe('changes are reflected', () => {
     fake.injectWatchEvent('v1', 'Secret', {
       type: 'ADDED',
       object: {
-        metadata: { name: 'x', namespace: 'servegate', resourceVersion: fake.resourceVersion(), labels: { 'serving.servegate.dev/api-key': 'true' } },
+        metadata: {
+          name: 'x',
+          namespace: 'servegate',
+          resourceVersion: fake.resourceVersion(),
+          labels: { 'serving.servegate.dev/api-key': 'true' },
+        },
         data: { prefix: Buffer.from('from-data').toString('base64'), projects: Buffer.from('a').toString('base64') },
         stringData: { prefix: 'from-stringData' },
       },
@@ -240,7 +276,10 @@ describe('namespaces and kserve', () => {
     const on = startSource({ kserve: true });
     await on.started;
     expect(on.last().inferenceServices.map((i) => i.metadata.name)).toEqual(['flowers']);
-    expect(on.last().inferenceServices[0]).toMatchObject({ kind: 'InferenceService', spec: { predictor: { model: { modelFormat: { name: 'sklearn' } } } } });
+    expect(on.last().inferenceServices[0]).toMatchObject({
+      kind: 'InferenceService',
+      spec: { predictor: { model: { modelFormat: { name: 'sklearn' } } } },
+    });
     fake.create(isvcRaw('ml/llama', 'huggingface'));
     await waitFor(() => on.last().inferenceServices.length === 2, 'second isvc');
   });
@@ -248,19 +287,31 @@ describe('namespaces and kserve', () => {
 
 describe('endpoints', () => {
   test('ready addresses on the endpoint port named like the Service port; changes apply without a snapshot', async () => {
-    fake.create(serviceRaw('demo/iris-svc', [{ port: 80, name: 'http', targetPort: 'web' }, { port: 9000, name: 'metrics', targetPort: 9100 }]));
-    const slice = fake.create(
-      sliceRaw('demo/iris-svc-abc', 'iris-svc', [{ name: 'http', port: 8080 }, { name: 'metrics', port: 9100 }], [
-        { ip: '10.0.0.2' },
-        { ip: '10.0.0.1', ready: true },
-        { ip: '10.0.0.3', ready: false },
+    fake.create(
+      serviceRaw('demo/iris-svc', [
+        { port: 80, name: 'http', targetPort: 'web' },
+        { port: 9000, name: 'metrics', targetPort: 9100 },
       ]),
+    );
+    const slice = fake.create(
+      sliceRaw(
+        'demo/iris-svc-abc',
+        'iris-svc',
+        [
+          { name: 'http', port: 8080 },
+          { name: 'metrics', port: 9100 },
+        ],
+        [{ ip: '10.0.0.2' }, { ip: '10.0.0.1', ready: true }, { ip: '10.0.0.3', ready: false }],
+      ),
     );
     const h = startSource();
     await h.started;
     const backend = svcBackend('demo', 'iris-svc', 80, 'http', 'web');
     const eps = h.source.endpoints(backend);
-    expect(eps).toEqual([{ host: '10.0.0.1', port: 8080 }, { host: '10.0.0.2', port: 8080 }]);
+    expect(eps).toEqual([
+      { host: '10.0.0.1', port: 8080 },
+      { host: '10.0.0.2', port: 8080 },
+    ]);
     expect(h.source.endpoints(backend)).toBe(eps);
     expect(h.source.endpoints(svcBackend('demo', 'iris-svc', 9000, 'metrics', 9100))).toEqual([
       { host: '10.0.0.1', port: 9100 },
@@ -289,9 +340,33 @@ describe('endpoints', () => {
   });
 
   test.each([
-    ['an unnamed single port matches the slice port with empty name', [{ port: 80, targetPort: 8080 }], [{ port: 5000 }], svcBackend('demo', 's', 80), 5000],
-    ['no slice port of that name: falls back to the numeric targetPort', [{ port: 80, name: 'http', targetPort: 8081 }], [{ name: 'other', port: 7 }], svcBackend('demo', 's', 80, 'http', 8081), 8081],
-    ['the Service port is found by number when the route carries no name', [{ port: 80, name: 'http' }, { port: 81, name: 'admin' }], [{ name: 'http', port: 8080 }, { name: 'admin', port: 8181 }], svcBackend('demo', 's', 81), 8181],
+    [
+      'an unnamed single port matches the slice port with empty name',
+      [{ port: 80, targetPort: 8080 }],
+      [{ port: 5000 }],
+      svcBackend('demo', 's', 80),
+      5000,
+    ],
+    [
+      'no slice port of that name: falls back to the numeric targetPort',
+      [{ port: 80, name: 'http', targetPort: 8081 }],
+      [{ name: 'other', port: 7 }],
+      svcBackend('demo', 's', 80, 'http', 8081),
+      8081,
+    ],
+    [
+      'the Service port is found by number when the route carries no name',
+      [
+        { port: 80, name: 'http' },
+        { port: 81, name: 'admin' },
+      ],
+      [
+        { name: 'http', port: 8080 },
+        { name: 'admin', port: 8181 },
+      ],
+      svcBackend('demo', 's', 81),
+      8181,
+    ],
   ])('%s', async (_name, svcPorts, slicePorts, backend, port) => {
     fake.create(serviceRaw('demo/s', svcPorts));
     fake.create(sliceRaw('demo/s-1', 's', slicePorts, [{ ip: '10.1.0.1' }]));
@@ -300,7 +375,7 @@ describe('endpoints', () => {
     expect(h.source.endpoints(backend)).toEqual([{ host: '10.1.0.1', port }]);
   });
 
-  test('the same array instance is returned until that Service\'s endpoints really change', async () => {
+  test("the same array instance is returned until that Service's endpoints really change", async () => {
     fake.create(serviceRaw('demo/s', [{ port: 80, name: 'http' }]));
     const slice = fake.create(sliceRaw('demo/s-1', 's', [{ name: 'http', port: 8080 }], [{ ip: '10.0.0.1' }]));
     const h = startSource();
@@ -308,7 +383,10 @@ describe('endpoints', () => {
     const b = svcBackend('demo', 's', 80, 'http');
     const first = h.source.endpoints(b);
     fake.create(sliceRaw('demo/other-1', 'other', [{ name: 'http', port: 8080 }], [{ ip: '10.9.0.1' }]));
-    await waitFor(() => h.source.endpoints(svcBackend('demo', 'other', 80, 'http')).length === 1, 'other service endpoints');
+    await waitFor(
+      () => h.source.endpoints(svcBackend('demo', 'other', 80, 'http')).length === 1,
+      'other service endpoints',
+    );
     expect(h.source.endpoints(b)).toBe(first);
     fake.update({ ...slice, metadata: { ...slice.metadata, annotations: { touched: 'yes' } } }); // same addresses
     fake.update({ ...slice, endpoints: [{ addresses: ['10.0.0.1'] }, { addresses: ['10.0.0.5'] }] });
@@ -341,7 +419,12 @@ describe('restarts', () => {
     expect(fake.requests.filter((r) => !r.watch).length).toBe(listsBefore); // no relist was needed
     const reopened = fake.requests.filter((r) => r.watch && r.path.endsWith('/servingdeployments')).at(-1)!;
     expect(reopened.query).toMatch(/resourceVersion=\d+/);
-    expect(h.restarts.filter((r) => r.reason === 'error').map((r) => r.kind).sort()).toEqual(['endpointslices', 'secrets', 'services', 'servingdeployments']);
+    expect(
+      h.restarts
+        .filter((r) => r.reason === 'error')
+        .map((r) => r.kind)
+        .sort(),
+    ).toEqual(['endpointslices', 'secrets', 'services', 'servingdeployments']);
   });
 
   test('a watch the server ends cleanly (its timeout) is reopened at once and misses nothing', async () => {
@@ -352,8 +435,16 @@ describe('restarts', () => {
     fake.create(sdepRaw('demo/after-end'));
     await waitFor(() => names(h.last()).includes('demo/after-end'), 'event after a clean end');
     await waitFor(() => fake.openWatches() === 4, 'watches reopened');
-    expect(h.restarts.filter((r) => r.reason === 'closed').map((r) => r.kind).sort()).toEqual(['endpointslices', 'secrets', 'services', 'servingdeployments']);
-    await waitFor(() => h.source.health().problems.length === 0 && h.source.health().stalenessMs === 0, 'healthy again');
+    expect(
+      h.restarts
+        .filter((r) => r.reason === 'closed')
+        .map((r) => r.kind)
+        .sort(),
+    ).toEqual(['endpointslices', 'secrets', 'services', 'servingdeployments']);
+    await waitFor(
+      () => h.source.health().problems.length === 0 && h.source.health().stalenessMs === 0,
+      'healthy again',
+    );
   });
 
   test('410 after compaction relists and converges: objects deleted meanwhile are gone, new ones present', async () => {
@@ -368,9 +459,14 @@ describe('restarts', () => {
     fake.create(sdepRaw('demo/new'));
     fake.compact();
     await fake.up();
-    await waitFor(() => names(h.last()).join() === 'demo/keep,demo/new' && keyNames(h.last()).length === 0, 'converged state');
+    await waitFor(
+      () => names(h.last()).join() === 'demo/keep,demo/new' && keyNames(h.last()).length === 0,
+      'converged state',
+    );
     expect(h.restarts.some((r) => r.kind === 'servingdeployments' && r.reason === 'expired')).toBe(true);
-    const sdepLists = fake.requests.filter((r) => r.path.endsWith('/servingdeployments') && !r.watch && r.status === 200);
+    const sdepLists = fake.requests.filter(
+      (r) => r.path.endsWith('/servingdeployments') && !r.watch && r.status === 200,
+    );
     expect(sdepLists.length).toBe(2);
   });
 
@@ -401,7 +497,10 @@ describe('restarts', () => {
   test('an idle watch (no event, no bookmark) is restarted', async () => {
     const h = startSource({ watchIdleTimeoutMs: 150 });
     await h.started;
-    await waitFor(() => h.restarts.filter((r) => r.kind === 'servingdeployments' && r.reason === 'idle').length >= 2, 'idle restarts');
+    await waitFor(
+      () => h.restarts.filter((r) => r.kind === 'servingdeployments' && r.reason === 'idle').length >= 2,
+      'idle restarts',
+    );
     fake.create(sdepRaw('demo/late'));
     await waitFor(() => names(h.last()).includes('demo/late'), 'event after idle restarts');
   });
@@ -422,7 +521,9 @@ describe('restarts', () => {
     const h = startSource();
     await h.started;
     await waitFor(() => fake.openWatches() === 4, 'watch open after retries');
-    expect(fake.requests.filter((r) => r.path.endsWith('/services')).map((r) => r.status)).toEqual([500, 500, 500, 200, 200]);
+    expect(fake.requests.filter((r) => r.path.endsWith('/services')).map((r) => r.status)).toEqual([
+      500, 500, 500, 200, 200,
+    ]);
   });
 
   test('stop() closes every watch', async () => {
@@ -437,9 +538,25 @@ describe('restarts', () => {
 describe('malformed input never throws', () => {
   test('bad objects are skipped or passed on unvalidated; the source keeps working', async () => {
     fake.create(sdepRaw('demo/weird', { type: 42, backend: 'nope' }));
-    fake.create({ apiVersion: 'v1', kind: 'Secret', metadata: { name: 'bad', namespace: 'servegate', labels: { 'serving.servegate.dev/api-key': 'true' } }, data: { prefix: 12, sha256: '***' } });
-    fake.create({ apiVersion: 'v1', kind: 'Service', metadata: { name: 'odd', namespace: 'demo' }, spec: { ports: { nope: true } } });
-    fake.create({ apiVersion: 'discovery.k8s.io/v1', kind: 'EndpointSlice', metadata: { name: 'odd-1', namespace: 'demo', labels: { 'kubernetes.io/service-name': 'odd' } }, endpoints: 'x', ports: [null] });
+    fake.create({
+      apiVersion: 'v1',
+      kind: 'Secret',
+      metadata: { name: 'bad', namespace: 'servegate', labels: { 'serving.servegate.dev/api-key': 'true' } },
+      data: { prefix: 12, sha256: '***' },
+    });
+    fake.create({
+      apiVersion: 'v1',
+      kind: 'Service',
+      metadata: { name: 'odd', namespace: 'demo' },
+      spec: { ports: { nope: true } },
+    });
+    fake.create({
+      apiVersion: 'discovery.k8s.io/v1',
+      kind: 'EndpointSlice',
+      metadata: { name: 'odd-1', namespace: 'demo', labels: { 'kubernetes.io/service-name': 'odd' } },
+      endpoints: 'x',
+      ports: [null],
+    });
     const h = startSource();
     await h.started;
     expect(names(h.last())).toEqual(['demo/weird']);
@@ -452,7 +569,10 @@ describe('malformed input never throws', () => {
     fake.injectWatchEvent(api, 'ServingDeployment', 'this is not json');
     fake.injectWatchEvent(api, 'ServingDeployment', { type: 'ADDED', object: null });
     fake.injectWatchEvent(api, 'ServingDeployment', { type: 'MODIFIED', object: { metadata: { namespace: 'demo' } } });
-    fake.injectWatchEvent(api, 'ServingDeployment', { type: 'ADDED', object: { metadata: { name: 'nons' }, spec: {} } });
+    fake.injectWatchEvent(api, 'ServingDeployment', {
+      type: 'ADDED',
+      object: { metadata: { name: 'nons' }, spec: {} },
+    });
     fake.injectWatchEvent(api, 'ServingDeployment', { type: 'SURPRISE', object: {} });
     fake.create(sdepRaw('demo/fine'));
     await waitFor(() => names(h.last()).includes('demo/fine'), 'a good object after bad ones');
@@ -462,7 +582,12 @@ describe('malformed input never throws', () => {
   });
 
   test('a throwing snapshot consumer does not stop the source', async () => {
-    const source = new KubernetesSource(fake.kubeConfig(), { keysNamespace: 'servegate', namespaces: [], kserve: false, backoff: FAST });
+    const source = new KubernetesSource(fake.kubeConfig(), {
+      keysNamespace: 'servegate',
+      namespaces: [],
+      kserve: false,
+      backoff: FAST,
+    });
     sources.push(source);
     const seen: number[] = [];
     await source.start((s) => {
@@ -476,8 +601,16 @@ describe('malformed input never throws', () => {
 
 test('the source options follow the configuration', () => {
   const config = parseConfig(
-    { auth: { keysNamespace: 'keys' }, kubernetes: { namespaces: ['a', 'b'], kserve: { enabled: true }, watchIdleTimeoutSeconds: 120 } },
+    {
+      auth: { keysNamespace: 'keys' },
+      kubernetes: { namespaces: ['a', 'b'], kserve: { enabled: true }, watchIdleTimeoutSeconds: 120 },
+    },
     { port: 8080, namespace: 'servegate' },
   );
-  expect(kubernetesSourceOptions(config)).toEqual({ keysNamespace: 'keys', namespaces: ['a', 'b'], kserve: true, watchIdleTimeoutMs: 120_000 });
+  expect(kubernetesSourceOptions(config)).toEqual({
+    keysNamespace: 'keys',
+    namespaces: ['a', 'b'],
+    kserve: true,
+    watchIdleTimeoutMs: 120_000,
+  });
 });

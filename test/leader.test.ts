@@ -5,7 +5,13 @@ import type { AddressInfo } from 'node:net';
 import { KubeConfig } from '@kubernetes/client-node';
 import { afterEach, beforeEach, describe, expect, test } from '@jest/globals';
 import { waitFor } from './support/wait.js';
-import { checkLeaderTimings, defaultIdentity, LeaderElector, leaderTimingsFromConfig, type LeaderElectorOptions } from '../src/controller/leader.js';
+import {
+  checkLeaderTimings,
+  defaultIdentity,
+  LeaderElector,
+  leaderTimingsFromConfig,
+  type LeaderElectorOptions,
+} from '../src/controller/leader.js';
 import { FakeApiServer } from './support/fake-apiserver.js';
 
 const NS = 'servegate';
@@ -48,7 +54,6 @@ function elector(identity: string, extra: Partial<LeaderElectorOptions> = {}) {
 function lease() {
   return fake.get('coordination.k8s.io/v1', 'Lease', NS, LEASE);
 }
-
 
 /** A TCP proxy in front of the fake API server that can be cut: one replica loses its network, the others do not. */
 class TcpProxy {
@@ -179,7 +184,13 @@ describe('leader election', () => {
       apiVersion: 'coordination.k8s.io/v1',
       kind: 'Lease',
       metadata: { name: LEASE, namespace: NS },
-      spec: { holderIdentity: 'someone-else', leaseDurationSeconds: 30, renewTime: now, acquireTime: now, leaseTransitions: 4 },
+      spec: {
+        holderIdentity: 'someone-else',
+        leaseDurationSeconds: 30,
+        renewTime: now,
+        acquireTime: now,
+        leaseTransitions: 4,
+      },
     });
     const { e, events } = elector('pod-a');
     e.start();
@@ -196,7 +207,13 @@ describe('leader election', () => {
       apiVersion: 'coordination.k8s.io/v1',
       kind: 'Lease',
       metadata: { name: LEASE, namespace: NS },
-      spec: { holderIdentity: 'dead-pod', leaseDurationSeconds: 15, renewTime: old, acquireTime: old, leaseTransitions: 4 },
+      spec: {
+        holderIdentity: 'dead-pod',
+        leaseDurationSeconds: 15,
+        renewTime: old,
+        acquireTime: old,
+        leaseTransitions: 4,
+      },
     });
     const { e } = elector('pod-a');
     e.start();
@@ -249,15 +266,23 @@ describe('leader election', () => {
 describe('leader election settings', () => {
   test.each([
     [{ leaseDurationMs: 15000, renewDeadlineMs: 10000, retryPeriodMs: 2000 }, undefined],
-    [{ leaseDurationMs: 10000, renewDeadlineMs: 10000, retryPeriodMs: 2000 }, /leaseDurationSeconds \(10\) must be greater than renewDeadlineSeconds \(10\)/],
-    [{ leaseDurationMs: 15000, renewDeadlineMs: 2000, retryPeriodMs: 2000 }, /renewDeadlineSeconds \(2\) must be greater than retryPeriodSeconds \(2\)/],
+    [
+      { leaseDurationMs: 10000, renewDeadlineMs: 10000, retryPeriodMs: 2000 },
+      /leaseDurationSeconds \(10\) must be greater than renewDeadlineSeconds \(10\)/,
+    ],
+    [
+      { leaseDurationMs: 15000, renewDeadlineMs: 2000, retryPeriodMs: 2000 },
+      /renewDeadlineSeconds \(2\) must be greater than retryPeriodSeconds \(2\)/,
+    ],
   ])('%o', (t, error) => {
     if (error) expect(() => checkLeaderTimings(t)).toThrow(error);
     else expect(() => checkLeaderTimings(t)).not.toThrow();
   });
 
   test('the config defaults are safe', () => {
-    expect(leaderTimingsFromConfig({ leaseDurationSeconds: 15, renewDeadlineSeconds: 10, retryPeriodSeconds: 2 })).toEqual({
+    expect(
+      leaderTimingsFromConfig({ leaseDurationSeconds: 15, renewDeadlineSeconds: 10, retryPeriodSeconds: 2 }),
+    ).toEqual({
       leaseDurationMs: 15000,
       renewDeadlineMs: 10000,
       retryPeriodMs: 2000,

@@ -73,7 +73,10 @@ describeRedis('RedisLimitStore against a real redis-server', () => {
 
     await redis.stop();
     await eventually(() => {
-      expect([open.problem(), closed.problem()]).toEqual([expect.stringMatching(/^redis: /), expect.stringMatching(/^redis: /)]);
+      expect([open.problem(), closed.problem()]).toEqual([
+        expect.stringMatching(/^redis: /),
+        expect.stringMatching(/^redis: /),
+      ]);
     });
     const during = await Promise.all([open.admit(spec), open.admit(spec), open.admit(spec)]);
     expect(during.map((x) => x.allowed)).toEqual([true, true, true]);

@@ -32,9 +32,26 @@ if (!hasRedis && process.env.CI === 'true') {
 
   async function startGateway(): Promise<void> {
     const [port, adminPort] = [await freePort(), await freePort()];
-    const child = spawn(process.execPath, [CLI, 'serve', '--manifests', join(dir, 'manifests'), '--config', join(dir, 'config.yaml'), '--port', String(port), '--admin-port', String(adminPort), '--host', '127.0.0.1'], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    const child = spawn(
+      process.execPath,
+      [
+        CLI,
+        'serve',
+        '--manifests',
+        join(dir, 'manifests'),
+        '--config',
+        join(dir, 'config.yaml'),
+        '--port',
+        String(port),
+        '--admin-port',
+        String(adminPort),
+        '--host',
+        '127.0.0.1',
+      ],
+      {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
     gateways.push({ child, port, adminPort });
     let out = '';
     child.stdout!.on('data', (c: Buffer) => (out += c.toString()));
@@ -65,7 +82,10 @@ metadata: {name: limited, labels: {serving.servegate.dev/api-key: "true"}}
 stringData: {prefix: TwoGatewaysKey01, projects: demo, rpm: "${RPM}", sha256: ${createHash('sha256').update(KEY).digest('hex')}}
 `,
     );
-    writeFileSync(join(dir, 'config.yaml'), `logLevel: info\naccessLog: false\nlimits:\n  redis: {url: "${redis.url}", failOpen: true}\n`);
+    writeFileSync(
+      join(dir, 'config.yaml'),
+      `logLevel: info\naccessLog: false\nlimits:\n  redis: {url: "${redis.url}", failOpen: true}\n`,
+    );
     await Promise.all([startGateway(), startGateway()]);
   }, 60_000);
 
@@ -77,15 +97,22 @@ stringData: {prefix: TwoGatewaysKey01, projects: demo, rpm: "${RPM}", sha256: ${
   });
 
   const call = (i: number) =>
-    fetch(`http://127.0.0.1:${gateways[i % 2].port}/v1/demo/app/x`, { headers: { authorization: `ApiKey ${KEY}` } }).then(async (r) => {
+    fetch(`http://127.0.0.1:${gateways[i % 2].port}/v1/demo/app/x`, {
+      headers: { authorization: `ApiKey ${KEY}` },
+    }).then(async (r) => {
       await r.arrayBuffer();
       return r.status;
     });
   const burst = async (n: number) => {
     const statuses = await Promise.all(Array.from({ length: n }, (_, i) => call(i)));
-    return { ok: statuses.filter((s) => s === 200).length, limited: statuses.filter((s) => s === 429).length, other: statuses.filter((s) => s !== 200 && s !== 429) };
+    return {
+      ok: statuses.filter((s) => s === 200).length,
+      limited: statuses.filter((s) => s === 429).length,
+      other: statuses.filter((s) => s !== 200 && s !== 429),
+    };
   };
-  const admin = async (i: number, path: string) => (await fetch(`http://127.0.0.1:${gateways[i].adminPort}${path}`)).text();
+  const admin = async (i: number, path: string) =>
+    (await fetch(`http://127.0.0.1:${gateways[i].adminPort}${path}`)).text();
 
   test('30 concurrent requests split across both gateways: exactly rpm admitted in all', async () => {
     const r = await burst(30);
@@ -96,14 +123,24 @@ stringData: {prefix: TwoGatewaysKey01, projects: demo, rpm: "${RPM}", sha256: ${
     await redis.stop();
     const during = await burst(20);
     expect(during).toEqual({ ok: 20, limited: 0, other: [] });
-    const errors = (await Promise.all([0, 1].map(async (i) => metricValue(await admin(i, '/metrics'), 'servegate_limits_store_errors_total') ?? 0))).reduce((a, b) => a + b, 0);
+    const errors = (
+      await Promise.all(
+        [0, 1].map(async (i) => metricValue(await admin(i, '/metrics'), 'servegate_limits_store_errors_total') ?? 0),
+      )
+    ).reduce((a, b) => a + b, 0);
     expect(errors).toBeGreaterThanOrEqual(20);
     const ready = JSON.parse(await admin(0, '/readyz')) as { ready: boolean; problems: string[] };
     expect(ready.ready).toBe(true);
     expect(ready.problems.some((p) => p.startsWith('rate limits: redis: '))).toBe(true);
 
     await redis.start(); // same port, empty: the budget starts full
-    await waitFor(async () => !(JSON.parse(await admin(0, '/readyz')) as { problems: string[] }).problems.length && !(JSON.parse(await admin(1, '/readyz')) as { problems: string[] }).problems.length, 'both gateways back on Redis', 15_000);
+    await waitFor(
+      async () =>
+        !(JSON.parse(await admin(0, '/readyz')) as { problems: string[] }).problems.length &&
+        !(JSON.parse(await admin(1, '/readyz')) as { problems: string[] }).problems.length,
+      'both gateways back on Redis',
+      15_000,
+    );
     const after = await burst(30);
     expect(after).toEqual({ ok: RPM, limited: 30 - RPM, other: [] });
   }, 60_000);

@@ -18,12 +18,22 @@ let v1: RecordingBackend;
 let gw: Gateway;
 
 beforeAll(async () => {
-  if (!existsSync(join(ROOT, 'dist', 'index.js'))) throw new Error('dist/index.js missing: npm test builds it first (or npm run build)');
+  if (!existsSync(join(ROOT, 'dist', 'index.js')))
+    throw new Error('dist/index.js missing: npm test builds it first (or npm run build)');
   dir = mkdtempSync(join(tmpdir(), 'servegate-consumer-'));
-  execFileSync('npm', ['pack', '--ignore-scripts', '--silent', '--pack-destination', dir], { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'] });
+  execFileSync('npm', ['pack', '--ignore-scripts', '--silent', '--pack-destination', dir], {
+    cwd: ROOT,
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
   const tarball = readdirSync(dir).find((f) => f.endsWith('.tgz'))!;
-  writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'consumer', version: '1.0.0', private: true, type: 'module' }));
-  execFileSync('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', '--ignore-scripts', `./${tarball}`], { cwd: dir, stdio: ['ignore', 'ignore', 'inherit'] });
+  writeFileSync(
+    join(dir, 'package.json'),
+    JSON.stringify({ name: 'consumer', version: '1.0.0', private: true, type: 'module' }),
+  );
+  execFileSync('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', '--ignore-scripts', `./${tarball}`], {
+    cwd: dir,
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
   v1 = await startV1Backend();
   gw = await startGateway({
     deployments: [{ namespace: 'demo', name: 'iris', modelServer: 'sklearn', url: v1.url }],
@@ -48,7 +58,15 @@ describe('a project with only servegate installed', () => {
     writeFileSync(
       join(dir, 'tsconfig.json'),
       JSON.stringify({
-        compilerOptions: { target: 'ES2022', module: 'NodeNext', moduleResolution: 'NodeNext', strict: true, skipLibCheck: false, types: [], outDir: 'out' },
+        compilerOptions: {
+          target: 'ES2022',
+          module: 'NodeNext',
+          moduleResolution: 'NodeNext',
+          strict: true,
+          skipLibCheck: false,
+          types: [],
+          outDir: 'out',
+        },
         include: ['main.ts'],
       }),
     );
@@ -68,7 +86,9 @@ console.log(JSON.stringify({ url, predictions: answer.predictions, received: ans
 `,
     );
     // @types/node is in node_modules (the Kubernetes client depends on it): no file of it may be part of the program.
-    const files = (await run(process.execPath, [TSC, '-p', 'tsconfig.json', '--listFilesOnly'], { cwd: dir })).stdout.split('\n');
+    const files = (
+      await run(process.execPath, [TSC, '-p', 'tsconfig.json', '--listFilesOnly'], { cwd: dir })
+    ).stdout.split('\n');
     expect(files.filter((f) => f.includes('node_modules/servegate/'))).toEqual(
       expect.arrayContaining([expect.stringMatching(/servegate\/dist\/client\/index\.d\.ts$/)]),
     );
@@ -88,7 +108,11 @@ console.log(JSON.stringify({ url, predictions: answer.predictions, received: ans
   test("import('servegate') gives the server-side API", async () => {
     const { stdout: out } = await run(
       process.execPath,
-      ['--input-type=module', '-e', "const m = await import('servegate'); console.log([typeof m.startServegate, typeof m.FilesSource, typeof m.buildRouteTable, typeof m.generateKey].join(','))"],
+      [
+        '--input-type=module',
+        '-e',
+        "const m = await import('servegate'); console.log([typeof m.startServegate, typeof m.FilesSource, typeof m.buildRouteTable, typeof m.generateKey].join(','))",
+      ],
       { cwd: dir },
     );
     expect(out.trim()).toBe('function,function,function,function');

@@ -56,9 +56,26 @@ stringData: {prefix: ShutdownTestKey1, projects: demo, sha256: ${createHash('sha
 `,
   );
   writeFileSync(join(dir, 'config.yaml'), 'logLevel: info\nshutdown: {drainSeconds: 2, acceptSeconds: 0.3}\n');
-  child = spawn(process.execPath, [CLI, 'serve', '--manifests', join(dir, 'app.yaml'), '--config', join(dir, 'config.yaml'), '--port', '0', '--admin-port', '0', '--host', '127.0.0.1'], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
+  child = spawn(
+    process.execPath,
+    [
+      CLI,
+      'serve',
+      '--manifests',
+      join(dir, 'app.yaml'),
+      '--config',
+      join(dir, 'config.yaml'),
+      '--port',
+      '0',
+      '--admin-port',
+      '0',
+      '--host',
+      '127.0.0.1',
+    ],
+    {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    },
+  );
   await new Promise<void>((resolve, reject) => {
     let buf = '';
     const t = setTimeout(() => reject(new Error('gateway did not start')), 10_000);

@@ -27,7 +27,9 @@ function flush() {
 if (file) {
   new PerformanceObserver((list) => {
     for (const e of list.getEntries()) {
-      lines.push(`${(performance.timeOrigin + e.startTime).toFixed(1)} ${KINDS[e.detail?.kind] ?? 'other'} ${e.duration.toFixed(3)} ${e.detail?.flags ?? 0}\n`);
+      lines.push(
+        `${(performance.timeOrigin + e.startTime).toFixed(1)} ${KINDS[e.detail?.kind] ?? 'other'} ${e.duration.toFixed(3)} ${e.detail?.flags ?? 0}\n`,
+      );
     }
     if (lines.length > 5000) flush();
   }).observe({ entryTypes: ['gc'] });

@@ -50,7 +50,19 @@ export function writeWrkScript(dir, { method, body, headers, paths, name = 'wrk-
  * `errors` counts socket errors and timeouts; `non2xx` counts responses with status >= 400 (wrk's "status" errors).
  */
 export async function runWrk(wrkBin, script, url, { connections, threads, seconds }) {
-  const args = ['-t', String(threads), '-c', String(connections), '-d', `${seconds}s`, '--timeout', '5s', '-s', script, url];
+  const args = [
+    '-t',
+    String(threads),
+    '-c',
+    String(connections),
+    '-d',
+    `${seconds}s`,
+    '--timeout',
+    '5s',
+    '-s',
+    script,
+    url,
+  ];
   const res = await runToEnd(wrkBin, args, { timeoutMs: (seconds + 20) * 1000 });
   const line = /BENCH_JSON (\{.*\})/.exec(res.stdout)?.[1];
   if (!line) throw new Error(`wrk gave no result (exit ${res.code}):\n${res.stdout}\n${res.stderr}`);
@@ -69,7 +81,9 @@ export async function runWrk(wrkBin, script, url, { connections, threads, second
 export async function runAutocannon(url, { method, body, headers, paths }, { connections, seconds }) {
   const { default: autocannon } = await import('autocannon');
   let i = 0;
-  const requests = paths ? [{ method, body, headers, setupRequest: (req) => ({ ...req, path: paths[i++ % paths.length] }) }] : undefined;
+  const requests = paths
+    ? [{ method, body, headers, setupRequest: (req) => ({ ...req, path: paths[i++ % paths.length] }) }]
+    : undefined;
   const result = await autocannon({ url, method, body, headers, requests, connections, duration: seconds, timeout: 5 });
   return {
     rps: result.requests.total / (result.duration || seconds),
@@ -90,11 +104,37 @@ const GC_PROBE = fileURLToPath(new URL('./gc-probe.mjs', import.meta.url));
  * hide the requests queued behind it. With `gcLog`, the generator's own GC pauses go to that file
  * (bench/lib/gc-probe.mjs). Resolves { [targetName]: result }.
  */
-export async function runOpenLoop({ targets, method, body, headers, rate, seconds, sliceSeconds = 1, warmupSeconds = 0, connections = 32, slowMs, gcLog }) {
-  const spec = JSON.stringify({ targets, method, body, headers, rate, seconds, sliceSeconds, warmupSeconds, connections, slowMs });
+export async function runOpenLoop({
+  targets,
+  method,
+  body,
+  headers,
+  rate,
+  seconds,
+  sliceSeconds = 1,
+  warmupSeconds = 0,
+  connections = 32,
+  slowMs,
+  gcLog,
+}) {
+  const spec = JSON.stringify({
+    targets,
+    method,
+    body,
+    headers,
+    rate,
+    seconds,
+    sliceSeconds,
+    warmupSeconds,
+    connections,
+    slowMs,
+  });
   const args = gcLog ? ['--import', GC_PROBE, OPENLOOP, spec] : [OPENLOOP, spec];
   const env = gcLog ? { ...process.env, BENCH_GC_LOG: gcLog } : undefined;
-  const res = await runToEnd(process.execPath, args, { env, timeoutMs: ((seconds + warmupSeconds) * targets.length + 30) * 1000 });
+  const res = await runToEnd(process.execPath, args, {
+    env,
+    timeoutMs: ((seconds + warmupSeconds) * targets.length + 30) * 1000,
+  });
   if (res.code !== 0) throw new Error(`open-loop generator failed (exit ${res.code}):\n${res.stderr}`);
   return JSON.parse(res.stdout);
 }

@@ -3,7 +3,10 @@ import { createHash, randomBytes } from 'node:crypto';
 
 /** A fresh key "<16-char prefix>.<secret>" and the fields of the Secret that stores its SHA-256. */
 export function makeKey() {
-  const prefix = randomBytes(12).toString('base64').replace(/[^A-Za-z0-9]/g, 'x').slice(0, 16);
+  const prefix = randomBytes(12)
+    .toString('base64')
+    .replace(/[^A-Za-z0-9]/g, 'x')
+    .slice(0, 16);
   const key = `${prefix}.${randomBytes(32).toString('base64url')}`;
   return { key, prefix, sha256: createHash('sha256').update(key).digest('hex') };
 }

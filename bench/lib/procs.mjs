@@ -124,7 +124,7 @@ export function countLines(file) {
     fd = openSync(file, 'r');
     const buf = Buffer.alloc(1 << 20);
     let n = 0;
-    for (let got; (got = readSync(fd, buf, 0, buf.length, null)) > 0; ) {
+    for (let got; (got = readSync(fd, buf, 0, buf.length, null)) > 0;) {
       for (let i = buf.indexOf(10); i !== -1 && i < got; i = buf.indexOf(10, i + 1)) n++;
     }
     return n;
@@ -158,7 +158,12 @@ export async function stopProcess(child, graceMs = 3000) {
 /** Runs a command to completion (bounded by timeoutMs); resolves { code, stdout, stderr }. */
 export function runToEnd(command, args, { timeoutMs = 60_000, env, cwd } = {}) {
   return new Promise((resolve) => {
-    const child = spawn(command, args, { detached: true, stdio: ['ignore', 'pipe', 'pipe'], env: env ?? process.env, cwd });
+    const child = spawn(command, args, {
+      detached: true,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: env ?? process.env,
+      cwd,
+    });
     children.add(child);
     let stdout = '';
     let stderr = '';
@@ -204,7 +209,9 @@ export async function waitFor(what, check, { timeoutMs = 15_000, intervalMs = 50
   let lastError;
   while (Date.now() < deadline) {
     if (child && (child.exitCode !== null || child.signalCode !== null)) {
-      throw new Error(`${what}: ${child.benchName} exited (${child.exitCode ?? child.signalCode}):\n${outputOf(child).trim()}`);
+      throw new Error(
+        `${what}: ${child.benchName} exited (${child.exitCode ?? child.signalCode}):\n${outputOf(child).trim()}`,
+      );
     }
     try {
       if (await check()) return;
@@ -319,12 +326,19 @@ function cpuOfGroups(pgids) {
  */
 export function cpuSnapshot() {
   try {
-    const [user, nice, system, , , irq, softirq, steal] = readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1).map(Number);
+    const [user, nice, system, , , irq, softirq, steal] = readFileSync('/proc/stat', 'utf8')
+      .split('\n')[0]
+      .trim()
+      .split(/\s+/)
+      .slice(1)
+      .map(Number);
     const self = readFileSync('/proc/self/stat', 'utf8');
     const f = self.slice(self.lastIndexOf(')') + 2).split(' ');
     const groups = cpuOfGroups([...children].map((c) => c.pid));
     const hz = clockTicks;
-    const ours = (Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14])) / hz + [...groups.values()].reduce((a, b) => a + b, 0);
+    const ours =
+      (Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14])) / hz +
+      [...groups.values()].reduce((a, b) => a + b, 0);
     return { t: Date.now(), busy: (user + nice + system + irq + softirq + (steal || 0)) / hz, ours };
   } catch {
     return undefined;

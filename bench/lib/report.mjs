@@ -15,7 +15,12 @@ export const ratio = (v) => (Number.isFinite(v) ? `${v.toFixed(2)}×` : 'n/a');
 export function table(rows, { left = [0] } = {}) {
   const widths = rows[0].map((_, i) => Math.max(...rows.map((r) => String(r[i] ?? '').length)));
   rows.forEach((row, n) => {
-    log('  ' + row.map((cell, i) => (left.includes(i) ? String(cell).padEnd(widths[i]) : String(cell).padStart(widths[i]))).join('   '));
+    log(
+      '  ' +
+        row
+          .map((cell, i) => (left.includes(i) ? String(cell).padEnd(widths[i]) : String(cell).padStart(widths[i])))
+          .join('   '),
+    );
     if (n === 0) log('  ' + widths.map((w) => '-'.repeat(w)).join('   '));
   });
 }
@@ -37,6 +42,7 @@ export function goal(text, measured, pass, part = '') {
 /** Records, without printing, the goals of `texts` not judged yet under `part` (a part not run, or one that failed). */
 export function skipGoals(part, texts, why) {
   for (const text of texts) {
-    if (!goalLog.some((g) => g.part === part && g.text === text)) goalLog.push({ part, text, measured: why, verdict: 'skipped' });
+    if (!goalLog.some((g) => g.part === part && g.text === text))
+      goalLog.push({ part, text, measured: why, verdict: 'skipped' });
   }
 }

@@ -19,15 +19,33 @@ const GC_PROBE = fileURLToPath(new URL('./gc-probe.mjs', import.meta.url));
  * (the access log, when on, costs the benchmark process nothing). With `gcLog`, the GC pauses go to that file
  * (bench/lib/gc-probe.mjs). Resolves { child, port, adminPort } once started (readiness is for the caller to probe).
  */
-export async function startGatewayProcess(dir, sourceArgs, { env, config = {}, profileDir, name = 'servegate', gcLog } = {}) {
+export async function startGatewayProcess(
+  dir,
+  sourceArgs,
+  { env, config = {}, profileDir, name = 'servegate', gcLog } = {},
+) {
   const port = await freePort();
   const adminPort = await freePort();
   const configFile = join(dir, `${name}-config.json`);
   writeFileSync(configFile, JSON.stringify({ shutdown: { drainSeconds: 1 }, ...config }, null, 2));
-  const args = [CLI, 'serve', ...sourceArgs, '--config', configFile, '--port', String(port), '--admin-port', String(adminPort)];
+  const args = [
+    CLI,
+    'serve',
+    ...sourceArgs,
+    '--config',
+    configFile,
+    '--port',
+    String(port),
+    '--admin-port',
+    String(adminPort),
+  ];
   // --cpu-prof writes the profile when the process exits normally (servegate exits 0 after SIGTERM).
   // --inspect on an ephemeral loopback port lets liveHeap() force a full GC (no cost while no client is attached).
-  const nodeArgs = ['--inspect=127.0.0.1:0', ...(gcLog ? ['--import', GC_PROBE] : []), ...(profileDir ? ['--cpu-prof', '--cpu-prof-dir', profileDir] : [])];
+  const nodeArgs = [
+    '--inspect=127.0.0.1:0',
+    ...(gcLog ? ['--import', GC_PROBE] : []),
+    ...(profileDir ? ['--cpu-prof', '--cpu-prof-dir', profileDir] : []),
+  ];
   const child = startProcess(name, process.execPath, [...nodeArgs, ...args], {
     env: { ...process.env, ...env, ...(gcLog ? { BENCH_GC_LOG: gcLog } : {}) },
     cwd: ROOT,
@@ -62,9 +80,15 @@ export async function startGateway(dir, sourceArgs, { accessLog, ready, config =
     await stopProcess(gw.child);
     if (!refused) throw err;
   }
-  const old = await startGatewayProcess(dir, sourceArgs, { config: { ...ACCESS_LOG_OFF_FALLBACK, ...config }, ...opts });
+  const old = await startGatewayProcess(dir, sourceArgs, {
+    config: { ...ACCESS_LOG_OFF_FALLBACK, ...config },
+    ...opts,
+  });
   await readyOrStop(old, ready);
-  return Object.assign(old, { logMode: 'logLevel: warn (FALLBACK: this build refuses `accessLog: false`)', fallback: true });
+  return Object.assign(old, {
+    logMode: 'logLevel: warn (FALLBACK: this build refuses `accessLog: false`)',
+    fallback: true,
+  });
 }
 
 async function readyOrStop(gw, ready) {
@@ -85,7 +109,11 @@ export async function heapOf(adminPort) {
       const m = new RegExp(`^\\w*${name}(?:\\{[^}]*\\})? ([0-9.e+]+)`, 'm').exec(text);
       return m ? Number(m[1]) : undefined;
     };
-    return { heapUsed: get('nodejs_heap_size_used_bytes'), heapTotal: get('nodejs_heap_size_total_bytes'), external: get('nodejs_external_memory_bytes') };
+    return {
+      heapUsed: get('nodejs_heap_size_used_bytes'),
+      heapTotal: get('nodejs_heap_size_total_bytes'),
+      external: get('nodejs_external_memory_bytes'),
+    };
   } catch {
     return {};
   }

@@ -47,7 +47,13 @@ async function handle(req, res) {
   if (raw === undefined) return send(res, 413, { error: 'request body too large' });
   const query = {};
   for (const [k, v] of url.searchParams) query[k] = k in query ? [].concat(query[k], v) : v;
-  return send(res, 200, { method: req.method, path: url.pathname, query, headers: req.headers, body: raw.toString('utf8') });
+  return send(res, 200, {
+    method: req.method,
+    path: url.pathname,
+    query,
+    headers: req.headers,
+    body: raw.toString('utf8'),
+  });
 }
 
 // ---- websocket echo (RFC 6455, no extensions) ----
@@ -58,12 +64,23 @@ function upgrade(req, socket, head) {
   const key = req.headers['sec-websocket-key'];
   if (url.pathname !== '/ws' || String(req.headers.upgrade).toLowerCase() !== 'websocket' || typeof key !== 'string') {
     const body = '{"error":"websockets are served at /ws"}';
-    socket.end(`HTTP/1.1 404 Not Found\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`);
+    socket.end(
+      `HTTP/1.1 404 Not Found\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`,
+    );
     return;
   }
-  const accept = createHash('sha1').update(key + WS_GUID).digest('base64');
-  const lines = ['HTTP/1.1 101 Switching Protocols', 'Upgrade: websocket', 'Connection: Upgrade', `Sec-WebSocket-Accept: ${accept}`];
-  const protocol = String(req.headers['sec-websocket-protocol'] ?? '').split(',')[0].trim();
+  const accept = createHash('sha1')
+    .update(key + WS_GUID)
+    .digest('base64');
+  const lines = [
+    'HTTP/1.1 101 Switching Protocols',
+    'Upgrade: websocket',
+    'Connection: Upgrade',
+    `Sec-WebSocket-Accept: ${accept}`,
+  ];
+  const protocol = String(req.headers['sec-websocket-protocol'] ?? '')
+    .split(',')[0]
+    .trim();
   if (protocol) lines.push(`Sec-WebSocket-Protocol: ${protocol}`);
   socket.write(`${lines.join('\r\n')}\r\n\r\n`);
 
@@ -147,4 +164,9 @@ function closePayload(code, reason) {
 
 // ---- plumbing ----
 
-await runIfMain(import.meta, start, 8083, (p) => `echo server listening on http://127.0.0.1:${p} (any path; websocket at /ws)`);
+await runIfMain(
+  import.meta,
+  start,
+  8083,
+  (p) => `echo server listening on http://127.0.0.1:${p} (any path; websocket at /ws)`,
+);

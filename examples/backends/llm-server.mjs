@@ -36,13 +36,16 @@ async function handle(req, res, ctx) {
   }
   if (req.method === 'GET' && path.startsWith('/v1/models/')) {
     const id = decodeURIComponent(path.slice('/v1/models/'.length));
-    if (id !== ctx.model) return sendError(res, 404, `The model \`${id}\` does not exist.`, 'invalid_request_error', 'model_not_found');
+    if (id !== ctx.model)
+      return sendError(res, 404, `The model \`${id}\` does not exist.`, 'invalid_request_error', 'model_not_found');
     return send(res, 200, modelObject(ctx));
   }
   const routes = { '/v1/chat/completions': chat, '/v1/completions': completions, '/v1/embeddings': embeddings };
   const route = routes[path];
-  if (!route) return sendError(res, 404, `Unknown request URL: ${req.method} ${path}`, 'invalid_request_error', 'unknown_url');
-  if (req.method !== 'POST') return sendError(res, 405, `Use POST for ${path}`, 'invalid_request_error', 'method_not_allowed');
+  if (!route)
+    return sendError(res, 404, `Unknown request URL: ${req.method} ${path}`, 'invalid_request_error', 'unknown_url');
+  if (req.method !== 'POST')
+    return sendError(res, 405, `Use POST for ${path}`, 'invalid_request_error', 'method_not_allowed');
   const raw = await readBody(req);
   if (raw === undefined) return sendError(res, 413, 'Request body too large', 'invalid_request_error');
   let body;
@@ -51,7 +54,8 @@ async function handle(req, res, ctx) {
   } catch {
     return sendError(res, 400, 'We could not parse the JSON body of your request.', 'invalid_request_error');
   }
-  if (!body || typeof body !== 'object' || Array.isArray(body)) return sendError(res, 400, 'The body must be a JSON object.', 'invalid_request_error');
+  if (!body || typeof body !== 'object' || Array.isArray(body))
+    return sendError(res, 400, 'The body must be a JSON object.', 'invalid_request_error');
   return route(req, res, body, ctx);
 }
 
@@ -61,7 +65,14 @@ function modelObject(ctx) {
 
 function chat(req, res, body, ctx) {
   if (!Array.isArray(body.messages) || body.messages.length === 0) {
-    return sendError(res, 400, "'messages' is a required property and must be a non-empty array", 'invalid_request_error', null, 'messages');
+    return sendError(
+      res,
+      400,
+      "'messages' is a required property and must be a non-empty array",
+      'invalid_request_error',
+      null,
+      'messages',
+    );
   }
   const lastUser = [...body.messages].reverse().find((m) => m && m.role === 'user');
   const text = `You said: ${contentText(lastUser?.content) || '(nothing)'}`;
@@ -69,22 +80,39 @@ function chat(req, res, body, ctx) {
   const model = typeof body.model === 'string' && body.model ? body.model : ctx.model;
   const id = `chatcmpl-${randomBytes(12).toString('hex')}`;
   const created = Math.floor(Date.now() / 1000);
-  const usage = { prompt_tokens: promptTokens(body.messages), completion_tokens: pieces.length, total_tokens: promptTokens(body.messages) + pieces.length };
+  const usage = {
+    prompt_tokens: promptTokens(body.messages),
+    completion_tokens: pieces.length,
+    total_tokens: promptTokens(body.messages) + pieces.length,
+  };
   if (!body.stream) {
     return send(res, 200, {
       id,
       object: 'chat.completion',
       created,
       model,
-      choices: [{ index: 0, message: { role: 'assistant', content: pieces.join(''), refusal: null }, logprobs: null, finish_reason: finish }],
+      choices: [
+        {
+          index: 0,
+          message: { role: 'assistant', content: pieces.join(''), refusal: null },
+          logprobs: null,
+          finish_reason: finish,
+        },
+      ],
       usage,
       system_fingerprint: null,
     });
   }
   const base = { id, object: 'chat.completion.chunk', created, model, system_fingerprint: null };
   const chunks = [
-    { ...base, choices: [{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }] },
-    ...pieces.map((p) => ({ ...base, choices: [{ index: 0, delta: { content: p }, logprobs: null, finish_reason: null }] })),
+    {
+      ...base,
+      choices: [{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }],
+    },
+    ...pieces.map((p) => ({
+      ...base,
+      choices: [{ index: 0, delta: { content: p }, logprobs: null, finish_reason: null }],
+    })),
     { ...base, choices: [{ index: 0, delta: {}, logprobs: null, finish_reason: finish }] },
   ];
   if (body.stream_options?.include_usage) chunks.push({ ...base, choices: [], usage });
@@ -92,13 +120,21 @@ function chat(req, res, body, ctx) {
 }
 
 function completions(req, res, body, ctx) {
-  const prompt = Array.isArray(body.prompt) ? body.prompt.map(String).join('\n') : typeof body.prompt === 'string' ? body.prompt : '';
+  const prompt = Array.isArray(body.prompt)
+    ? body.prompt.map(String).join('\n')
+    : typeof body.prompt === 'string'
+      ? body.prompt
+      : '';
   const text = ` You said: ${prompt || '(nothing)'}`;
   const { pieces, finish } = limit(tokens(text), body.max_tokens ?? 16);
   const model = typeof body.model === 'string' && body.model ? body.model : ctx.model;
   const id = `cmpl-${randomBytes(12).toString('hex')}`;
   const created = Math.floor(Date.now() / 1000);
-  const usage = { prompt_tokens: tokens(prompt).length, completion_tokens: pieces.length, total_tokens: tokens(prompt).length + pieces.length };
+  const usage = {
+    prompt_tokens: tokens(prompt).length,
+    completion_tokens: pieces.length,
+    total_tokens: tokens(prompt).length + pieces.length,
+  };
   if (!body.stream) {
     return send(res, 200, {
       id,
@@ -123,21 +159,37 @@ function embeddings(req, res, body, ctx) {
   const input = body.input;
   let inputs;
   if (typeof input === 'string') inputs = [input];
-  else if (Array.isArray(input) && input.length > 0) inputs = input.map((x) => (typeof x === 'string' ? x : JSON.stringify(x)));
-  else return sendError(res, 400, "'input' must be a string or a non-empty array", 'invalid_request_error', null, 'input');
-  const dims = Number.isInteger(body.dimensions) && body.dimensions > 0 && body.dimensions <= 4096 ? body.dimensions : 16;
+  else if (Array.isArray(input) && input.length > 0)
+    inputs = input.map((x) => (typeof x === 'string' ? x : JSON.stringify(x)));
+  else
+    return sendError(res, 400, "'input' must be a string or a non-empty array", 'invalid_request_error', null, 'input');
+  const dims =
+    Number.isInteger(body.dimensions) && body.dimensions > 0 && body.dimensions <= 4096 ? body.dimensions : 16;
   const base64 = body.encoding_format === 'base64';
   const data = inputs.map((text, index) => {
     const v = vector(text, dims);
-    return { object: 'embedding', index, embedding: base64 ? Buffer.from(new Float32Array(v).buffer).toString('base64') : v };
+    return {
+      object: 'embedding',
+      index,
+      embedding: base64 ? Buffer.from(new Float32Array(v).buffer).toString('base64') : v,
+    };
   });
   const n = inputs.reduce((a, t) => a + tokens(t).length, 0);
-  return send(res, 200, { object: 'list', data, model: typeof body.model === 'string' && body.model ? body.model : ctx.model, usage: { prompt_tokens: n, total_tokens: n } });
+  return send(res, 200, {
+    object: 'list',
+    data,
+    model: typeof body.model === 'string' && body.model ? body.model : ctx.model,
+    usage: { prompt_tokens: n, total_tokens: n },
+  });
 }
 
 /** Writes each chunk as an SSE event, ctx.delay ms apart, then [DONE]; stops at once if the client hangs up. */
 function stream(req, res, chunks, ctx) {
-  res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
+  res.writeHead(200, {
+    'content-type': 'text/event-stream; charset=utf-8',
+    'cache-control': 'no-cache',
+    'x-accel-buffering': 'no',
+  });
   res.flushHeaders();
   ctx.stats.activeStreams++;
   let i = 0;
@@ -177,7 +229,8 @@ function tokens(text) {
 }
 
 function limit(pieces, max) {
-  if (Number.isInteger(max) && max > 0 && max < pieces.length) return { pieces: pieces.slice(0, max), finish: 'length' };
+  if (Number.isInteger(max) && max > 0 && max < pieces.length)
+    return { pieces: pieces.slice(0, max), finish: 'length' };
   return { pieces, finish: 'stop' };
 }
 
@@ -201,4 +254,6 @@ function sendError(res, status, message, type, code = null, param = null) {
   send(res, status, { error: { message, type, param, code } });
 }
 
-await runIfMain(import.meta, start, 8082, (p) => `OpenAI-compatible LLM server listening on http://127.0.0.1:${p}/v1`, { model: process.env.MODEL });
+await runIfMain(import.meta, start, 8082, (p) => `OpenAI-compatible LLM server listening on http://127.0.0.1:${p}/v1`, {
+  model: process.env.MODEL,
+});

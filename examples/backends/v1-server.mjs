@@ -27,11 +27,15 @@ export async function start(port = 8081, options = {}) {
 async function handle(req, res, models) {
   const url = new URL(req.url ?? '/', 'http://localhost');
   const path = url.pathname;
-  if (req.method === 'GET' && (path === '/' || path === '/health' || path === '/v1/health')) return send(res, 200, { status: 'alive' });
+  if (req.method === 'GET' && (path === '/' || path === '/health' || path === '/v1/health'))
+    return send(res, 200, { status: 'alive' });
   if (req.method === 'GET' && path === '/v1/models') return send(res, 200, { models: models ? [...models] : [] });
 
   const m = /^\/v1\/models\/([^/:]+)(?::([a-z]+))?$/.exec(path);
-  if (!m) return send(res, 404, { error: `no route ${req.method} ${path}; this server offers /v1/models/<name>:predict|:classify|:regress` });
+  if (!m)
+    return send(res, 404, {
+      error: `no route ${req.method} ${path}; this server offers /v1/models/<name>:predict|:classify|:regress`,
+    });
   const name = decodeURIComponent(m[1]);
   const verb = m[2];
   if (models && !models.has(name)) return send(res, 404, { error: `Model with name ${name} does not exist.` });
@@ -41,7 +45,8 @@ async function handle(req, res, models) {
     return send(res, 200, { name, ready: true });
   }
   if (req.method !== 'POST') return send(res, 405, { error: `use POST for :${verb}` });
-  if (!['predict', 'classify', 'regress'].includes(verb)) return send(res, 404, { error: `unknown verb :${verb}; use :predict, :classify or :regress` });
+  if (!['predict', 'classify', 'regress'].includes(verb))
+    return send(res, 404, { error: `unknown verb :${verb}; use :predict, :classify or :regress` });
 
   const raw = await readBody(req);
   if (raw === undefined) return send(res, 413, { error: 'request body too large' });
@@ -53,7 +58,9 @@ async function handle(req, res, models) {
   }
   const instances = body?.instances ?? body?.inputs ?? (verb !== 'predict' ? body?.examples : undefined);
   if (!Array.isArray(instances)) {
-    return send(res, 400, { error: `Expected "instances" or "inputs" to be a list${verb !== 'predict' ? ' (or "examples")' : ''}` });
+    return send(res, 400, {
+      error: `Expected "instances" or "inputs" to be a list${verb !== 'predict' ? ' (or "examples")' : ''}`,
+    });
   }
   const predictions = instances.map((instance) => {
     const values = numbers(instance);
@@ -86,4 +93,9 @@ function softmax(values) {
   return exps.map((e) => Math.round((e / sum) * 1e6) / 1e6);
 }
 
-await runIfMain(import.meta, start, 8081, (p) => `V1 model server listening on http://127.0.0.1:${p} (POST /v1/models/<name>:predict)`);
+await runIfMain(
+  import.meta,
+  start,
+  8081,
+  (p) => `V1 model server listening on http://127.0.0.1:${p} (POST /v1/models/<name>:predict)`,
+);

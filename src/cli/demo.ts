@@ -74,7 +74,9 @@ export async function startDemo(opts: DemoOptions): Promise<Demo> {
         ports.set(b.port, started.port);
       } catch (err) {
         if ((err as NodeJS.ErrnoException).code === 'EADDRINUSE') {
-          throw new Error(`port ${want} is in use, and the demo's ${b.what} needs it; stop what uses it, or move the backends with --backend-ports (0,0,0 picks free ports)`);
+          throw new Error(
+            `port ${want} is in use, and the demo's ${b.what} needs it; stop what uses it, or move the backends with --backend-ports (0,0,0 picks free ports)`,
+          );
         }
         throw err;
       }
@@ -83,19 +85,34 @@ export async function startDemo(opts: DemoOptions): Promise<Demo> {
     const moved = [...ports].some(([from, to]) => from !== to);
     const files = new FilesSource(EXAMPLES_DIR, { keysNamespace: config.auth.keysNamespace, logger });
     const source: RouteSource = moved
-      ? { start: (on) => files.start((s) => on(movePorts(s, ports))), stop: () => files.stop(), health: () => files.health() }
+      ? {
+          start: (on) => files.start((s) => on(movePorts(s, ports))),
+          stop: () => files.stop(),
+          health: () => files.health(),
+        }
       : files;
-    server = await startServegate({ config, source, port: opts.port, adminPort: opts.adminPort, host: opts.host, logger });
+    server = await startServegate({
+      config,
+      source,
+      port: opts.port,
+      adminPort: opts.adminPort,
+      host: opts.host,
+      logger,
+    });
   } catch (err) {
     await closeBackends();
     throw err;
   }
 
   // publicUrl defaults to http://localhost:<port>; with --port 0 the real port is known only now.
-  const baseUrl = config.publicUrl === `http://localhost:${opts.port}` ? `http://localhost:${server.port}` : config.publicUrl;
+  const baseUrl =
+    config.publicUrl === `http://localhost:${opts.port}` ? `http://localhost:${server.port}` : config.publicUrl;
   const lines = server.store
     .current()
-    .routes.map((r) => `${`${r.project}/${r.deployment}`.padEnd(12)} ${(r.modelServer ?? 'python').padEnd(11)} ${curlFor(r, baseUrl)}`);
+    .routes.map(
+      (r) =>
+        `${`${r.project}/${r.deployment}`.padEnd(12)} ${(r.modelServer ?? 'python').padEnd(11)} ${curlFor(r, baseUrl)}`,
+    );
   let stopped = false;
   return {
     server,
@@ -141,7 +158,8 @@ function movePorts(snapshot: Snapshot, ports: ReadonlyMap<number, number>): Snap
 
 function backendPorts(value: string): [number, number, number] {
   const parts = value.split(',').map((p) => p.trim());
-  if (parts.length !== 3) throw new InvalidArgumentError(`give three ports (V1, LLM, echo) like 8081,8082,8083 or 0,0,0; got "${value}"`);
+  if (parts.length !== 3)
+    throw new InvalidArgumentError(`give three ports (V1, LLM, echo) like 8081,8082,8083 or 0,0,0; got "${value}"`);
   return parts.map((p) => portNumber(p)) as [number, number, number];
 }
 
@@ -155,10 +173,28 @@ export function demoProgram(io: CliIo): Command {
     .option('--port <port>', 'the gateway port', portNumber, 8080)
     .option('--admin-port <port>', 'the admin port', portNumber, 9090)
     .option('--host <addr>', 'listen address (default: every interface)')
-    .option('--backend-ports <v1,llm,echo>', 'ports of the three sample backends (0 = any free port)', backendPorts, [8081, 8082, 8083])
-    .action(async (flags: { port: number; adminPort: number; host?: string; backendPorts: [number, number, number] }, cmd: Command) => {
-      setExit(cmd, await runDemo({ port: flags.port, adminPort: flags.adminPort, host: flags.host, backendPorts: flags.backendPorts }));
-    });
+    .option(
+      '--backend-ports <v1,llm,echo>',
+      'ports of the three sample backends (0 = any free port)',
+      backendPorts,
+      [8081, 8082, 8083],
+    )
+    .action(
+      async (
+        flags: { port: number; adminPort: number; host?: string; backendPorts: [number, number, number] },
+        cmd: Command,
+      ) => {
+        setExit(
+          cmd,
+          await runDemo({
+            port: flags.port,
+            adminPort: flags.adminPort,
+            host: flags.host,
+            backendPorts: flags.backendPorts,
+          }),
+        );
+      },
+    );
 }
 
 /** `servegate demo ...` with `argv` after "demo"; resolves when the demo stops. */

@@ -75,14 +75,16 @@ export function setExit(cmd: Command, code: number): void {
 /** A port number 0-65535 (commander argument parser). */
 export function portNumber(value: string): number {
   const n = Number(value);
-  if (!/^\d+$/.test(value) || !Number.isInteger(n) || n < 0 || n > 65535) throw new InvalidArgumentError(`must be a port number 0-65535, got "${value}"`);
+  if (!/^\d+$/.test(value) || !Number.isInteger(n) || n < 0 || n > 65535)
+    throw new InvalidArgumentError(`must be a port number 0-65535, got "${value}"`);
   return n;
 }
 
 /** A non-negative whole number (commander argument parser). */
 export function count(value: string): number {
   const n = Number(value);
-  if (!/^\d+$/.test(value) || !Number.isSafeInteger(n)) throw new InvalidArgumentError(`must be a whole number 0 or more, got "${value}"`);
+  if (!/^\d+$/.test(value) || !Number.isSafeInteger(n))
+    throw new InvalidArgumentError(`must be a whole number 0 or more, got "${value}"`);
   return n;
 }
 

@@ -5,7 +5,15 @@ import type { Command } from 'commander';
 import { stringify } from 'yaml';
 import { ownNamespace } from '../config/load.js';
 import { KeyError, UsageError } from '../errors.js';
-import { generateKey, keyNameProblem, keySecretManifest, keySecretYaml, parseExpires, parseProjects, type KeySummary } from '../keys/index.js';
+import {
+  generateKey,
+  keyNameProblem,
+  keySecretManifest,
+  keySecretYaml,
+  parseExpires,
+  parseProjects,
+  type KeySummary,
+} from '../keys/index.js';
 import { ClusterKeyStore, FilesKeyStore, type KeyStore } from '../keys/store.js';
 import { isDnsLabel } from '../routing/names.js';
 import { KEY_LABEL } from '../routing/types.js';
@@ -61,7 +69,14 @@ async function storeFor(flags: StoreFlags, io: CliIo): Promise<KeyStore> {
     return new FilesKeyStore(flags.manifests, flags.namespace);
   }
   const ns = clusterNamespace(flags, io);
-  return new ClusterKeyStore(await kubeClients(flags.kubeconfig, io.env, 'to work without a cluster use --manifests DIR, or -o yaml to print the manifest'), ns);
+  return new ClusterKeyStore(
+    await kubeClients(
+      flags.kubeconfig,
+      io.env,
+      'to work without a cluster use --manifests DIR, or -o yaml to print the manifest',
+    ),
+    ns,
+  );
 }
 
 export function keysProgram(io: CliIo): Command {
@@ -72,38 +87,64 @@ export function keysProgram(io: CliIo): Command {
   withStoreFlags(
     subcommand(keys, 'create', io)
       .description('Create a key and print it ONCE (stdout). Keep it: it cannot be shown again.')
-      .requiredOption('--name <name>', 'the key\'s name (a Secret name; sent to backends as x-servegate-key)')
+      .requiredOption('--name <name>', "the key's name (a Secret name; sent to backends as x-servegate-key)")
       .requiredOption('--projects <p1,p2|*>', 'the projects it grants, or "*" for every project')
       .option('--expires <when>', 'a duration like 90m, 12h, 30d, 2w, or an RFC 3339 time')
       .option('--rpm <n>', 'requests per minute for this key (0 = no limit; unset = the gateway default)', count)
       .option('--tpm <n>', 'tokens per minute for this key (0 = no limit; unset = the gateway default)', count)
       .addOption(choice('-o, --output <format>', 'print the manifest instead of storing it', ['yaml', 'json'])),
-  ).action(async (flags: StoreFlags & { name: string; projects: string; expires?: string; rpm?: number; tpm?: number; output?: 'yaml' | 'json' }) => {
-    const name = checkName(flags.name);
-    const projects = parseProjects(flags.projects);
-    const expiresAt = flags.expires === undefined ? undefined : parseExpires(flags.expires, io.now());
-    if (flags.output !== undefined && flags.manifests !== undefined) {
-      throw new UsageError('-o prints the manifest instead of writing it: do not combine it with --manifests');
-    }
-    const generated = generateKey();
-    const grant = projects === '*' ? 'every project' : `project${projects.length > 1 ? 's' : ''} ${projects.join(', ')}`;
-    const limits = [flags.rpm !== undefined ? `${flags.rpm} requests/min` : '', flags.tpm !== undefined ? `${flags.tpm} tokens/min` : ''].filter(Boolean);
-    const about = `${grant}${expiresAt ? `, expires ${keySecretManifestTime(expiresAt)}` : ', never expires'}${limits.length ? `, ${limits.join(', ')}` : ''}`;
-    const manifestIn = (namespace: string | undefined) =>
-      keySecretManifest({ name, namespace, prefix: generated.prefix, sha256: generated.sha256, projects, expiresAt, rpm: flags.rpm, tpm: flags.tpm });
+  ).action(
+    async (
+      flags: StoreFlags & {
+        name: string;
+        projects: string;
+        expires?: string;
+        rpm?: number;
+        tpm?: number;
+        output?: 'yaml' | 'json';
+      },
+    ) => {
+      const name = checkName(flags.name);
+      const projects = parseProjects(flags.projects);
+      const expiresAt = flags.expires === undefined ? undefined : parseExpires(flags.expires, io.now());
+      if (flags.output !== undefined && flags.manifests !== undefined) {
+        throw new UsageError('-o prints the manifest instead of writing it: do not combine it with --manifests');
+      }
+      const generated = generateKey();
+      const grant =
+        projects === '*' ? 'every project' : `project${projects.length > 1 ? 's' : ''} ${projects.join(', ')}`;
+      const limits = [
+        flags.rpm !== undefined ? `${flags.rpm} requests/min` : '',
+        flags.tpm !== undefined ? `${flags.tpm} tokens/min` : '',
+      ].filter(Boolean);
+      const about = `${grant}${expiresAt ? `, expires ${keySecretManifestTime(expiresAt)}` : ', never expires'}${limits.length ? `, ${limits.join(', ')}` : ''}`;
+      const manifestIn = (namespace: string | undefined) =>
+        keySecretManifest({
+          name,
+          namespace,
+          prefix: generated.prefix,
+          sha256: generated.sha256,
+          projects,
+          expiresAt,
+          rpm: flags.rpm,
+          tpm: flags.tpm,
+        });
 
-    if (flags.output !== undefined) {
-      const manifest = manifestIn(clusterNamespace(flags, io));
-      io.stdout(flags.output === 'json' ? `${JSON.stringify(manifest, null, 2)}\n` : keySecretYaml(manifest));
-      io.stderr(`# API key "${name}" (${about}). Shown once; store it now:\n${generated.key}\n`);
-      return;
-    }
-    const store = await storeFor(flags, io);
-    const namespace = flags.manifests !== undefined ? flags.namespace : clusterNamespace(flags, io);
-    const where = await store.create(manifestIn(namespace), io.now());
-    io.stdout(`${generated.key}\n`);
-    io.stderr(`created API key "${name}" (prefix ${generated.prefix}, ${about}) ${flags.manifests !== undefined ? 'in' : 'as'} ${where}\nThe key above is shown once; store it now.\n`);
-  });
+      if (flags.output !== undefined) {
+        const manifest = manifestIn(clusterNamespace(flags, io));
+        io.stdout(flags.output === 'json' ? `${JSON.stringify(manifest, null, 2)}\n` : keySecretYaml(manifest));
+        io.stderr(`# API key "${name}" (${about}). Shown once; store it now:\n${generated.key}\n`);
+        return;
+      }
+      const store = await storeFor(flags, io);
+      const namespace = flags.manifests !== undefined ? flags.namespace : clusterNamespace(flags, io);
+      const where = await store.create(manifestIn(namespace), io.now());
+      io.stdout(`${generated.key}\n`);
+      io.stderr(
+        `created API key "${name}" (prefix ${generated.prefix}, ${about}) ${flags.manifests !== undefined ? 'in' : 'as'} ${where}\nThe key above is shown once; store it now.\n`,
+      );
+    },
+  );
 
   withStoreFlags(
     subcommand(keys, 'list', io)
@@ -134,7 +175,13 @@ function keySecretManifestTime(d: Date): string {
   return d.toISOString().replace(/\.\d{3}Z$/, 'Z');
 }
 
-function printKeys(keys: KeySummary[], output: 'table' | 'json' | 'yaml', files: boolean, where: string, io: CliIo): void {
+function printKeys(
+  keys: KeySummary[],
+  output: 'table' | 'json' | 'yaml',
+  files: boolean,
+  where: string,
+  io: CliIo,
+): void {
   const rows = keys.map((k) => {
     const row: Record<string, unknown> = { name: k.name };
     if (k.namespace !== undefined) row.namespace = k.namespace;
@@ -153,7 +200,10 @@ function printKeys(keys: KeySummary[], output: 'table' | 'json' | 'yaml', files:
   const header = ['NAME', 'PREFIX', 'PROJECTS', 'EXPIRES', 'LIMITS', ...(files ? ['FILE'] : [])];
   const table = keys.map((k) => {
     const expires = k.expiresAt ? `${k.expiresAt}${k.expired ? ' (expired)' : ''}` : 'never';
-    const limits = [k.rpm !== undefined ? `${k.rpm} rpm` : '', k.tpm !== undefined ? `${k.tpm} tpm` : ''].filter(Boolean).join(', ') || 'default';
+    const limits =
+      [k.rpm !== undefined ? `${k.rpm} rpm` : '', k.tpm !== undefined ? `${k.tpm} tpm` : '']
+        .filter(Boolean)
+        .join(', ') || 'default';
     return [k.name, k.prefix, k.projects, expires, limits, ...(files ? [k.origin ?? ''] : [])];
   });
   io.stdout(formatTable([header, ...table]));
@@ -161,11 +211,18 @@ function printKeys(keys: KeySummary[], output: 'table' | 'json' | 'yaml', files:
 
 function formatTable(rows: string[][]): string {
   const widths = rows[0].map((_, i) => Math.max(...rows.map((r) => r[i].length)));
-  return rows.map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]))).join('   ').trimEnd() + '\n').join('');
+  return rows
+    .map(
+      (r) =>
+        r
+          .map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i])))
+          .join('   ')
+          .trimEnd() + '\n',
+    )
+    .join('');
 }
 
 /** `servegate keys ...` with `argv` after "keys". */
 export async function keysCommand(argv: string[], io: CliIo = processIo()): Promise<number> {
   return run(command('servegate', io).addCommand(keysProgram(io)), ['keys', ...argv], io);
 }
-

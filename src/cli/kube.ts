@@ -14,7 +14,11 @@ export interface KubeClients {
 
 /** KUBECONFIG / ~/.kube/config / in-cluster, or --kubeconfig FILE. Refuses the client's silent localhost fallback. */
 /** `hint`: what the command offers instead of a cluster (each command its own). */
-export async function kubeClients(kubeconfig: string | undefined, env: NodeJS.ProcessEnv, hint: string): Promise<KubeClients> {
+export async function kubeClients(
+  kubeconfig: string | undefined,
+  env: NodeJS.ProcessEnv,
+  hint: string,
+): Promise<KubeClients> {
   const k8s = await import('@kubernetes/client-node');
   const kc = new k8s.KubeConfig();
   if (kubeconfig) {
@@ -23,7 +27,8 @@ export async function kubeClients(kubeconfig: string | undefined, env: NodeJS.Pr
   } else if (env.KUBECONFIG) {
     // As kubectl: a list of files, the first one's current context wins.
     const files = env.KUBECONFIG.split(delimiter).filter(Boolean);
-    for (const f of files) if (!existsSync(f)) throw new CommandError(`KUBECONFIG names ${f}, which does not exist`, 'SG_CLUSTER');
+    for (const f of files)
+      if (!existsSync(f)) throw new CommandError(`KUBECONFIG names ${f}, which does not exist`, 'SG_CLUSTER');
     kc.loadFromFile(files[0]);
     for (const f of files.slice(1)) {
       const more = new k8s.KubeConfig();
@@ -35,11 +40,18 @@ export async function kubeClients(kubeconfig: string | undefined, env: NodeJS.Pr
   } else if (env.KUBERNETES_SERVICE_HOST && existsSync('/var/run/secrets/kubernetes.io/serviceaccount/token')) {
     kc.loadFromCluster();
   } else {
-    throw new CommandError(`no cluster configured: set KUBECONFIG or pass --kubeconfig FILE (or run in a pod); ${hint}`, 'SG_CLUSTER');
+    throw new CommandError(
+      `no cluster configured: set KUBECONFIG or pass --kubeconfig FILE (or run in a pod); ${hint}`,
+      'SG_CLUSTER',
+    );
   }
   const cluster = kc.getCurrentCluster();
   if (!cluster) throw new CommandError('the kubeconfig has no current cluster', 'SG_CLUSTER');
-  return { core: kc.makeApiClient(k8s.CoreV1Api), custom: kc.makeApiClient(k8s.CustomObjectsApi), server: cluster.server };
+  return {
+    core: kc.makeApiClient(k8s.CoreV1Api),
+    custom: kc.makeApiClient(k8s.CustomObjectsApi),
+    server: cluster.server,
+  };
 }
 
 /** The API server's own message (Status.message) or the error's. */

@@ -12,7 +12,9 @@ const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.ur
 
 process.on('unhandledRejection', (reason) => {
   // Never crash on a stray rejection: report it and keep serving.
-  process.stderr.write(`${JSON.stringify({ level: 50, msg: 'unhandled rejection', err: String((reason as Error)?.stack ?? reason) })}\n`);
+  process.stderr.write(
+    `${JSON.stringify({ level: 50, msg: 'unhandled rejection', err: String((reason as Error)?.stack ?? reason) })}\n`,
+  );
 });
 
 const io = processIo();

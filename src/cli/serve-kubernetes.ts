@@ -20,7 +20,12 @@ export function loadKubeConfig(): KubeConfig {
 }
 
 export function startKubernetes(config: Config, args: ServeArgs, logger: Logger): Promise<Servegate> {
-  return startKubernetesWith(loadKubeConfig(), config, { port: args.port, adminPort: args.adminPort, host: args.host, logger });
+  return startKubernetesWith(loadKubeConfig(), config, {
+    port: args.port,
+    adminPort: args.adminPort,
+    host: args.host,
+    logger,
+  });
 }
 
 export interface KubernetesServeOptions {
@@ -37,7 +42,11 @@ export interface KubernetesServeOptions {
   backoff?: { initialMs: number; maxMs: number };
 }
 
-export async function startKubernetesWith(kc: KubeConfig, config: Config, opts: KubernetesServeOptions): Promise<Servegate> {
+export async function startKubernetesWith(
+  kc: KubeConfig,
+  config: Config,
+  opts: KubernetesServeOptions,
+): Promise<Servegate> {
   let metrics: Metrics | undefined;
   const source = new KubernetesSource(
     kc,

@@ -30,7 +30,14 @@ export async function serve(args: ServeArgs, logger?: Logger): Promise<{ server:
     return { server, config };
   }
   const source = new FilesSource(args.manifests!, { keysNamespace: config.auth.keysNamespace, logger: log });
-  const server = await startServegate({ config, source, port: args.port, adminPort: args.adminPort, host: args.host, logger: log });
+  const server = await startServegate({
+    config,
+    source,
+    port: args.port,
+    adminPort: args.adminPort,
+    host: args.host,
+    logger: log,
+  });
   return { server, config };
 }
 
@@ -59,26 +66,48 @@ export function exitOnSignals(server: Servegate, logger: Logger): void {
 export function serveProgram(io: CliIo): Command {
   return command('serve', io)
     .description('Runs the gateway on the files source (--manifests) or the Kubernetes source (--kubernetes).')
-    .option('--manifests <dir|file>', 'serve the ServingDeployments and key Secrets in these manifests (reloaded on change)')
+    .option(
+      '--manifests <dir|file>',
+      'serve the ServingDeployments and key Secrets in these manifests (reloaded on change)',
+    )
     .option('--kubernetes', 'serve what the API server has (in-cluster config, or KUBECONFIG), and write statuses')
     .option('--config <file>', 'the gateway configuration (YAML; the chart values under gateway:)')
     .option('--port <port>', 'the gateway port', portNumber, 8080)
-    .option('--admin-port <port>', 'the admin port (/healthz, /readyz, /metrics, the deployments page)', portNumber, 9090)
+    .option(
+      '--admin-port <port>',
+      'the admin port (/healthz, /readyz, /metrics, the deployments page)',
+      portNumber,
+      9090,
+    )
     .option('--host <addr>', 'listen address (default: every interface)')
-    .action(async (flags: { manifests?: string; kubernetes?: boolean; config?: string; port: number; adminPort: number; host?: string }, cmd: Command) => {
-      if (!flags.manifests && !flags.kubernetes) throw new UsageError('one of --manifests or --kubernetes is required');
-      if (flags.manifests && flags.kubernetes) throw new UsageError('--manifests and --kubernetes exclude each other');
-      const args: ServeArgs = { ...flags, kubernetes: !!flags.kubernetes };
-      let started;
-      try {
-        started = await serve(args);
-      } catch (err) {
-        if (err instanceof ServegateError) throw err;
-        throw new CommandError(`cannot start: ${(err as Error).message}`);
-      }
-      exitOnSignals(started.server, createLogger(started.config.logLevel));
-      setExit(cmd, -1); // keep running on the sockets
-    });
+    .action(
+      async (
+        flags: {
+          manifests?: string;
+          kubernetes?: boolean;
+          config?: string;
+          port: number;
+          adminPort: number;
+          host?: string;
+        },
+        cmd: Command,
+      ) => {
+        if (!flags.manifests && !flags.kubernetes)
+          throw new UsageError('one of --manifests or --kubernetes is required');
+        if (flags.manifests && flags.kubernetes)
+          throw new UsageError('--manifests and --kubernetes exclude each other');
+        const args: ServeArgs = { ...flags, kubernetes: !!flags.kubernetes };
+        let started;
+        try {
+          started = await serve(args);
+        } catch (err) {
+          if (err instanceof ServegateError) throw err;
+          throw new CommandError(`cannot start: ${(err as Error).message}`);
+        }
+        exitOnSignals(started.server, createLogger(started.config.logLevel));
+        setExit(cmd, -1); // keep running on the sockets
+      },
+    );
 }
 
 /** `servegate serve ...` with `argv` after "serve"; -1 while it keeps running. */

@@ -6,7 +6,13 @@ import { loadConfigFile, ownNamespace } from '../config/load.js';
 import type { Config } from '../config/schema.js';
 import { buildRouteTable } from '../routing/build.js';
 import { deploymentUrls, projectNamespaceForm } from '../routing/names.js';
-import type { DeploymentStatus, InferenceServiceResource, Route, ServingDeploymentResource, Snapshot } from '../routing/types.js';
+import type {
+  DeploymentStatus,
+  InferenceServiceResource,
+  Route,
+  ServingDeploymentResource,
+  Snapshot,
+} from '../routing/types.js';
 import { API_GROUP } from '../routing/types.js';
 import { FilesSource } from '../sources/files/index.js';
 import { KSERVE_GROUP } from '../sources/manifests.js';
@@ -46,13 +52,29 @@ export function urlProgram(io: CliIo): Command {
         'endpointUrl (Python deployments) and the legacy hostname. A deployment that is not served is an error (exit 1).',
     )
     .argument('<project/deployment>', 'the deployment, e.g. fraud_detection/fraud')
-    .option('--manifests <dir|file>', 'read the manifests a "servegate serve --manifests" gateway serves (default: the cluster)')
+    .option(
+      '--manifests <dir|file>',
+      'read the manifests a "servegate serve --manifests" gateway serves (default: the cluster)',
+    )
     .option('--config <file>', 'the gateway configuration (publicUrl, serverlessDomain)')
-    .option('--public-url <url>', "the gateway's public URL (overrides the configuration and, in the cluster, the status)")
+    .option(
+      '--public-url <url>',
+      "the gateway's public URL (overrides the configuration and, in the cluster, the status)",
+    )
     .option('-n, --namespace <ns>', 'cluster mode: look only in this namespace')
     .option('--kubeconfig <file>', 'kubeconfig file to use')
-    .addOption(choice('-o, --output <format>', 'text, json, yaml, or url (only the URL to call)', ['text', 'json', 'yaml', 'url']).default('text'))
-    .addHelpText('after', '\nWithout --manifests the cluster is read (KUBECONFIG, ~/.kube/config or in-cluster) and the URLs the controller wrote\nto the resource\'s status are printed as they are.')
+    .addOption(
+      choice('-o, --output <format>', 'text, json, yaml, or url (only the URL to call)', [
+        'text',
+        'json',
+        'yaml',
+        'url',
+      ]).default('text'),
+    )
+    .addHelpText(
+      'after',
+      "\nWithout --manifests the cluster is read (KUBECONFIG, ~/.kube/config or in-cluster) and the URLs the controller wrote\nto the resource's status are printed as they are.",
+    )
     .action(async (ref: string, flags: UrlFlags) => {
       const m = /^([^/\s]+)\/([^/\s]+)$/.exec(ref);
       if (!m) throw new UsageError(`"${ref}" is not <project>/<deployment>`);
@@ -100,7 +122,8 @@ export async function urlCommand(argv: string[], io: CliIo = processIo()): Promi
 function loadConfig(file: string | undefined, publicUrl: string | undefined, env: NodeJS.ProcessEnv): Config {
   let config = loadConfigFile(file, { port: 8080, namespace: ownNamespace(env) });
   if (publicUrl !== undefined) {
-    if (!/^https?:\/\/[^/?#\s]+(\/[^?#\s]*)?$/.test(publicUrl)) throw new UsageError(`--public-url "${publicUrl}" must be an http(s) URL`);
+    if (!/^https?:\/\/[^/?#\s]+(\/[^?#\s]*)?$/.test(publicUrl))
+      throw new UsageError(`--public-url "${publicUrl}" must be an http(s) URL`);
     config = { ...config, publicUrl: publicUrl.replace(/\/+$/, '') };
   }
   return config;
@@ -132,7 +155,8 @@ async function fromManifests(path: string, project: string, deployment: string, 
 
 function resolve(snapshot: Snapshot, project: string, deployment: string, config: Config, where: string): UrlResult {
   const { table, statuses } = buildRouteTable(snapshot, buildOptions(config));
-  const route = table.byPath.get(`${project}/${deployment}`) ?? table.byPath.get(`${projectNamespaceForm(project)}/${deployment}`);
+  const route =
+    table.byPath.get(`${project}/${deployment}`) ?? table.byPath.get(`${projectNamespaceForm(project)}/${deployment}`);
   if (route) {
     const urls = deploymentUrls(config.publicUrl, route.project, route.deployment, route.kind, route.modelName);
     return {
@@ -146,20 +170,32 @@ function resolve(snapshot: Snapshot, project: string, deployment: string, config
     };
   }
   // Not routed: say why if a resource claims that name.
-  const claims = [...snapshot.deployments, ...snapshot.inferenceServices].filter((r) => claimsRef(r, project, deployment));
+  const claims = [...snapshot.deployments, ...snapshot.inferenceServices].filter((r) =>
+    claimsRef(r, project, deployment),
+  );
   for (const c of claims) {
     const st = statuses.find((s) => s.id === `${c.metadata.namespace}/${c.metadata.name}` && s.resourceKind === c.kind);
-    if (st && !st.ready) throw new CommandError(`${c.kind} ${st.id} is not served: ${st.reason}: ${st.message}`, 'SG_NOT_SERVED');
+    if (st && !st.ready)
+      throw new CommandError(`${c.kind} ${st.id} is not served: ${st.reason}: ${st.message}`, 'SG_NOT_SERVED');
   }
   const known = table.routes.map((r) => `${r.project}/${r.deployment}`);
-  const hint = known.length ? ` (deployments there: ${known.slice(0, 20).join(', ')}${known.length > 20 ? ', ...' : ''})` : '';
+  const hint = known.length
+    ? ` (deployments there: ${known.slice(0, 20).join(', ')}${known.length > 20 ? ', ...' : ''})`
+    : '';
   throw new CommandError(`no deployment ${project}/${deployment} in ${where}${hint}`, 'SG_NOT_FOUND');
 }
 
-function claimsRef(r: ServingDeploymentResource | InferenceServiceResource, project: string, deployment: string): boolean {
+function claimsRef(
+  r: ServingDeploymentResource | InferenceServiceResource,
+  project: string,
+  deployment: string,
+): boolean {
   if (r.metadata.name !== deployment) return false;
   const spec = r.spec as { project?: unknown } | undefined;
-  const p = r.kind === 'ServingDeployment' && typeof spec?.project === 'string' && spec.project ? spec.project : r.metadata.namespace;
+  const p =
+    r.kind === 'ServingDeployment' && typeof spec?.project === 'string' && spec.project
+      ? spec.project
+      : r.metadata.namespace;
   return projectNamespaceForm(p) === projectNamespaceForm(project);
 }
 
@@ -172,29 +208,46 @@ async function fromCluster(
   flags: UrlFlags,
   io: CliIo,
 ): Promise<UrlResult> {
-  const { custom, server } = await kubeClients(flags.kubeconfig, io.env, 'to read manifests instead use --manifests DIR');
+  const { custom, server } = await kubeClients(
+    flags.kubeconfig,
+    io.env,
+    'to read manifests instead use --manifests DIR',
+  );
   const namespace = flags.namespace;
   const list = async (group: string, version: string, plural: string): Promise<unknown[]> => {
     try {
-      const res = (namespace
-        ? await custom.listNamespacedCustomObject({ group, version, namespace, plural })
-        : await custom.listClusterCustomObject({ group, version, plural })) as { items?: unknown[] };
+      const res = (
+        namespace
+          ? await custom.listNamespacedCustomObject({ group, version, namespace, plural })
+          : await custom.listClusterCustomObject({ group, version, plural })
+      ) as { items?: unknown[] };
       return res.items ?? [];
     } catch (err) {
       const status = apiStatus(err);
       if (status === 404) {
-        if (group === API_GROUP) throw new CommandError(`the ServingDeployment CRD is not installed in the cluster at ${server} (install the chart or crds/)`, 'SG_CLUSTER');
+        if (group === API_GROUP)
+          throw new CommandError(
+            `the ServingDeployment CRD is not installed in the cluster at ${server} (install the chart or crds/)`,
+            'SG_CLUSTER',
+          );
         return [];
       }
       if (status === 403) {
-        throw new CommandError(`not allowed to list ${plural}${namespace ? ` in namespace ${namespace}` : ' in all namespaces (try -n NAMESPACE)'}: ${apiMessage(err)}`, 'SG_CLUSTER');
+        throw new CommandError(
+          `not allowed to list ${plural}${namespace ? ` in namespace ${namespace}` : ' in all namespaces (try -n NAMESPACE)'}: ${apiMessage(err)}`,
+          'SG_CLUSTER',
+        );
       }
       throw new CommandError(`cannot list ${plural} from ${server}: ${apiMessage(err)}`, 'SG_CLUSTER');
     }
   };
-  const deployments = (await list(API_GROUP, 'v1alpha1', 'servingdeployments')).map((o) => toResource<ServingDeploymentResource>(o, 'ServingDeployment'));
+  const deployments = (await list(API_GROUP, 'v1alpha1', 'servingdeployments')).map((o) =>
+    toResource<ServingDeploymentResource>(o, 'ServingDeployment'),
+  );
   const inferenceServices = config.kubernetes.kserve.enabled
-    ? (await list(KSERVE_GROUP, 'v1beta1', 'inferenceservices')).map((o) => toResource<InferenceServiceResource>(o, 'InferenceService'))
+    ? (await list(KSERVE_GROUP, 'v1beta1', 'inferenceservices')).map((o) =>
+        toResource<InferenceServiceResource>(o, 'InferenceService'),
+      )
     : [];
   const snapshot: Snapshot = { source: 'kubernetes', deployments, inferenceServices, keySecrets: [] };
   const result = resolve(snapshot, project, deployment, config, server);
@@ -203,12 +256,17 @@ async function fromCluster(
   // The controller's verdict wins over this command's own reading (it sees Services and endpoints): a deployment it
   // reports not Ready is not served.
   if (ready && ready.status !== 'True') {
-    throw new CommandError(`${result.resource} is not served: ${[ready.reason, ready.message].filter(Boolean).join(': ') || 'its Ready condition is not True'}`, 'SG_NOT_SERVED');
+    throw new CommandError(
+      `${result.resource} is not served: ${[ready.reason, ready.message].filter(Boolean).join(': ') || 'its Ready condition is not True'}`,
+      'SG_NOT_SERVED',
+    );
   }
   if (publicUrlGiven) return result;
   const status = statusUrls(res?.status);
   if (!status) {
-    io.stderr(`note: ${result.resource} has no URLs in its status yet (is the servegate controller running?); computed from ${config.publicUrl}\n`);
+    io.stderr(
+      `note: ${result.resource} has no URLs in its status yet (is the servegate controller running?); computed from ${config.publicUrl}\n`,
+    );
     return result;
   }
   // Status fields win; a field the status lacks is filled in only when both agree on the base URL.
@@ -235,12 +293,22 @@ function toResource<T extends ServingDeploymentResource | InferenceServiceResour
   } as T;
 }
 
-function statusUrls(status: unknown): Pick<DeploymentStatus, 'url' | 'inferenceUrl' | 'openaiUrl' | 'endpointUrl' | 'hostname'> & { url: string } | undefined {
+function statusUrls(
+  status: unknown,
+):
+  | (Pick<DeploymentStatus, 'url' | 'inferenceUrl' | 'openaiUrl' | 'endpointUrl' | 'hostname'> & { url: string })
+  | undefined {
   if (!status || typeof status !== 'object') return undefined;
   const s = status as Record<string, unknown>;
   if (typeof s.url !== 'string' || !s.url) return undefined;
   const pick = (k: string) => (typeof s[k] === 'string' && s[k] ? (s[k] as string) : undefined);
-  return { url: s.url, inferenceUrl: pick('inferenceUrl'), openaiUrl: pick('openaiUrl'), endpointUrl: pick('endpointUrl'), hostname: pick('hostname') };
+  return {
+    url: s.url,
+    inferenceUrl: pick('inferenceUrl'),
+    openaiUrl: pick('openaiUrl'),
+    endpointUrl: pick('endpointUrl'),
+    hostname: pick('hostname'),
+  };
 }
 
 function readyCondition(status: unknown): { status?: string; reason?: string; message?: string } | undefined {

@@ -7,7 +7,12 @@ export type { ModelServer, RouteKind };
 export type DeploymentType = 'model' | 'python';
 
 /** Other spellings of the model servers (the interface description's names, KServe's formats). */
-const SERVER_ALIASES: Record<string, ModelServer> = { 'scikit-learn': 'sklearn', scikit_learn: 'sklearn', tf: 'tensorflow', vllm: 'llm' };
+const SERVER_ALIASES: Record<string, ModelServer> = {
+  'scikit-learn': 'sklearn',
+  scikit_learn: 'sklearn',
+  tf: 'tensorflow',
+  vllm: 'llm',
+};
 
 function normalizeServer(s: unknown): ModelServer | undefined {
   if (typeof s !== 'string') return undefined;
@@ -59,7 +64,15 @@ export class GatewayError extends Error {
   /** The URL that was called. */
   readonly url: string;
 
-  constructor(init: { status: number; message: string; body: string; url: string; type?: string; code?: string; requestId?: string }) {
+  constructor(init: {
+    status: number;
+    message: string;
+    body: string;
+    url: string;
+    type?: string;
+    code?: string;
+    requestId?: string;
+  }) {
     super(init.message);
     this.name = 'GatewayError';
     this.status = init.status;
@@ -75,7 +88,11 @@ export class GatewayError extends Error {
  * The message in an error body: `{"error":"..."}` (KServe dialect), `{"error":{"message":...}}` (OpenAI dialect),
  * `{"message":...}`/`{"detail":...}` (common server shapes), else the text itself, else the status text.
  */
-export function errorMessage(status: number, body: string, statusText = ''): { message: string; type?: string; code?: string } {
+export function errorMessage(
+  status: number,
+  body: string,
+  statusText = '',
+): { message: string; type?: string; code?: string } {
   let parsed: unknown;
   try {
     parsed = JSON.parse(body);
@@ -116,7 +133,15 @@ export async function checkResponse(res: Response, url: string): Promise<Respons
     body = '';
   }
   const { message, type, code } = errorMessage(res.status, body, res.statusText);
-  throw new GatewayError({ status: res.status, message, body, url, type, code, requestId: res.headers.get('x-request-id') ?? undefined });
+  throw new GatewayError({
+    status: res.status,
+    message,
+    body,
+    url,
+    type,
+    code,
+    requestId: res.headers.get('x-request-id') ?? undefined,
+  });
 }
 
 export interface RequestInitWithOptions extends RequestInit {
@@ -139,26 +164,34 @@ export class Deployment {
   private readonly fetchImpl: typeof fetch;
 
   constructor(o: DeploymentOptions) {
-    if (!o || typeof o !== 'object') throw new TypeError('new Deployment({ gatewayUrl, project, deployment, modelServer | type, apiKey })');
+    if (!o || typeof o !== 'object')
+      throw new TypeError('new Deployment({ gatewayUrl, project, deployment, modelServer | type, apiKey })');
     let gw: URL;
     try {
       gw = new URL(o.gatewayUrl);
     } catch {
       throw new TypeError(`gatewayUrl "${o.gatewayUrl}" is not a URL`);
     }
-    if (gw.protocol !== 'http:' && gw.protocol !== 'https:') throw new TypeError(`gatewayUrl "${o.gatewayUrl}" must be http(s)`);
+    if (gw.protocol !== 'http:' && gw.protocol !== 'https:')
+      throw new TypeError(`gatewayUrl "${o.gatewayUrl}" must be http(s)`);
     if (gw.search || gw.hash) throw new TypeError(`gatewayUrl "${o.gatewayUrl}" must not have a query or fragment`);
-    for (const [field, v] of [['project', o.project], ['deployment', o.deployment]] as const) {
+    for (const [field, v] of [
+      ['project', o.project],
+      ['deployment', o.deployment],
+    ] as const) {
       if (typeof v !== 'string' || !/^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$/.test(v)) {
         throw new TypeError(`${field} "${String(v)}" must be a name of letters, digits, '_' or '-'`);
       }
     }
     const type: DeploymentType = o.type ?? 'model';
-    if (type !== 'model' && type !== 'python') throw new TypeError(`type must be "model" or "python", got "${String(type)}"`);
+    if (type !== 'model' && type !== 'python')
+      throw new TypeError(`type must be "model" or "python", got "${String(type)}"`);
     const modelServer = normalizeServer(o.modelServer);
     if (type === 'model') {
       if (!modelServer) {
-        throw new TypeError(`a model deployment needs modelServer: one of ${MODEL_SERVERS.join(', ')} (or type: "python"), got ${JSON.stringify(o.modelServer)}`);
+        throw new TypeError(
+          `a model deployment needs modelServer: one of ${MODEL_SERVERS.join(', ')} (or type: "python"), got ${JSON.stringify(o.modelServer)}`,
+        );
       }
     } else if (o.modelServer !== undefined) {
       throw new TypeError('modelServer is only for type "model"');
@@ -173,7 +206,7 @@ export class Deployment {
     this.type = type;
     this.modelServer = type === 'model' ? modelServer : undefined;
     this.kind = routeKindOf(type, this.modelServer);
-    this.modelName = this.kind === 'predictive' ? (o.modelName || o.deployment) : undefined;
+    this.modelName = this.kind === 'predictive' ? o.modelName || o.deployment : undefined;
     this.apiKey = o.apiKey.trim();
     this.timeoutMs = o.timeoutMs;
     this.extraHeaders = { ...(o.headers ?? {}) };
@@ -184,8 +217,15 @@ export class Deployment {
    * From a ServingDeployment as read from the cluster (`kubectl get sdep x -o json`): project, names and model server
    * from the spec, the gateway URL from `status.url` (or `gatewayUrl` when given).
    */
-  static fromResource(resource: unknown, o: { apiKey: string; gatewayUrl?: string } & Pick<DeploymentOptions, 'timeoutMs' | 'headers' | 'fetch'>): Deployment {
-    const r = (resource ?? {}) as { metadata?: { name?: string; namespace?: string }; spec?: Record<string, unknown>; status?: Record<string, unknown> };
+  static fromResource(
+    resource: unknown,
+    o: { apiKey: string; gatewayUrl?: string } & Pick<DeploymentOptions, 'timeoutMs' | 'headers' | 'fetch'>,
+  ): Deployment {
+    const r = (resource ?? {}) as {
+      metadata?: { name?: string; namespace?: string };
+      spec?: Record<string, unknown>;
+      status?: Record<string, unknown>;
+    };
     const name = r.metadata?.name;
     const spec = r.spec ?? {};
     if (!name) throw new TypeError('the resource has no metadata.name');
@@ -231,10 +271,13 @@ export class Deployment {
 
   /** Predictive models: the URL of a verb (`predict`, and for tensorflow also `classify`, `regress`). */
   getVerbUrl(verb: 'predict' | 'classify' | 'regress'): string {
-    if (this.kind !== 'predictive') throw new Error(`${this.describe()} is not a predictive model: it has no :${verb} endpoint`);
+    if (this.kind !== 'predictive')
+      throw new Error(`${this.describe()} is not a predictive model: it has no :${verb} endpoint`);
     const allowed = this.modelServer === 'tensorflow' ? ['predict', 'classify', 'regress'] : ['predict'];
     if (!allowed.includes(verb)) {
-      throw new Error(`${this.describe()} (model server ${this.modelServer}) offers only :${allowed.join(', :')}; :${verb} needs a tensorflow model server`);
+      throw new Error(
+        `${this.describe()} (model server ${this.modelServer}) offers only :${allowed.join(', :')}; :${verb} needs a tensorflow model server`,
+      );
     }
     return `${this.getBaseUrl()}/v1/models/${this.modelName}:${verb}`;
   }
@@ -271,7 +314,8 @@ export class Deployment {
       throw new Error('Deployment.openai() needs the "openai" package: npm install openai');
     }
     const OpenAI = mod.OpenAI ?? mod.default;
-    if (typeof OpenAI !== 'function') throw new Error('the "openai" package has no OpenAI class: install openai 4 or later');
+    if (typeof OpenAI !== 'function')
+      throw new Error('the "openai" package has no OpenAI class: install openai 4 or later');
     return new OpenAI({
       baseURL,
       apiKey: this.apiKey,
@@ -296,7 +340,8 @@ export class Deployment {
    */
   async request(path: string, init: RequestInitWithOptions = {}): Promise<Response> {
     if (typeof path !== 'string') throw new TypeError('path must be a string');
-    if (/^[a-z][a-z0-9+.-]*:/i.test(path)) throw new TypeError('path must be relative to the deployment, not a full URL');
+    if (/^[a-z][a-z0-9+.-]*:/i.test(path))
+      throw new TypeError('path must be relative to the deployment, not a full URL');
     const rel = path === '' ? '' : path.startsWith('/') || path.startsWith('?') ? path : `/${path}`;
     const url = `${this.getBaseUrl()}${rel}`;
     const { throwOnError = true, ...rest } = init;
@@ -309,13 +354,22 @@ export class Deployment {
     if (!headers.has('content-type')) headers.set('content-type', 'application/json');
     if (!headers.has('accept')) headers.set('accept', 'application/json');
     const payload = typeof body === 'string' || body instanceof Uint8Array ? body : JSON.stringify(body);
-    const res = await checkResponse(await this.send(url, { ...init, method: init.method ?? 'POST', headers, body: payload }), url);
+    const res = await checkResponse(
+      await this.send(url, { ...init, method: init.method ?? 'POST', headers, body: payload }),
+      url,
+    );
     const text = await res.text();
     if (text === '') return undefined as T;
     try {
       return JSON.parse(text) as T;
     } catch {
-      throw new GatewayError({ status: res.status, message: `the answer from ${url} is not JSON`, body: text.slice(0, MAX_ERROR_BODY), url, requestId: res.headers.get('x-request-id') ?? undefined });
+      throw new GatewayError({
+        status: res.status,
+        message: `the answer from ${url} is not JSON`,
+        body: text.slice(0, MAX_ERROR_BODY),
+        url,
+        requestId: res.headers.get('x-request-id') ?? undefined,
+      });
     }
   }
 

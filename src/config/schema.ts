@@ -2,10 +2,10 @@
 // Every key has a default, so an empty document is a valid configuration.
 import { z } from 'zod';
 
-const origin = z.string().refine(
-  (s) => s === '*' || /^https?:\/\/(\*\.)?[A-Za-z0-9.-]+(:\d{1,5})?$/.test(s),
-  { message: 'must be "*" or an origin like https://app.example.com or https://*.example.com (scheme, host, optional port; no path)' },
-);
+const origin = z.string().refine((s) => s === '*' || /^https?:\/\/(\*\.)?[A-Za-z0-9.-]+(:\d{1,5})?$/.test(s), {
+  message:
+    'must be "*" or an origin like https://app.example.com or https://*.example.com (scheme, host, optional port; no path)',
+});
 const positiveInt = z.number().int().positive();
 const seconds = z.number().positive();
 
@@ -14,7 +14,9 @@ export const configSchema = z
     /** Public base of every URL the gateway prints; default http://localhost:<port>. */
     publicUrl: z
       .string()
-      .refine((s) => /^https?:\/\/[^/?#\s]+(\/[^?#\s]*)?$/.test(s), { message: 'must be an http(s) URL without query or fragment' })
+      .refine((s) => /^https?:\/\/[^/?#\s]+(\/[^?#\s]*)?$/.test(s), {
+        message: 'must be an http(s) URL without query or fragment',
+      })
       .optional(),
     serverlessDomain: z
       .string()
@@ -69,7 +71,9 @@ export const configSchema = z
           .object({
             url: z
               .string()
-              .refine((s) => s === '' || /^rediss?:\/\/[^\s]+$/.test(s), { message: 'must be a redis:// or rediss:// URL' })
+              .refine((s) => s === '' || /^rediss?:\/\/[^\s]+$/.test(s), {
+                message: 'must be a redis:// or rediss:// URL',
+              })
               .default(''),
             /** Redis unreachable: true admits requests without limits, false refuses them (503). */
             failOpen: z.boolean().default(true),
@@ -103,14 +107,19 @@ export const configSchema = z
         message: 'certFile and keyFile go together: set both (https) or neither (http)',
         path: ['keyFile'],
       })
-      .refine((t) => t.httpPort === 0 || t.certFile !== '', { message: 'httpPort is the extra plain listener next to https: set certFile and keyFile too', path: ['httpPort'] })
+      .refine((t) => t.httpPort === 0 || t.certFile !== '', {
+        message: 'httpPort is the extra plain listener next to https: set certFile and keyFile too',
+        path: ['httpPort'],
+      })
       .default({ certFile: '', keyFile: '', httpPort: 0 }),
     tracing: z
       .object({
         /** OTLP/HTTP base URL (spans go to <base>/v1/traces); empty = tracing off, trace headers pass untouched. */
         otlpEndpoint: z
           .string()
-          .refine((s) => s === '' || /^https?:\/\/[^/?#\s]+(\/[^?#\s]*)?$/.test(s), { message: 'must be an http(s) URL (e.g. http://otel-collector:4318) or empty' })
+          .refine((s) => s === '' || /^https?:\/\/[^/?#\s]+(\/[^?#\s]*)?$/.test(s), {
+            message: 'must be an http(s) URL (e.g. http://otel-collector:4318) or empty',
+          })
           .default(''),
         /** For traces the gateway starts; a client's sampled flag is respected (parent-based). */
         sampleRatio: z.number().min(0).max(1).default(1),
@@ -130,7 +139,10 @@ export const configSchema = z
       .object({
         /** Namespaces to watch for ServingDeployments; empty = all. */
         namespaces: z.array(z.string().min(1)).default([]),
-        kserve: z.object({ enabled: z.boolean().default(false) }).strict().default({ enabled: false }),
+        kserve: z
+          .object({ enabled: z.boolean().default(false) })
+          .strict()
+          .default({ enabled: false }),
         leaderElection: z
           .object({
             enabled: z.boolean().default(true),
@@ -148,7 +160,13 @@ export const configSchema = z
             message: 'renewDeadlineSeconds must be greater than retryPeriodSeconds',
             path: ['renewDeadlineSeconds'],
           })
-          .default({ enabled: true, leaseName: 'servegate-controller', leaseDurationSeconds: 15, renewDeadlineSeconds: 10, retryPeriodSeconds: 2 }),
+          .default({
+            enabled: true,
+            leaseName: 'servegate-controller',
+            leaseDurationSeconds: 15,
+            renewDeadlineSeconds: 10,
+            retryPeriodSeconds: 2,
+          }),
         /** Watches with no event (bookmarks included) for this long are restarted. */
         watchIdleTimeoutSeconds: positiveInt.default(300),
       })
@@ -156,7 +174,13 @@ export const configSchema = z
       .default({
         namespaces: [],
         kserve: { enabled: false },
-        leaderElection: { enabled: true, leaseName: 'servegate-controller', leaseDurationSeconds: 15, renewDeadlineSeconds: 10, retryPeriodSeconds: 2 },
+        leaderElection: {
+          enabled: true,
+          leaseName: 'servegate-controller',
+          leaseDurationSeconds: 15,
+          renewDeadlineSeconds: 10,
+          retryPeriodSeconds: 2,
+        },
         watchIdleTimeoutSeconds: 300,
       }),
     shutdown: z

@@ -5,7 +5,13 @@ import { apiStatus, FIELD_MANAGER } from '../kube/objects.js';
 import { silentLogger, type Logger } from '../log.js';
 import { PROJECT_NAME } from '../routing/names.js';
 import type { AppliedBuild, RouteStore } from '../routing/store.js';
-import { API_GROUP, type DeploymentStatus, type RouteTable, type ServingDeploymentResource, type Snapshot } from '../routing/types.js';
+import {
+  API_GROUP,
+  type DeploymentStatus,
+  type RouteTable,
+  type ServingDeploymentResource,
+  type Snapshot,
+} from '../routing/types.js';
 import { alwaysLeader, type Leadership } from './leader.js';
 import { desiredStatus, statusMergePatch, statusNeedsWrite, type ServingDeploymentStatus } from './status.js';
 
@@ -13,7 +19,6 @@ import { desiredStatus, statusMergePatch, statusNeedsWrite, type ServingDeployme
 export interface StatusWriter {
   patchStatus(namespace: string, name: string, patch: { status: Record<string, unknown> }): Promise<void>;
 }
-
 
 /** A StatusWriter over the real API: PATCH .../servingdeployments/<name>/status, application/merge-patch+json. */
 export function kubeStatusWriter(kc: KubeConfig, opts: { requestTimeoutMs?: number } = {}): StatusWriter {
@@ -36,7 +41,15 @@ export function kubeStatusWriter(kc: KubeConfig, opts: { requestTimeoutMs?: numb
   return {
     async patchStatus(namespace, name, patch) {
       await api.patchNamespacedCustomObjectStatus(
-        { group: API_GROUP, version: 'v1alpha1', namespace, plural: 'servingdeployments', name, body: patch, fieldManager: FIELD_MANAGER },
+        {
+          group: API_GROUP,
+          version: 'v1alpha1',
+          namespace,
+          plural: 'servingdeployments',
+          name,
+          body: patch,
+          fieldManager: FIELD_MANAGER,
+        },
         options,
       );
     },
@@ -79,7 +92,6 @@ interface Written {
   resourceVersion?: string;
   status: ServingDeploymentStatus;
 }
-
 
 export class StatusController {
   readonly stats: StatusControllerStats = { writes: 0, failures: 0, conflicts: 0, dropped: 0 };
@@ -196,7 +208,8 @@ export class StatusController {
       for (const [key, e] of next) {
         if (this.retryTimers.has(key)) continue; // backing off: the retry uses the latest build
         const current = this.currentStatus(key, e.resource);
-        if (statusNeedsWrite(desiredStatus(e.status, current, now, { project: projectOf(e) }), current)) this.enqueue(key);
+        if (statusNeedsWrite(desiredStatus(e.status, current, now, { project: projectOf(e) }), current))
+          this.enqueue(key);
       }
     } catch (err) {
       this.log.error({ err: (err as Error).message }, 'status controller: handling a build failed');
@@ -262,7 +275,13 @@ export class StatusController {
   /** The status as the API server has it now, as far as we know. */
   private currentStatus(key: string, resource: ServingDeploymentResource): unknown {
     const w = this.written.get(key);
-    if (w && w.resourceVersion !== undefined && w.uid === resource.metadata.uid && w.resourceVersion === resource.metadata.resourceVersion) return w.status;
+    if (
+      w &&
+      w.resourceVersion !== undefined &&
+      w.uid === resource.metadata.uid &&
+      w.resourceVersion === resource.metadata.resourceVersion
+    )
+      return w.status;
     if (w) this.written.delete(key);
     return resource.status;
   }
@@ -299,7 +318,11 @@ export class StatusController {
       this.attempts.delete(key);
       // The informer has not delivered our write yet: remember it against the resourceVersion we computed from
       // (ignored as soon as the snapshot carries a newer version of the object).
-      this.written.set(key, { uid: e.resource.metadata.uid, resourceVersion: e.resource.metadata.resourceVersion, status: desired });
+      this.written.set(key, {
+        uid: e.resource.metadata.uid,
+        resourceVersion: e.resource.metadata.resourceVersion,
+        status: desired,
+      });
       this.log.debug({ key, ready: e.status.ready, reason: e.status.reason }, 'status written');
     } catch (err) {
       const code = apiStatus(err);
@@ -320,7 +343,10 @@ export class StatusController {
     this.attempts.set(key, attempt);
     const base = Math.min(this.maxRetryMs, this.retryBaseMs * 2 ** (attempt - 1));
     const delay = Math.round(base * (0.8 + Math.random() * 0.4));
-    this.log.warn({ key, attempt, retryInMs: delay, code: apiStatus(err), err: (err as Error)?.message }, 'status write failed; retrying');
+    this.log.warn(
+      { key, attempt, retryInMs: delay, code: apiStatus(err), err: (err as Error)?.message },
+      'status write failed; retrying',
+    );
     const t = setTimeout(() => {
       this.retryTimers.delete(key);
       this.enqueue(key);
@@ -335,6 +361,7 @@ export class StatusController {
 function projectOf(e: Entry): string | undefined {
   if (e.status.reason === 'InvalidSpec') return undefined;
   const spec = e.resource.spec as { project?: unknown } | null;
-  const p = spec && typeof spec.project === 'string' && spec.project !== '' ? spec.project : e.resource.metadata.namespace;
+  const p =
+    spec && typeof spec.project === 'string' && spec.project !== '' ? spec.project : e.resource.metadata.namespace;
   return PROJECT_NAME.test(p) ? p : undefined;
 }

@@ -6,9 +6,29 @@ import type { RouteStore } from '../routing/store.js';
 import { kubeStatusWriter, StatusController, type StatusWriter } from './controller.js';
 import { alwaysLeader, defaultIdentity, LeaderElector, leaderTimingsFromConfig, type LeaderTimings } from './leader.js';
 
-export { StatusController, kubeStatusWriter, type StatusWriter, type StatusControllerOptions, type StatusControllerStats } from './controller.js';
-export { LeaderElector, alwaysLeader, defaultIdentity, leaderTimingsFromConfig, checkLeaderTimings, type Leadership, type LeaderTimings } from './leader.js';
-export { desiredStatus, statusNeedsWrite, statusMergePatch, type ServingDeploymentStatus, type Condition } from './status.js';
+export {
+  StatusController,
+  kubeStatusWriter,
+  type StatusWriter,
+  type StatusControllerOptions,
+  type StatusControllerStats,
+} from './controller.js';
+export {
+  LeaderElector,
+  alwaysLeader,
+  defaultIdentity,
+  leaderTimingsFromConfig,
+  checkLeaderTimings,
+  type Leadership,
+  type LeaderTimings,
+} from './leader.js';
+export {
+  desiredStatus,
+  statusNeedsWrite,
+  statusMergePatch,
+  type ServingDeploymentStatus,
+  type Condition,
+} from './status.js';
 export { registerControllerMetrics } from './metrics.js';
 
 export interface ControllerHandle {
@@ -46,7 +66,13 @@ export function startStatusController(opts: StartControllerOptions): ControllerH
   const le = opts.leaderElection;
   let elector: LeaderElector | undefined;
   const leadership = { isLeader: () => (elector ? elector.isLeader() : true) };
-  const controller = new StatusController({ store: opts.store, writer, leadership: le.enabled ? leadership : alwaysLeader, logger, retryBaseMs: opts.retryBaseMs });
+  const controller = new StatusController({
+    store: opts.store,
+    writer,
+    leadership: le.enabled ? leadership : alwaysLeader,
+    logger,
+    retryBaseMs: opts.retryBaseMs,
+  });
   if (le.enabled) {
     elector = new LeaderElector({
       api: opts.kubeConfig,

@@ -1,7 +1,13 @@
 // Leader election on a coordination.k8s.io/v1 Lease, as client-go's leaderelection does: one writer of status at a time.
 // The holder renews every retryPeriod; it stops leading once it could not renew for renewDeadline; others take over after expiry.
 import { hostname } from 'node:os';
-import { CoordinationV1Api, setHeaderMiddleware, V1MicroTime, type KubeConfig, type V1Lease } from '@kubernetes/client-node';
+import {
+  CoordinationV1Api,
+  setHeaderMiddleware,
+  V1MicroTime,
+  type KubeConfig,
+  type V1Lease,
+} from '@kubernetes/client-node';
 import { apiStatus, FIELD_MANAGER } from '../kube/objects.js';
 import { silentLogger, type Logger } from '../log.js';
 
@@ -47,8 +53,16 @@ export function defaultIdentity(env: NodeJS.ProcessEnv = process.env): string {
 }
 
 /** Timings from config `kubernetes.leaderElection` (seconds). */
-export function leaderTimingsFromConfig(le: { leaseDurationSeconds: number; renewDeadlineSeconds: number; retryPeriodSeconds: number }): LeaderTimings {
-  return { leaseDurationMs: le.leaseDurationSeconds * 1000, renewDeadlineMs: le.renewDeadlineSeconds * 1000, retryPeriodMs: le.retryPeriodSeconds * 1000 };
+export function leaderTimingsFromConfig(le: {
+  leaseDurationSeconds: number;
+  renewDeadlineSeconds: number;
+  retryPeriodSeconds: number;
+}): LeaderTimings {
+  return {
+    leaseDurationMs: le.leaseDurationSeconds * 1000,
+    renewDeadlineMs: le.renewDeadlineSeconds * 1000,
+    retryPeriodMs: le.retryPeriodSeconds * 1000,
+  };
 }
 
 /** Throws an error naming the config key when the timings cannot give a safe election. */
@@ -56,10 +70,14 @@ export function checkLeaderTimings(t: LeaderTimings): void {
   const k = 'kubernetes.leaderElection';
   if (!(t.retryPeriodMs > 0)) throw new Error(`${k}.retryPeriodSeconds must be positive`);
   if (!(t.renewDeadlineMs > t.retryPeriodMs)) {
-    throw new Error(`${k}.renewDeadlineSeconds (${t.renewDeadlineMs / 1000}) must be greater than retryPeriodSeconds (${t.retryPeriodMs / 1000})`);
+    throw new Error(
+      `${k}.renewDeadlineSeconds (${t.renewDeadlineMs / 1000}) must be greater than retryPeriodSeconds (${t.retryPeriodMs / 1000})`,
+    );
   }
   if (!(t.leaseDurationMs > t.renewDeadlineMs)) {
-    throw new Error(`${k}.leaseDurationSeconds (${t.leaseDurationMs / 1000}) must be greater than renewDeadlineSeconds (${t.renewDeadlineMs / 1000})`);
+    throw new Error(
+      `${k}.leaseDurationSeconds (${t.leaseDurationMs / 1000}) must be greater than renewDeadlineSeconds (${t.renewDeadlineMs / 1000})`,
+    );
   }
 }
 
@@ -71,8 +89,6 @@ export interface LeaderStats {
   /** Lease requests that failed (network, 5xx, timeouts; 409 races not counted). */
   errors: number;
 }
-
-
 
 function timeMs(t: unknown): number | undefined {
   if (t instanceof Date) return t.getTime();
@@ -100,7 +116,11 @@ export class LeaderElector implements Leadership {
   constructor(private readonly opts: LeaderElectorOptions) {
     checkLeaderTimings(opts);
     this.api = opts.api instanceof CoordinationV1Api ? opts.api : opts.api.makeApiClient(CoordinationV1Api);
-    this.log = (opts.logger ?? silentLogger).child({ component: 'leader-election', lease: `${opts.namespace}/${opts.name}`, identity: opts.identity });
+    this.log = (opts.logger ?? silentLogger).child({
+      component: 'leader-election',
+      lease: `${opts.namespace}/${opts.name}`,
+      identity: opts.identity,
+    });
     this.now = opts.now ?? Date.now;
     this.requestTimeoutMs = opts.requestTimeoutMs ?? Math.max(500, Math.min(opts.retryPeriodMs, 5000));
   }
@@ -168,12 +188,20 @@ export class LeaderElector implements Leadership {
           this.log.info('became leader');
           this.call(this.opts.onStartedLeading);
         }
-      } else if (!held && this.leading && this.observedHolder !== undefined && this.observedHolder !== this.opts.identity) {
+      } else if (
+        !held &&
+        this.leading &&
+        this.observedHolder !== undefined &&
+        this.observedHolder !== this.opts.identity
+      ) {
         this.stepDown(`lease is now held by "${this.observedHolder}"`);
       }
     } catch (err) {
       this.stats.errors++;
-      this.log.warn({ err: (err as Error).message }, this.leading ? 'renewing the lease failed' : 'reading the lease failed');
+      this.log.warn(
+        { err: (err as Error).message },
+        this.leading ? 'renewing the lease failed' : 'reading the lease failed',
+      );
     }
     if (this.leading && this.now() - this.lastRenew > this.opts.renewDeadlineMs) {
       this.stepDown(`could not renew the lease for ${this.opts.renewDeadlineMs} ms`);
@@ -244,7 +272,13 @@ export class LeaderElector implements Leadership {
               apiVersion: 'coordination.k8s.io/v1',
               kind: 'Lease',
               metadata: { name, namespace },
-              spec: { holderIdentity: identity, leaseDurationSeconds: leaseSeconds, acquireTime: new V1MicroTime(now), renewTime: new V1MicroTime(now), leaseTransitions: 0 },
+              spec: {
+                holderIdentity: identity,
+                leaseDurationSeconds: leaseSeconds,
+                acquireTime: new V1MicroTime(now),
+                renewTime: new V1MicroTime(now),
+                leaseTransitions: 0,
+              },
             },
           },
           this.requestOptions(),
@@ -281,7 +315,10 @@ export class LeaderElector implements Leadership {
       },
     };
     try {
-      await this.api.replaceNamespacedLease({ name, namespace, body: next, fieldManager: FIELD_MANAGER }, this.requestOptions());
+      await this.api.replaceNamespacedLease(
+        { name, namespace, body: next, fieldManager: FIELD_MANAGER },
+        this.requestOptions(),
+      );
     } catch (err) {
       if (apiStatus(err) === 409) return false; // someone wrote the lease since we read it: re-read next round
       throw err;
@@ -298,10 +335,20 @@ export class LeaderElector implements Leadership {
       const lease = await this.api.readNamespacedLease({ name, namespace }, this.requestOptions());
       if (lease.spec?.holderIdentity !== identity) return;
       const now = this.now();
-      const spec = { ...lease.spec, leaseDurationSeconds: 1, renewTime: new V1MicroTime(now), acquireTime: new V1MicroTime(now) };
+      const spec = {
+        ...lease.spec,
+        leaseDurationSeconds: 1,
+        renewTime: new V1MicroTime(now),
+        acquireTime: new V1MicroTime(now),
+      };
       delete spec.holderIdentity;
       await this.api.replaceNamespacedLease(
-        { name, namespace, fieldManager: FIELD_MANAGER, body: { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: lease.metadata, spec } },
+        {
+          name,
+          namespace,
+          fieldManager: FIELD_MANAGER,
+          body: { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: lease.metadata, spec },
+        },
         this.requestOptions(),
       );
       this.observe('');

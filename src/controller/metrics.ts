@@ -29,8 +29,16 @@ export function registerControllerMetrics(
       },
     });
   counter('servegate_status_writes_total', 'Status subresource writes that succeeded', () => controller.stats.writes);
-  counter('servegate_status_write_failures_total', 'Status writes that failed (each retry counts; 409 Conflict included)', () => controller.stats.failures);
-  counter('servegate_status_write_conflicts_total', 'Status writes answered 409 Conflict', () => controller.stats.conflicts);
+  counter(
+    'servegate_status_write_failures_total',
+    'Status writes that failed (each retry counts; 409 Conflict included)',
+    () => controller.stats.failures,
+  );
+  counter(
+    'servegate_status_write_conflicts_total',
+    'Status writes answered 409 Conflict',
+    () => controller.stats.conflicts,
+  );
   new Gauge({
     name: 'servegate_status_queue_depth',
     help: 'Status writes waiting (queued or backing off after a failure)',
@@ -47,6 +55,14 @@ export function registerControllerMetrics(
       this.set(handle.isLeader() ? 1 : 0);
     },
   });
-  counter('servegate_leader_transitions_total', 'Times this replica became leader', () => elector?.stats.acquisitions ?? 0);
-  counter('servegate_leader_election_errors_total', 'Lease requests that failed (network, 5xx, timeouts)', () => elector?.stats.errors ?? 0);
+  counter(
+    'servegate_leader_transitions_total',
+    'Times this replica became leader',
+    () => elector?.stats.acquisitions ?? 0,
+  );
+  counter(
+    'servegate_leader_election_errors_total',
+    'Lease requests that failed (network, 5xx, timeouts)',
+    () => elector?.stats.errors ?? 0,
+  );
 }

@@ -56,7 +56,10 @@ export function desiredStatus(
     const c: Condition = {
       type,
       status,
-      lastTransitionTime: prev && prev.status === status && typeof prev.lastTransitionTime === 'string' && prev.lastTransitionTime ? prev.lastTransitionTime : stamp,
+      lastTransitionTime:
+        prev && prev.status === status && typeof prev.lastTransitionTime === 'string' && prev.lastTransitionTime
+          ? prev.lastTransitionTime
+          : stamp,
       reason,
       message: message.length > MAX_MESSAGE ? `${message.slice(0, MAX_MESSAGE - 3)}...` : message,
     };
@@ -75,7 +78,14 @@ export function desiredStatus(
     if (ds.hostname) status.hostname = ds.hostname;
     status.conditions.push(cond(READY, 'True', 'Routed', ds.message));
     if (ds.hostname) {
-      status.conditions.push(cond(HOSTNAME_ASSIGNED, 'True', HOSTNAME_REASONS.assigned, `requests with Host: ${ds.hostname} are routed here`));
+      status.conditions.push(
+        cond(
+          HOSTNAME_ASSIGNED,
+          'True',
+          HOSTNAME_REASONS.assigned,
+          `requests with Host: ${ds.hostname} are routed here`,
+        ),
+      );
     } else if (ds.hostnameMessage) {
       status.conditions.push(cond(HOSTNAME_ASSIGNED, 'False', HOSTNAME_REASONS.invalid, ds.hostnameMessage));
     }
@@ -103,7 +113,10 @@ export function statusNeedsWrite(desired: ServingDeploymentStatus, current: unkn
  * The JSON merge patch (RFC 7386) that turns `current` into `desired`: every desired key, and null for each
  * top-level key of `current` that `desired` lacks (arrays such as conditions are replaced whole).
  */
-export function statusMergePatch(desired: ServingDeploymentStatus, current: unknown): { status: Record<string, unknown> } {
+export function statusMergePatch(
+  desired: ServingDeploymentStatus,
+  current: unknown,
+): { status: Record<string, unknown> } {
   const patch: Record<string, unknown> = { ...desired };
   if (isObject(current)) {
     for (const k of Object.keys(current)) if (!(k in patch)) patch[k] = null;
@@ -126,5 +139,3 @@ export function deepEqual(a: unknown, b: unknown): boolean {
   }
   return false;
 }
-
-

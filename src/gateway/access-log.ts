@@ -38,7 +38,8 @@ export class AccessLog {
       `,"method":${JSON.stringify(r.method)},"path":${JSON.stringify(r.path)},"status":${r.status},"ms":${r.ms}` +
       `,"project":${JSON.stringify(r.project)},"deployment":${JSON.stringify(r.deployment)},"key":${JSON.stringify(r.key)}` +
       `,"client":${JSON.stringify(r.client)},"upstream":${JSON.stringify(r.upstream)},"bytesIn":${r.bytesIn},"bytesOut":${r.bytesOut}`;
-    if (r.promptTokens !== undefined) line += `,"promptTokens":${r.promptTokens},"completionTokens":${r.completionTokens ?? 0}`;
+    if (r.promptTokens !== undefined)
+      line += `,"promptTokens":${r.promptTokens},"completionTokens":${r.completionTokens ?? 0}`;
     if (r.ttftMs !== undefined) line += `,"ttftMs":${r.ttftMs}`;
     if (r.error !== undefined) line += `,"error":${JSON.stringify(r.error)}`;
     this.pending += `${line}}\n`;

@@ -4,7 +4,10 @@
 import type { DeploymentStatus, Route } from '../routing/types.js';
 
 const esc = (s: unknown): string =>
-  String(s ?? '').replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
+  String(s ?? '').replace(
+    /[&<>"']/g,
+    (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!,
+  );
 
 /** A shell-quoted word ('...' with ' escaped). */
 const sq = (s: string): string => `'${s.replace(/'/g, `'\\''`)}'`;

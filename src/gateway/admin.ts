@@ -22,7 +22,8 @@ export function adminHandler(deps: AdminDeps): (req: IncomingMessage, res: Serve
   const live = new LiveStats(deps.metrics);
   return (req, res) => {
     const path = (req.url ?? '/').split('?', 1)[0];
-    if (req.method !== 'GET' && req.method !== 'HEAD') return send(res, 405, 'application/json', JSON.stringify({ error: 'method not allowed' }));
+    if (req.method !== 'GET' && req.method !== 'HEAD')
+      return send(res, 405, 'application/json', JSON.stringify({ error: 'method not allowed' }));
     switch (path) {
       case '/healthz':
         return send(res, 200, 'application/json', JSON.stringify({ status: 'ok' }));
@@ -40,34 +41,67 @@ export function adminHandler(deps: AdminDeps): (req: IncomingMessage, res: Serve
       case '/api/deployments':
         return send(res, 200, 'application/json', JSON.stringify(deploymentsView(deps), null, 2));
       case '/api/stats':
-        return send(res, 200, 'application/json', JSON.stringify({ windowSeconds: 60, deployments: Object.fromEntries(live.read()) }));
+        return send(
+          res,
+          200,
+          'application/json',
+          JSON.stringify({ windowSeconds: 60, deployments: Object.fromEntries(live.read()) }),
+        );
       case '/': {
         live.read(); // the first sample, so the page's first poll already has a window
         const h = deps.source.health();
         const routes = new Map(deps.store.current().routes.map((r) => [r.id, r]));
-        const page = deploymentsPage({ statuses: byName(deps), routes, synced: h.synced, stalenessMs: h.stalenessMs, problems: h.problems });
+        const page = deploymentsPage({
+          statuses: byName(deps),
+          routes,
+          synced: h.synced,
+          stalenessMs: h.stalenessMs,
+          problems: h.problems,
+        });
         return send(res, 200, 'text/html; charset=utf-8', page);
       }
       default:
-        return send(res, 404, 'application/json', JSON.stringify({ error: `no admin page at ${path}; try /, /healthz, /readyz, /metrics, /deployments, /api/stats` }));
+        return send(
+          res,
+          404,
+          'application/json',
+          JSON.stringify({
+            error: `no admin page at ${path}; try /, /healthz, /readyz, /metrics, /deployments, /api/stats`,
+          }),
+        );
     }
   };
 }
 
-export function readiness(deps: AdminDeps): { ready: boolean; status: string; synced: boolean; stalenessSeconds: number; problems: string[] } {
+export function readiness(deps: AdminDeps): {
+  ready: boolean;
+  status: string;
+  synced: boolean;
+  stalenessSeconds: number;
+  problems: string[];
+} {
   const h = deps.source.health();
   const problems = [...h.problems, ...(deps.problems?.() ?? [])];
   const synced = h.synced && deps.started();
   const stalenessSeconds = Math.round(h.stalenessMs / 100) / 10;
   if (deps.isDraining()) return { ready: false, status: 'shutting down', synced, stalenessSeconds, problems };
-  if (!synced) return { ready: false, status: 'waiting for the first full list of routes', synced, stalenessSeconds, problems };
+  if (!synced)
+    return { ready: false, status: 'waiting for the first full list of routes', synced, stalenessSeconds, problems };
   // A stale source keeps serving its last table: readiness reports it but stays ready (failing would drop every replica at once).
-  return { ready: true, status: stalenessSeconds > 0 ? 'serving the last known routes; source is stale' : 'ready', synced, stalenessSeconds, problems };
+  return {
+    ready: true,
+    status: stalenessSeconds > 0 ? 'serving the last known routes; source is stale' : 'ready',
+    synced,
+    stalenessSeconds,
+    problems,
+  };
 }
 
 /** Statuses by namespace/name, for people. */
 function byName(deps: AdminDeps): DeploymentStatus[] {
-  return [...deps.store.statuses()].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : a.resourceKind < b.resourceKind ? -1 : 1));
+  return [...deps.store.statuses()].sort((a, b) =>
+    a.id < b.id ? -1 : a.id > b.id ? 1 : a.resourceKind < b.resourceKind ? -1 : 1,
+  );
 }
 
 function deploymentsView(deps: AdminDeps) {
@@ -76,20 +110,20 @@ function deploymentsView(deps: AdminDeps) {
     deployments: byName(deps).map((s) => {
       const r = routes.get(s.id);
       return {
-      kind: s.resourceKind,
-      namespace: s.namespace,
-      name: s.name,
-      project: r?.project,
-      type: r ? (r.modelServer ? 'model' : 'python') : undefined,
-      modelServer: r?.modelServer,
-      ready: s.ready,
-      reason: s.reason,
-      message: s.message || undefined,
-      url: s.url,
-      inferenceUrl: s.inferenceUrl,
-      openaiUrl: s.openaiUrl,
-      endpointUrl: s.endpointUrl,
-      hostname: s.hostname,
+        kind: s.resourceKind,
+        namespace: s.namespace,
+        name: s.name,
+        project: r?.project,
+        type: r ? (r.modelServer ? 'model' : 'python') : undefined,
+        modelServer: r?.modelServer,
+        ready: s.ready,
+        reason: s.reason,
+        message: s.message || undefined,
+        url: s.url,
+        inferenceUrl: s.inferenceUrl,
+        openaiUrl: s.openaiUrl,
+        endpointUrl: s.endpointUrl,
+        hostname: s.hostname,
       };
     }),
     keyProblems: deps.store.keyProblems(),
@@ -98,6 +132,10 @@ function deploymentsView(deps: AdminDeps) {
 }
 
 function send(res: ServerResponse, status: number, type: string, body: string): void {
-  res.writeHead(status, { 'content-type': type, 'content-length': Buffer.byteLength(body), 'cache-control': 'no-store' });
+  res.writeHead(status, {
+    'content-type': type,
+    'content-length': Buffer.byteLength(body),
+    'cache-control': 'no-store',
+  });
   res.end(body);
 }

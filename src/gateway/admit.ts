@@ -26,7 +26,11 @@ export function admit(facts: RequestFacts, table: RouteTable, limiter: RateLimit
         dialect: d.dialect,
         route: d.route,
         key: d.key,
-        error: gatewayError('rate_limit_exceeded', `rate limit of ${limiter.perSecond} requests/s for this API key exceeded`, { 'retry-after': String(wait) }),
+        error: gatewayError(
+          'rate_limit_exceeded',
+          `rate limit of ${limiter.perSecond} requests/s for this API key exceeded`,
+          { 'retry-after': String(wait) },
+        ),
       };
     }
   }

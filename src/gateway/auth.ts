@@ -11,10 +11,14 @@ const DUMMY_HASH = Buffer.alloc(32);
 
 // One-shot hashing (node ≥ 20.12) costs a fraction of createHash().update().digest() on the hot path.
 const oneShot = (crypto as { hash?: (alg: string, data: string, enc: 'buffer') => Buffer }).hash;
-const sha256 = oneShot ? (s: string): Buffer => oneShot('sha256', s, 'buffer') : (s: string): Buffer => createHash('sha256').update(s).digest();
+const sha256 = oneShot
+  ? (s: string): Buffer => oneShot('sha256', s, 'buffer')
+  : (s: string): Buffer => createHash('sha256').update(s).digest();
 
 /** Extracts the key from `ApiKey <key>` or `Bearer <key>` (scheme case-insensitive). */
-export function parseAuthorization(header: string | string[] | undefined): { key: string } | { failure: 'missing' | 'malformed' } {
+export function parseAuthorization(
+  header: string | string[] | undefined,
+): { key: string } | { failure: 'missing' | 'malformed' } {
   if (header === undefined) return { failure: 'missing' };
   if (Array.isArray(header)) return { failure: 'malformed' };
   const value = header.trim();
@@ -68,13 +72,15 @@ export function grantsProject(record: ApiKeyRecord, projectSegment: string, rout
 
 export const AUTH_MESSAGES: Record<AuthFailure, string> = {
   missing: 'missing API key: send the header "authorization: ApiKey <key>"',
-  malformed: 'malformed authorization header: expected "ApiKey <key>" (or "Bearer <key>") with a key "<prefix>.<secret>"',
+  malformed:
+    'malformed authorization header: expected "ApiKey <key>" (or "Bearer <key>") with a key "<prefix>.<secret>"',
   unknown: 'invalid API key',
   mismatch: 'invalid API key',
   expired: 'API key expired',
 };
 
 export function authError(failure: AuthFailure): GatewayError {
-  const code = failure === 'missing' ? 'missing_api_key' : failure === 'expired' ? 'expired_api_key' : 'invalid_api_key';
+  const code =
+    failure === 'missing' ? 'missing_api_key' : failure === 'expired' ? 'expired_api_key' : 'invalid_api_key';
   return gatewayError(code, AUTH_MESSAGES[failure], { 'www-authenticate': 'ApiKey' });
 }

@@ -4,14 +4,19 @@
 import { brotliDecompress, gunzip, inflate, inflateRaw, type InputType } from 'node:zlib';
 import { gatewayError, type GatewayError } from './errors.js';
 
-type Decoder = (buf: InputType, options: { maxOutputLength: number }, cb: (err: Error | null, out: Buffer) => void) => void;
+type Decoder = (
+  buf: InputType,
+  options: { maxOutputLength: number },
+  cb: (err: Error | null, out: Buffer) => void,
+) => void;
 
 const DECODERS: Record<string, Decoder> = {
   gzip: gunzip,
   'x-gzip': gunzip,
   br: brotliDecompress,
   // RFC 9110's deflate is zlib-wrapped; some clients send raw deflate: tried second.
-  deflate: (buf, options, cb) => inflate(buf, options, (err, out) => (err && !isTooLarge(err) ? inflateRaw(buf, options, cb) : cb(err, out))),
+  deflate: (buf, options, cb) =>
+    inflate(buf, options, (err, out) => (err && !isTooLarge(err) ? inflateRaw(buf, options, cb) : cb(err, out))),
 };
 
 export const SUPPORTED_ENCODINGS = ['identity', ...Object.keys(DECODERS)];
@@ -24,18 +29,27 @@ function isTooLarge(err: Error): boolean {
  * Decodes `buf` as sent with `Content-Encoding: coding` (lower case, as the header gave it). `done` gets the decoded
  * bytes, or the error to answer: 415 for an unknown coding or a chain of codings, 413 past `max`, 400 for a corrupt body.
  */
-export function decodeBody(buf: Buffer, coding: string, max: number, done: (err: GatewayError | undefined, plain?: Buffer) => void): void {
+export function decodeBody(
+  buf: Buffer,
+  coding: string,
+  max: number,
+  done: (err: GatewayError | undefined, plain?: Buffer) => void,
+): void {
   const c = coding.trim();
   if (c === '' || c === 'identity') return done(undefined, buf);
   const decoder = DECODERS[c];
   if (!decoder) {
     return done(
-      gatewayError('unsupported_media_type', `content-encoding "${coding}" is not supported on this route: send the body as identity, gzip, deflate or br`),
+      gatewayError(
+        'unsupported_media_type',
+        `content-encoding "${coding}" is not supported on this route: send the body as identity, gzip, deflate or br`,
+      ),
     );
   }
   decoder(buf, { maxOutputLength: max }, (err, out) => {
     if (!err) return done(undefined, out);
-    if (isTooLarge(err)) return done(gatewayError('body_too_large', `the ${c}-decoded body is larger than the limit of ${max} bytes`));
+    if (isTooLarge(err))
+      return done(gatewayError('body_too_large', `the ${c}-decoded body is larger than the limit of ${max} bytes`));
     done(gatewayError('invalid_body', `the body is not valid ${c}: ${err.message}`));
   });
 }

@@ -37,7 +37,9 @@ export function corsPolicy(cors: Config['cors']): CorsPolicy {
     exact,
     wildcards,
     maxAge: String(cors.maxAgeSeconds),
-    allowedHeaders: cors.allowedHeaders.length ? [...new Set([...ALWAYS_ALLOWED, ...cors.allowedHeaders.map((h) => h.toLowerCase())])] : [],
+    allowedHeaders: cors.allowedHeaders.length
+      ? [...new Set([...ALWAYS_ALLOWED, ...cors.allowedHeaders.map((h) => h.toLowerCase())])]
+      : [],
     exposedHeaders: [...new Set([...DEFAULT_EXPOSED, ...cors.exposedHeaders.map((h) => h.toLowerCase())])].join(', '),
   };
 }
@@ -49,18 +51,26 @@ export function allowedOrigin(policy: CorsPolicy, origin: string | undefined): s
   if (policy.exact.has(o)) return origin;
   for (const w of policy.wildcards) {
     const m = /^(https?:)\/\/([^/:]+)(?::(\d+))?$/.exec(o);
-    if (m && m[1] === w.scheme && (m[3] ?? '') === w.port && m[2].endsWith(w.suffix) && m[2].length > w.suffix.length) return origin;
+    if (m && m[1] === w.scheme && (m[3] ?? '') === w.port && m[2].endsWith(w.suffix) && m[2].length > w.suffix.length)
+      return origin;
   }
   if (policy.any) return '*';
   return undefined;
 }
 
-export function isPreflight(method: string | undefined, headers: { origin?: string; 'access-control-request-method'?: string | string[] }): boolean {
+export function isPreflight(
+  method: string | undefined,
+  headers: { origin?: string; 'access-control-request-method'?: string | string[] },
+): boolean {
   return method === 'OPTIONS' && !!headers.origin && headers['access-control-request-method'] !== undefined;
 }
 
 /** Headers for a preflight answer (204). Empty when the origin is not allowed. */
-export function preflightHeaders(policy: CorsPolicy, origin: string | undefined, requestedHeaders: string | undefined): Record<string, string> {
+export function preflightHeaders(
+  policy: CorsPolicy,
+  origin: string | undefined,
+  requestedHeaders: string | undefined,
+): Record<string, string> {
   const allow = allowedOrigin(policy, origin);
   if (!allow) return policy.enabled ? { vary: 'Origin' } : {};
   const h: Record<string, string> = {
@@ -91,7 +101,11 @@ export function isPreflightHead(head: { method: string; origin: string | undefin
 }
 
 /** preflightHeaders as a flat [name, value, ...] list. */
-export function preflightHeaderList(policy: CorsPolicy, origin: string | undefined, requestedHeaders: string | undefined): string[] {
+export function preflightHeaderList(
+  policy: CorsPolicy,
+  origin: string | undefined,
+  requestedHeaders: string | undefined,
+): string[] {
   return flat(preflightHeaders(policy, origin, requestedHeaders));
 }
 
@@ -108,10 +122,14 @@ function flat(h: Record<string, string>): string[] {
 }
 
 /** Headers added to an actual (non-preflight) response, the gateway's own errors included. */
-export function responseCorsHeaders(policy: CorsPolicy, origin: string | undefined): Record<string, string> | undefined {
+export function responseCorsHeaders(
+  policy: CorsPolicy,
+  origin: string | undefined,
+): Record<string, string> | undefined {
   if (!policy.enabled) return undefined;
   // With "*" every origin is allowed, so the answer is the same with or without an Origin header.
-  if (!origin && policy.any) return { 'access-control-allow-origin': '*', 'access-control-expose-headers': policy.exposedHeaders };
+  if (!origin && policy.any)
+    return { 'access-control-allow-origin': '*', 'access-control-expose-headers': policy.exposedHeaders };
   const allow = allowedOrigin(policy, origin);
   if (!allow) return { vary: 'Origin' };
   const h: Record<string, string> = {

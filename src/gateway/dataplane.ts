@@ -1,7 +1,14 @@
 // The data-plane listener: Node's HTTP server with its events wired to connections and exchanges. Every request and
 // upgrade becomes a job on its connection; parse errors are answered in their place in the pipeline; a once-a-second
 // sweep over the connections (not over requests) runs the body and slow-reader timeouts.
-import { createServer, maxHeaderSize, type IncomingMessage, type Server, type ServerOptions, type ServerResponse } from 'node:http';
+import {
+  createServer,
+  maxHeaderSize,
+  type IncomingMessage,
+  type Server,
+  type ServerOptions,
+  type ServerResponse,
+} from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import type { Socket } from 'node:net';
 import type { Config } from '../config/schema.js';
@@ -70,7 +77,11 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
     picker: new TargetPicker(deps.endpoints),
     pools: new Pools(),
     drain,
-    head: { trustForwarded: config.trustForwardedHeaders, forwardUnderscore: config.forwardUnderscoreHeaders, tracing: deps.tracing !== undefined },
+    head: {
+      trustForwarded: config.trustForwardedHeaders,
+      forwardUnderscore: config.forwardUnderscoreHeaders,
+      tracing: deps.tracing !== undefined,
+    },
     tracing: deps.tracing,
     limits: new RequestLimits(deps.limitStore ?? new MemoryLimitStore(), limits.perKey),
     authFailures: new AuthFailureLimiter(config.auth.failureLimit),
@@ -100,59 +111,72 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
   for (const s of servers) wire(s, s !== server || !tls);
 
   function wire(server: Server, cleartext: boolean): void {
-  // One more than the limit, so that a request over it is seen (and refused) instead of silently cut short: Node drops
-  // the header lines past maxHeadersCount, the framing ones included.
-  server.maxHeadersCount = limits.maxRequestHeaders + 1;
+    // One more than the limit, so that a request over it is seen (and refused) instead of silently cut short: Node drops
+    // the header lines past maxHeadersCount, the framing ones included.
+    server.maxHeadersCount = limits.maxRequestHeaders + 1;
 
-  const connOf = (socket: Socket): Conn => Conn.of(socket) ?? track(socket);
-  const track = (socket: Socket): Conn => {
-    const c = new Conn(socket, drain);
-    drain.connections.add(c);
-    return c;
-  };
-  // A TLS connection is tracked once its handshake is done (its requests come on the TLSSocket, not the TCP one); a
-  // failed handshake is dropped without a word (there is no HTTP to answer in).
-  server.on(cleartext ? 'connection' : 'secureConnection', (socket: Socket) => {
-    if (!Conn.of(socket)) track(socket);
-  });
-  if (!cleartext) server.on('tlsClientError', (_err: Error, socket: Socket) => socket.destroy());
-  server.on('request', (req: IncomingMessage, res: ServerResponse) => {
-    const conn = connOf(req.socket);
-    conn.submit(new Exchange(ctx, conn, req, res, false));
-  });
-  server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
-    const conn = connOf(req.socket);
-    conn.submit(new Exchange(ctx, conn, req, res, true));
-  });
-  server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
-    const conn = connOf(req.socket);
-    conn.submit(new Exchange(ctx, conn, req, res, false, String(req.headers.expect ?? '')));
-  });
-  server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
-    const conn = connOf(socket);
-    conn.submit(new UpgradeJob(ctx, conn, server, req, socket, head));
-  });
-  server.on('connect', (_req: IncomingMessage, socket: Socket) => {
-    // CONNECT would make the gateway a TCP proxy: never.
-    sendRawError(socket, gatewayError('method_not_allowed', 'CONNECT is not supported: servegate is not a forward proxy', { allow: ALLOWED_METHODS }), 'kserve', []);
-  });
-  server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
-    const code = err.code ?? '';
-    if (SOCKET_ERRORS.has(code) || !socket.writable) {
-      socket.destroy();
-      return;
-    }
-    const reason = (err as { reason?: string }).reason;
-    const e =
-      code === 'HPE_HEADER_OVERFLOW'
-        ? gatewayError('headers_too_large', `request line and headers are larger than the limit of ${Math.round(maxHeaderSize / 1024)} KB`)
-        : code === 'ERR_HTTP_REQUEST_TIMEOUT'
-          ? gatewayError('request_timeout', `request headers not received within ${limits.headersTimeoutSeconds}s`)
-          : gatewayError('bad_request', `malformed HTTP request (${code || 'parse error'}${reason ? `: ${reason}` : ''})`);
-    const conn = Conn.of(socket);
-    if (conn) conn.fail(e);
-    else sendRawError(socket, e, 'kserve', []);
-  });
+    const connOf = (socket: Socket): Conn => Conn.of(socket) ?? track(socket);
+    const track = (socket: Socket): Conn => {
+      const c = new Conn(socket, drain);
+      drain.connections.add(c);
+      return c;
+    };
+    // A TLS connection is tracked once its handshake is done (its requests come on the TLSSocket, not the TCP one); a
+    // failed handshake is dropped without a word (there is no HTTP to answer in).
+    server.on(cleartext ? 'connection' : 'secureConnection', (socket: Socket) => {
+      if (!Conn.of(socket)) track(socket);
+    });
+    if (!cleartext) server.on('tlsClientError', (_err: Error, socket: Socket) => socket.destroy());
+    server.on('request', (req: IncomingMessage, res: ServerResponse) => {
+      const conn = connOf(req.socket);
+      conn.submit(new Exchange(ctx, conn, req, res, false));
+    });
+    server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
+      const conn = connOf(req.socket);
+      conn.submit(new Exchange(ctx, conn, req, res, true));
+    });
+    server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
+      const conn = connOf(req.socket);
+      conn.submit(new Exchange(ctx, conn, req, res, false, String(req.headers.expect ?? '')));
+    });
+    server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
+      const conn = connOf(socket);
+      conn.submit(new UpgradeJob(ctx, conn, server, req, socket, head));
+    });
+    server.on('connect', (_req: IncomingMessage, socket: Socket) => {
+      // CONNECT would make the gateway a TCP proxy: never.
+      sendRawError(
+        socket,
+        gatewayError('method_not_allowed', 'CONNECT is not supported: servegate is not a forward proxy', {
+          allow: ALLOWED_METHODS,
+        }),
+        'kserve',
+        [],
+      );
+    });
+    server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
+      const code = err.code ?? '';
+      if (SOCKET_ERRORS.has(code) || !socket.writable) {
+        socket.destroy();
+        return;
+      }
+      const reason = (err as { reason?: string }).reason;
+      const e =
+        code === 'HPE_HEADER_OVERFLOW'
+          ? gatewayError(
+              'headers_too_large',
+              `request line and headers are larger than the limit of ${Math.round(maxHeaderSize / 1024)} KB`,
+            )
+          : code === 'ERR_HTTP_REQUEST_TIMEOUT'
+            ? gatewayError('request_timeout', `request headers not received within ${limits.headersTimeoutSeconds}s`)
+            : gatewayError(
+                'bad_request',
+                `malformed HTTP request (${code || 'parse error'}${reason ? `: ${reason}` : ''})`,
+              );
+      const conn = Conn.of(socket);
+      if (conn) conn.fail(e);
+      else sendRawError(socket, e, 'kserve', []);
+    });
   }
 
   const sweep = setInterval(() => {
@@ -168,7 +192,11 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
     plain,
     servers,
     setCertificate(pair) {
-      (server as unknown as { setSecureContext(o: object): void }).setSecureContext({ cert: pair.cert, key: pair.key, minVersion: 'TLSv1.2' });
+      (server as unknown as { setSecureContext(o: object): void }).setSecureContext({
+        cert: pair.cert,
+        key: pair.key,
+        minVersion: 'TLSv1.2',
+      });
     },
     ctx,
     async close() {

@@ -96,13 +96,16 @@ export function decide(req: RequestFacts, table: RouteTable): Accepted | ByModel
   }
   // A Host under the serverless domain that no deployment holds, and a path that is no deployment's either: a legacy
   // call to a deployment that is not served (its path, /v1/models/<name>:predict, must not be read as project "models").
-  const unknownHost = !route && h !== undefined && table.serverlessDomain !== '' && h.endsWith(`.${table.serverlessDomain}`);
+  const unknownHost =
+    !route && h !== undefined && table.serverlessDomain !== '' && h.endsWith(`.${table.serverlessDomain}`);
   const dialect = dialectOf(route, rest);
 
   const auth = parseAuthorization(req.authorization);
-  if ('failure' in auth) return { ok: false, error: authError(auth.failure), dialect, route, authFailure: auth.failure };
+  if ('failure' in auth)
+    return { ok: false, error: authError(auth.failure), dialect, route, authFailure: auth.failure };
   const verified = verifyKey(table.keys, auth.key, req.now);
-  if ('failure' in verified) return { ok: false, error: authError(verified.failure), dialect, route, authFailure: verified.failure };
+  if ('failure' in verified)
+    return { ok: false, error: authError(verified.failure), dialect, route, authFailure: verified.failure };
   const key = verified.record;
 
   if (unknownHost) {
@@ -121,7 +124,10 @@ export function decide(req: RequestFacts, table: RouteTable): Accepted | ByModel
       ok: false,
       dialect,
       key,
-      error: gatewayError('not_found', 'no deployment at this path: deployments are served at /v1/<project>/<deployment>/...'),
+      error: gatewayError(
+        'not_found',
+        'no deployment at this path: deployments are served at /v1/<project>/<deployment>/...',
+      ),
     };
   }
   if (!grantsProject(key, project, route?.namespace)) {
@@ -135,7 +141,12 @@ export function decide(req: RequestFacts, table: RouteTable): Accepted | ByModel
   }
   if (!route) {
     const deployment = target.segments[2];
-    return { ok: false, dialect, key, error: gatewayError('not_found', `deployment "${deployment}" not found in project "${project}"`) };
+    return {
+      ok: false,
+      dialect,
+      key,
+      error: gatewayError('not_found', `deployment "${deployment}" not found in project "${project}"`),
+    };
   }
   const suffix = checkSuffix(route, req.method, rest, req.contentType);
   if (!('check' in suffix)) return { ok: false, error: suffix, dialect, route, key };
@@ -143,16 +154,31 @@ export function decide(req: RequestFacts, table: RouteTable): Accepted | ByModel
 }
 
 /** The base URL: the key is checked here as anywhere; the deployment is chosen later, by `model`. */
-function byModel(req: RequestFacts, table: RouteTable, target: RequestTarget | undefined, modelId?: string | GatewayError): ByModel | Refused {
+function byModel(
+  req: RequestFacts,
+  table: RouteTable,
+  target: RequestTarget | undefined,
+  modelId?: string | GatewayError,
+): ByModel | Refused {
   const auth = parseAuthorization(req.authorization);
-  if ('failure' in auth) return { ok: false, error: authError(auth.failure), dialect: 'openai', authFailure: auth.failure };
+  if ('failure' in auth)
+    return { ok: false, error: authError(auth.failure), dialect: 'openai', authFailure: auth.failure };
   const verified = verifyKey(table.keys, auth.key, req.now);
-  if ('failure' in verified) return { ok: false, error: authError(verified.failure), dialect: 'openai', authFailure: verified.failure };
+  if ('failure' in verified)
+    return { ok: false, error: authError(verified.failure), dialect: 'openai', authFailure: verified.failure };
   const key = verified.record;
   if (modelId instanceof Error) return { ok: false, error: modelId, dialect: 'openai', key };
   if (modelId === '') return { ok: true, byModel: true, key, rest: '/v1/models', search: '', dialect: 'openai' };
-  if (modelId !== undefined) return { ok: true, byModel: true, key, rest: '/v1/models', search: '', dialect: 'openai', modelId };
-  return { ok: true, byModel: true, key, rest: joinPath(target!.segments, 1), search: target!.search, dialect: 'openai' };
+  if (modelId !== undefined)
+    return { ok: true, byModel: true, key, rest: '/v1/models', search: '', dialect: 'openai', modelId };
+  return {
+    ok: true,
+    byModel: true,
+    key,
+    rest: joinPath(target!.segments, 1),
+    search: target!.search,
+    dialect: 'openai',
+  };
 }
 
 /** The model id in `/openai/v1/models/<id>[?...]`, percent-decoded. */
@@ -166,6 +192,7 @@ function modelIdOf(url: string): string | GatewayError {
     return gatewayError('bad_path', 'the path has an invalid percent-encoding');
   }
   // eslint-disable-next-line no-control-regex -- control characters are exactly what is refused here
-  if (/[\x00-\x20\x7f]/.test(id)) return gatewayError('bad_path', 'control characters or spaces are not allowed in the path');
+  if (/[\x00-\x20\x7f]/.test(id))
+    return gatewayError('bad_path', 'control characters or spaces are not allowed in the path');
   return id;
 }

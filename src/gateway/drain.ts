@@ -44,7 +44,9 @@ export class Drain {
     // For a short while new connections are still accepted (load balancers take a moment to stop sending); each
     // answer carries Connection: close. net.Server's close stops listening without touching open connections.
     if (acceptMs > 0) await new Promise((r) => setTimeout(r, Math.min(acceptMs, drainMs)));
-    const stopped = Promise.all(servers.map((server) => new Promise<void>((resolve) => NetServer.prototype.close.call(server, () => resolve()))));
+    const stopped = Promise.all(
+      servers.map((server) => new Promise<void>((resolve) => NetServer.prototype.close.call(server, () => resolve()))),
+    );
     await this.idle(deadline - Date.now());
     if (this.busy > 0) {
       logger.warn({ busy: this.busy }, 'drain deadline reached: ending the remaining answers');

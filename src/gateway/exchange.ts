@@ -192,11 +192,16 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
     const bad = headProblem(head, req, ctx.maxHeaders);
     if (bad) return this.refuse(bad, true);
     if (this.expectation !== undefined) {
-      return this.refuse(gatewayError('expectation_failed', `Expect: ${this.expectation} is not supported (only 100-continue)`), true);
+      return this.refuse(
+        gatewayError('expectation_failed', `Expect: ${this.expectation} is not supported (only 100-continue)`),
+        true,
+      );
     }
     if (head.method === 'TRACE' || head.method === 'TRACK') {
       // TRACE would reflect the request (cookies included) back: never forwarded.
-      return this.refuse(gatewayError('method_not_allowed', `${head.method} is not allowed`, { allow: ALLOWED_METHODS }));
+      return this.refuse(
+        gatewayError('method_not_allowed', `${head.method} is not allowed`, { allow: ALLOWED_METHODS }),
+      );
     }
 
     if (isPreflightHead(head)) {
@@ -212,7 +217,14 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
 
     const table = (this.table = ctx.store.current());
     const d = admit(
-      { method: head.method, url: req.url ?? '/', host: head.authority, authorization: head.authorization, contentType: head.contentType, now: Date.now() },
+      {
+        method: head.method,
+        url: req.url ?? '/',
+        host: head.authority,
+        authorization: head.authorization,
+        contentType: head.contentType,
+        now: Date.now(),
+      },
       table,
       ctx.limiter,
     );
@@ -224,7 +236,11 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
       ctx.metrics.rateLimited.inc({ scope: 'client', kind: 'auth_failures' });
       this.routeOf = d.route;
       const s = Math.ceil(blocked / 1000);
-      return this.refuse(gatewayError('rate_limit_exceeded', `too many failed authentications from ${client}; retry after ${s} s`, { 'retry-after': String(s) }));
+      return this.refuse(
+        gatewayError('rate_limit_exceeded', `too many failed authentications from ${client}; retry after ${s} s`, {
+          'retry-after': String(s),
+        }),
+      );
     }
     if (!d.ok) {
       if (d.authMetric) ctx.metrics.authFailures.inc({ reason: d.authMetric });
@@ -267,10 +283,14 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
     let check: BodyCheck;
     if (d.byModel) {
       this.byModel = d;
-      if (d.modelId !== undefined || d.rest === '/v1/models' || d.rest === '/v1/models/') return this.answerModels(d, table);
+      if (d.modelId !== undefined || d.rest === '/v1/models' || d.rest === '/v1/models/')
+        return this.answerModels(d, table);
       if (isBinaryContentType(head.contentType)) {
         return this.refuse(
-          gatewayError('invalid_body', `a ${head.contentType} upload cannot be routed by "model" through /openai/v1: send it to the deployment's own URL (/v1/<project>/<deployment>/v1/...)`),
+          gatewayError(
+            'invalid_body',
+            `a ${head.contentType} upload cannot be routed by "model" through /openai/v1: send it to the deployment's own URL (/v1/<project>/<deployment>/v1/...)`,
+          ),
           true,
         );
       }
@@ -365,7 +385,12 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
     const method = this.head!.method;
     const unread = this.head!.chunked || (this.head!.contentLength ?? 0) > 0;
     if (method !== 'GET' && method !== 'HEAD') {
-      return this.refuse(gatewayError('method_not_allowed', `${method} is not allowed on /openai/v1/models; use GET`, { allow: 'GET, HEAD' }), unread);
+      return this.refuse(
+        gatewayError('method_not_allowed', `${method} is not allowed on /openai/v1/models; use GET`, {
+          allow: 'GET, HEAD',
+        }),
+        unread,
+      );
     }
     const body = b.modelId !== undefined ? modelRetrieve(table, b.key, b.modelId) : modelsList(table, b.key);
     if (body instanceof Error) {
@@ -396,7 +421,11 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
     const target = ctx.picker.pick(route.backend, avoid);
     if (!target) {
       ctx.metrics.upstreamErrors.inc({ cause: 'no_ready_endpoint' });
-      return this.refuse(gatewayError('no_ready_endpoint', `deployment ${route.project}/${route.deployment} has no ready endpoint`, { 'retry-after': '5' }));
+      return this.refuse(
+        gatewayError('no_ready_endpoint', `deployment ${route.project}/${route.deployment} has no ready endpoint`, {
+          'retry-after': '5',
+        }),
+      );
     }
     this.target = target;
     const headers = upstreamHeaders(this.head!, {
@@ -455,7 +484,8 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
       if (sse) {
         this.meter = new SseUsageMeter(this.stripUsage);
         // Taking the usage event out changes the length: the answer goes chunked instead.
-        if (this.stripUsage && down.length) for (let i = list.length - 2; i >= 0; i -= 2) if (list[i] === 'content-length') list.splice(i, 2);
+        if (this.stripUsage && down.length)
+          for (let i = list.length - 2; i >= 0; i -= 2) if (list[i] === 'content-length') list.splice(i, 2);
       } else if (down.contentType !== undefined && /^application\/(?:[\w.+-]*\+)?json\b/i.test(down.contentType)) {
         this.meter = new JsonUsageMeter();
       }
@@ -515,9 +545,17 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
     if (this.gone || err instanceof ClientGone) return;
     if (err instanceof EndedByGateway) return; // answered by whoever ended it
     const code = (err as { code?: string }).code ?? '';
-    if (!this.res.headersSent && CONNECT_FAILURES.has(code) && (this.body === null || Buffer.isBuffer(this.body)) && this.attempt < 1) {
+    if (
+      !this.res.headersSent &&
+      CONNECT_FAILURES.has(code) &&
+      (this.body === null || Buffer.isBuffer(this.body)) &&
+      this.attempt < 1
+    ) {
       // Nothing reached the backend: one more try, on another endpoint when there is one.
-      ctx.logger.debug({ requestId: this.requestId, err: code, target: this.target?.origin }, 'connect failed, retrying once');
+      ctx.logger.debug(
+        { requestId: this.requestId, err: code, target: this.target?.origin },
+        'connect failed, retrying once',
+      );
       this.attempt++;
       const avoid = this.target?.origin.slice(7);
       setTimeout(() => this.dispatch(avoid), 25);
@@ -527,7 +565,16 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
     if (code === BODY_TOO_LARGE) return this.refuse(tooLarge(ctx.maxBody), true);
     const mapped = mapUpstreamError(code, route);
     ctx.metrics.upstreamErrors.inc({ cause: mapped.cause });
-    ctx.logger.warn({ requestId: this.requestId, project: route.project, deployment: route.deployment, cause: mapped.cause, err: code || err.message }, 'backend failed');
+    ctx.logger.warn(
+      {
+        requestId: this.requestId,
+        project: route.project,
+        deployment: route.deployment,
+        cause: mapped.cause,
+        err: code || err.message,
+      },
+      'backend failed',
+    );
     this.refuse(mapped.error);
   }
 
@@ -535,7 +582,10 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
   private cut(cause: string): void {
     const route = this.d!.route;
     this.ctx.metrics.upstreamErrors.inc({ cause });
-    this.ctx.logger.warn({ requestId: this.requestId, project: route.project, deployment: route.deployment, cause }, 'backend answer ended early');
+    this.ctx.logger.warn(
+      { requestId: this.requestId, project: route.project, deployment: route.deployment, cause },
+      'backend answer ended early',
+    );
     this.error = `backend answer cut (${cause})`;
     this.res.destroy();
   }
@@ -626,7 +676,16 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
   /** Drops the references to the request's objects: undici may keep a finished handler queued for a while. */
   private release(): void {
     const self = this as unknown as Record<string, unknown>;
-    self.req = self.res = self.body = self.conn = self.d = self.head = self.target = self.abortUpstream = self.resumeUpstream = undefined;
+    self.req =
+      self.res =
+      self.body =
+      self.conn =
+      self.d =
+      self.head =
+      self.target =
+      self.abortUpstream =
+      self.resumeUpstream =
+        undefined;
     self.byModel = self.table = self.meter = self.trace = self.charge = undefined;
   }
 }
@@ -665,7 +724,10 @@ function llmFigures(m: UsageMeter, started: number, endAt: number): LlmFigures {
   const tokens = m.usage;
   const first = m.firstAt && (m.streamed || (tokens !== undefined && tokens.completion > 0)) ? m.firstAt : 0;
   const ttft = first ? (first - started) / 1000 : undefined;
-  const tpot = m.streamed && first && endAt && tokens && tokens.completion > 1 ? (endAt - first) / 1000 / (tokens.completion - 1) : undefined;
+  const tpot =
+    m.streamed && first && endAt && tokens && tokens.completion > 1
+      ? (endAt - first) / 1000 / (tokens.completion - 1)
+      : undefined;
   return { tokens, ttft, tpot };
 }
 
@@ -676,7 +738,8 @@ export function recordAnswer(ctx: PlaneContext, a: Answer): void {
   const deployment = a.route?.deployment ?? '';
   ctx.metrics.observeRequest(project, deployment, a.status, seconds);
   const llm = a.llm;
-  if (llm && (llm.tokens || llm.ttft !== undefined)) ctx.metrics.observeLlm(project, deployment, a.keyName, llm.tokens, llm.ttft, llm.tpot);
+  if (llm && (llm.tokens || llm.ttft !== undefined))
+    ctx.metrics.observeLlm(project, deployment, a.keyName, llm.tokens, llm.ttft, llm.tpot);
   const access = ctx.access;
   if (!access) return;
   const url = a.req.url ?? '/';
@@ -707,7 +770,8 @@ function limitStream(req: IncomingMessage, max: number): Readable {
   const t = new Transform({
     transform(chunk: Buffer, _enc, cb) {
       size += chunk.length;
-      if (size > max) cb(Object.assign(new Error(`request body is larger than the limit of ${max} bytes`), { code: BODY_TOO_LARGE }));
+      if (size > max)
+        cb(Object.assign(new Error(`request body is larger than the limit of ${max} bytes`), { code: BODY_TOO_LARGE }));
       else cb(null, chunk);
     },
   });

@@ -33,7 +33,12 @@ export interface Charge {
 
 export type LimitDecision =
   | { ok: true; headers: Record<string, string>; charge: Charge | undefined; unavailable?: string }
-  | { ok: false; error: GatewayError; unavailable?: string; spent: Array<{ scope: 'key' | 'deployment'; kind: 'requests' | 'tokens' }> };
+  | {
+      ok: false;
+      error: GatewayError;
+      unavailable?: string;
+      spent: Array<{ scope: 'key' | 'deployment'; kind: 'requests' | 'tokens' }>;
+    };
 
 export class RequestLimits {
   constructor(
@@ -90,9 +95,13 @@ export class RequestLimits {
     if (a.buckets.length === 0) {
       // The store could not be asked: its fail-open/fail-closed answer, without figures.
       if (a.allowed) return { ok: true, headers: {}, charge: undefined, unavailable };
-      const error = gatewayError('limits_unavailable', 'rate limits cannot be checked now (their store is unreachable); retry shortly', {
-        'retry-after': String(Math.ceil(a.retryAfterMs / 1000)),
-      });
+      const error = gatewayError(
+        'limits_unavailable',
+        'rate limits cannot be checked now (their store is unreachable); retry shortly',
+        {
+          'retry-after': String(Math.ceil(a.retryAfterMs / 1000)),
+        },
+      );
       return { ok: false, error, unavailable, spent: [] };
     }
     const headers = rateLimitHeaders(specs, a.buckets);
@@ -100,10 +109,19 @@ export class RequestLimits {
       const tokens = specs.filter((s) => s.cost === 0).map((s) => ({ id: s.id, limit: s.limit }));
       return { ok: true, headers, charge: tokens.length ? { tokens } : undefined, unavailable };
     }
-    const refusing = specs.filter((s, i) => (s.cost > 0 ? a.buckets[i].remaining < s.cost : a.buckets[i].remaining <= 0));
+    const refusing = specs.filter((s, i) =>
+      s.cost > 0 ? a.buckets[i].remaining < s.cost : a.buckets[i].remaining <= 0,
+    );
     headers['retry-after'] = String(Math.max(1, Math.ceil(a.retryAfterMs / 1000)));
-    const error = gatewayError('rate_limit_exceeded', `rate limit exceeded: ${refusing.map(describe).join(', ')}; retry after ${headers['retry-after']} s`, headers);
-    const spent = refusing.map((s) => ({ scope: s.id.startsWith('key:') ? ('key' as const) : ('deployment' as const), kind: s.cost > 0 ? ('requests' as const) : ('tokens' as const) }));
+    const error = gatewayError(
+      'rate_limit_exceeded',
+      `rate limit exceeded: ${refusing.map(describe).join(', ')}; retry after ${headers['retry-after']} s`,
+      headers,
+    );
+    const spent = refusing.map((s) => ({
+      scope: s.id.startsWith('key:') ? ('key' as const) : ('deployment' as const),
+      kind: s.cost > 0 ? ('requests' as const) : ('tokens' as const),
+    }));
     return { ok: false, error, unavailable, spent };
   }
 }
@@ -118,7 +136,10 @@ function describe(s: BucketSpec): string {
  * OpenAI's headers: limit, remaining and reset for requests and for tokens. Where a key and a deployment both limit
  * the same thing, the one with the least left is reported (it is the one that will refuse first).
  */
-export function rateLimitHeaders(specs: readonly BucketSpec[], buckets: readonly BucketState[]): Record<string, string> {
+export function rateLimitHeaders(
+  specs: readonly BucketSpec[],
+  buckets: readonly BucketState[],
+): Record<string, string> {
   const headers: Record<string, string> = {};
   for (const [cost, what] of [
     [1, 'requests'],

@@ -35,7 +35,10 @@ export class LiveStats {
   /** Figures per deployment, keyed `<project>/<deployment>`. */
   read(): Map<string, LiveFigures> {
     const at = this.now();
-    const current: Sample = { at, byRoute: new Map(this.metrics.routeTotals().map((t) => [`${t.project}/${t.deployment}`, t])) };
+    const current: Sample = {
+      at,
+      byRoute: new Map(this.metrics.routeTotals().map((t) => [`${t.project}/${t.deployment}`, t])),
+    };
     this.samples = this.samples.filter((s) => at - s.at <= WINDOW_MS);
     const base = this.samples.find((s) => at - s.at >= 1000);
     this.samples.push(current);

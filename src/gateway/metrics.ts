@@ -52,7 +52,11 @@ export class Metrics {
     labelNames: ['reason'] as const,
     registers: [this.registry],
   });
-  readonly sourceSynced = new Gauge({ name: 'servegate_source_synced', help: '1 once the route source delivered its first full snapshot', registers: [this.registry] });
+  readonly sourceSynced = new Gauge({
+    name: 'servegate_source_synced',
+    help: '1 once the route source delivered its first full snapshot',
+    registers: [this.registry],
+  });
   readonly sourceStaleness = new Gauge({
     name: 'servegate_source_staleness_seconds',
     help: 'Seconds since the route source last confirmed it is current (0 = healthy)',
@@ -129,7 +133,14 @@ export class Metrics {
     let e = this.perRoute.get(key);
     if (!e) {
       if (this.perRoute.size > 50_000) this.perRoute.clear();
-      e = { project, deployment, total: 0, errors: 0, requests: new Map(), duration: this.duration.child(project, deployment) };
+      e = {
+        project,
+        deployment,
+        total: 0,
+        errors: 0,
+        requests: new Map(),
+        duration: this.duration.child(project, deployment),
+      };
       this.perRoute.set(key, e);
     }
     e.total++;
@@ -144,7 +155,14 @@ export class Metrics {
   }
 
   /** Totals per deployment since start (the admin page's live figures are differences of two of these). */
-  routeTotals(): Array<{ project: string; deployment: string; total: number; errors: number; counts: Float64Array; count: number }> {
+  routeTotals(): Array<{
+    project: string;
+    deployment: string;
+    total: number;
+    errors: number;
+    counts: Float64Array;
+    count: number;
+  }> {
     return [...this.perRoute.values()].map((e) => ({
       project: e.project,
       deployment: e.deployment,
@@ -160,11 +178,26 @@ export class Metrics {
     return this.duration.bounds;
   }
 
-  private perLlm = new Map<string, { prompt: { inc(n: number): void }; completion: { inc(n: number): void }; ttft: HistogramSeries; tpot: HistogramSeries }>();
+  private perLlm = new Map<
+    string,
+    {
+      prompt: { inc(n: number): void };
+      completion: { inc(n: number): void };
+      ttft: HistogramSeries;
+      tpot: HistogramSeries;
+    }
+  >();
   private perKey = new Map<string, { prompt: { inc(n: number): void }; completion: { inc(n: number): void } }>();
 
   /** One LLM answer's usage and timing; undefined parts were not seen. */
-  observeLlm(project: string, deployment: string, key: string, tokens: { prompt: number; completion: number } | undefined, ttft: number | undefined, tpot: number | undefined): void {
+  observeLlm(
+    project: string,
+    deployment: string,
+    key: string,
+    tokens: { prompt: number; completion: number } | undefined,
+    ttft: number | undefined,
+    tpot: number | undefined,
+  ): void {
     const rk = `${project}\u0000${deployment}`;
     let e = this.perLlm.get(rk);
     if (!e) {

@@ -67,20 +67,32 @@ const LIST_HINT = 'GET /openai/v1/models lists the models this key may use';
 /** The deployment a `model` value names, or the OpenAI-style error that says why there is none. */
 export function selectModel(table: RouteTable, key: ApiKeyRecord, model: unknown): Route | GatewayError {
   if (model === undefined || model === null || model === '') {
-    return gatewayError('invalid_body', `you must provide a "model": "<project>/<deployment>" names the deployment (${LIST_HINT})`);
+    return gatewayError(
+      'invalid_body',
+      `you must provide a "model": "<project>/<deployment>" names the deployment (${LIST_HINT})`,
+    );
   }
-  if (typeof model !== 'string') return gatewayError('invalid_body', `"model" must be a string "<project>/<deployment>", got ${JSON.stringify(model)}`);
+  if (typeof model !== 'string')
+    return gatewayError(
+      'invalid_body',
+      `"model" must be a string "<project>/<deployment>", got ${JSON.stringify(model)}`,
+    );
   const shown = JSON.stringify(model.length > 300 ? `${model.slice(0, 300)}...` : model);
   const slash = model.indexOf('/');
   if (slash !== -1) {
     const project = model.slice(0, slash);
     const deployment = model.slice(slash + 1);
-    const route = project && deployment && !deployment.includes('/') ? table.byPath.get(`${project}/${deployment}`) : undefined;
+    const route =
+      project && deployment && !deployment.includes('/') ? table.byPath.get(`${project}/${deployment}`) : undefined;
     // As on the deployment URLs: a project the key does not grant is 403 whether or not the deployment exists.
     if (project && !grantsProject(key, project, route?.namespace)) {
-      return gatewayError('model_forbidden', `API key "${key.name}" may not use model ${shown}: it does not grant project "${project}"`);
+      return gatewayError(
+        'model_forbidden',
+        `API key "${key.name}" may not use model ${shown}: it does not grant project "${project}"`,
+      );
     }
-    if (!route || route.kind !== 'llm') return gatewayError('model_not_found', `the model ${shown} does not exist (${LIST_HINT})`);
+    if (!route || route.kind !== 'llm')
+      return gatewayError('model_not_found', `the model ${shown} does not exist (${LIST_HINT})`);
     return route;
   }
   const named = llmIndex(table).get(model) ?? [];
@@ -96,7 +108,15 @@ export function selectModel(table: RouteTable, key: ApiKeyRecord, model: unknown
 
 /** A request on the base URL once its deployment is known: the same decision a deployment URL would have given. */
 export function acceptByModel(d: ByModel, route: Route, search: string): Accepted {
-  return { ok: true, route, key: d.key, upstreamPath: d.rest + search, check: 'json', dialect: 'openai', project: route.project };
+  return {
+    ok: true,
+    route,
+    key: d.key,
+    upstreamPath: d.rest + search,
+    check: 'json',
+    dialect: 'openai',
+    project: route.project,
+  };
 }
 
 export interface PreparedBody {
@@ -139,7 +159,12 @@ export function prepareBody(table: RouteTable, d: ByModel, raw: Buffer): Prepare
   let stripUsage = false;
   const so = o.stream_options;
   const asked = isObject(so) && so.include_usage === true;
-  if (o.stream === true && !asked && USAGE_OPTION_ROUTES.has(d.rest) && (so === undefined || so === null || isObject(so))) {
+  if (
+    o.stream === true &&
+    !asked &&
+    USAGE_OPTION_ROUTES.has(d.rest) &&
+    (so === undefined || so === null || isObject(so))
+  ) {
     const layout = objectLayout(body)!;
     const value = JSON.stringify({ ...(isObject(so) ? so : {}), include_usage: true });
     const span = so === undefined ? undefined : memberSpan(layout, 'stream_options');
@@ -148,5 +173,3 @@ export function prepareBody(table: RouteTable, d: ByModel, raw: Buffer): Prepare
   }
   return { route, body, stripUsage };
 }
-
-

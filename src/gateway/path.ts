@@ -33,12 +33,15 @@ export function parseTarget(rawUrl: string): RequestTarget | GatewayError {
   const segments = path.slice(1).split('/');
   for (let i = 0; i < segments.length; i++) {
     const s = segments[i];
-    if (s === '.' || s === '..') return gatewayError('bad_path', 'dot segments ("." or "..") are not allowed in the path');
-    if (s === '' && i !== segments.length - 1) return gatewayError('bad_path', 'empty path segments ("//") are not allowed');
+    if (s === '.' || s === '..')
+      return gatewayError('bad_path', 'dot segments ("." or "..") are not allowed in the path');
+    if (s === '' && i !== segments.length - 1)
+      return gatewayError('bad_path', 'empty path segments ("//") are not allowed');
     // Control characters (raw) never belong in a path.
     for (let j = 0; j < s.length; j++) {
       const c = s.charCodeAt(j);
-      if (c < 0x21 || c === 0x7f) return gatewayError('bad_path', 'control characters or spaces are not allowed in the path');
+      if (c < 0x21 || c === 0x7f)
+        return gatewayError('bad_path', 'control characters or spaces are not allowed in the path');
     }
     if (s.includes('%')) {
       try {

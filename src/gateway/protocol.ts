@@ -20,7 +20,10 @@ export function checkSuffix(
       return { check: 'none' };
     case 'llm': {
       if (!rest.startsWith('/v1/')) {
-        return gatewayError('not_found', `no route ${method} ${rest}: LLM deployments serve the OpenAI API under ${'/v1/'} (e.g. /v1/chat/completions, /v1/completions, /v1/models)`);
+        return gatewayError(
+          'not_found',
+          `no route ${method} ${rest}: LLM deployments serve the OpenAI API under ${'/v1/'} (e.g. /v1/chat/completions, /v1/completions, /v1/models)`,
+        );
       }
       return { check: isBinaryContentType(contentType) ? 'none' : 'json' };
     }
@@ -31,19 +34,28 @@ export function checkSuffix(
       if (v) {
         const name = safeDecode(v[1]);
         if (name !== route.modelName) {
-          return gatewayError('not_found', `model "${name}" is not served here: this deployment serves model "${route.modelName}" at /v1/models/${route.modelName}:<verb> (${offered})`);
+          return gatewayError(
+            'not_found',
+            `model "${name}" is not served here: this deployment serves model "${route.modelName}" at /v1/models/${route.modelName}:<verb> (${offered})`,
+          );
         }
         const verb = v[2];
         if (!route.verbs.includes(verb)) {
-          return gatewayError('unknown_verb', `verb ":${verb}" is not offered by the ${server} model server; it offers ${offered}`);
+          return gatewayError(
+            'unknown_verb',
+            `verb ":${verb}" is not offered by the ${server} model server; it offers ${offered}`,
+          );
         }
         if (method !== 'POST') {
-          return gatewayError('method_not_allowed', `${method} is not allowed on :${verb}; use POST`, { allow: 'POST' });
+          return gatewayError('method_not_allowed', `${method} is not allowed on :${verb}; use POST`, {
+            allow: 'POST',
+          });
         }
         return { check: verb as BodyCheck };
       }
       const meta = PREDICTIVE_META.exec(rest);
-      if (meta && safeDecode(meta[1]) === route.modelName && (method === 'GET' || method === 'HEAD')) return { check: 'none' };
+      if (meta && safeDecode(meta[1]) === route.modelName && (method === 'GET' || method === 'HEAD'))
+        return { check: 'none' };
       return gatewayError(
         'not_found',
         `no route ${method} ${rest}: this ${server} deployment accepts POST /v1/models/${route.modelName}:<verb> with ${offered}`,
@@ -64,7 +76,13 @@ function safeDecode(s: string): string {
 export function isBinaryContentType(ct: string | undefined): boolean {
   if (!ct) return false;
   const base = ct.split(';', 1)[0].trim().toLowerCase();
-  return base.startsWith('multipart/') || base === 'application/octet-stream' || base.startsWith('audio/') || base.startsWith('image/') || base.startsWith('video/');
+  return (
+    base.startsWith('multipart/') ||
+    base === 'application/octet-stream' ||
+    base.startsWith('audio/') ||
+    base.startsWith('image/') ||
+    base.startsWith('video/')
+  );
 }
 
 /** Validates a buffered body; undefined when it may be forwarded. */

@@ -11,7 +11,13 @@ const LINGER_MS = 5_000;
  * Writes an error answer. `extra` is a flat [name, value, ...] list (request id, CORS). With `close` the connection
  * closes after the answer (a body we did not read must not be taken for the next request).
  */
-export function sendError(res: ServerResponse, err: GatewayError, dialect: Dialect, extra: readonly string[], close: boolean): void {
+export function sendError(
+  res: ServerResponse,
+  err: GatewayError,
+  dialect: Dialect,
+  extra: readonly string[],
+  close: boolean,
+): void {
   const body = renderError(err, dialect);
   const h: string[] = ['content-type', 'application/json', 'content-length', String(Buffer.byteLength(body)), ...extra];
   for (const k in err.headers) h.push(k, err.headers[k]);
@@ -21,7 +27,14 @@ export function sendError(res: ServerResponse, err: GatewayError, dialect: Diale
 }
 
 /** The gateway's own successful JSON answer (the model list of the OpenAI base URL). */
-export function sendJson(res: ServerResponse, status: number, body: string, extra: readonly string[], close: boolean, head = false): void {
+export function sendJson(
+  res: ServerResponse,
+  status: number,
+  body: string,
+  extra: readonly string[],
+  close: boolean,
+  head = false,
+): void {
   const h: string[] = ['content-type', 'application/json', 'content-length', String(Buffer.byteLength(body)), ...extra];
   if (close) h.push('connection', 'close');
   res.writeHead(status, h);

@@ -58,11 +58,23 @@ export const HOP_BY_HOP = new Set([
 
 /** Client headers the gateway handles itself or sets itself. */
 const GATEWAY_OWNED = new Set(['host', 'authorization', 'expect', 'content-length', 'x-request-id']);
-export const FORWARDING = new Set(['x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host', 'x-forwarded-port', 'forwarded', 'x-real-ip']);
+export const FORWARDING = new Set([
+  'x-forwarded-for',
+  'x-forwarded-proto',
+  'x-forwarded-host',
+  'x-forwarded-port',
+  'forwarded',
+  'x-real-ip',
+]);
 
 /** True when a header of this (lower-case, "-"-spelled) name is never taken from the client. */
 function reserved(name: string, trustForwarded: boolean): boolean {
-  return HOP_BY_HOP.has(name) || GATEWAY_OWNED.has(name) || name.startsWith('x-servegate-') || (!trustForwarded && FORWARDING.has(name));
+  return (
+    HOP_BY_HOP.has(name) ||
+    GATEWAY_OWNED.has(name) ||
+    name.startsWith('x-servegate-') ||
+    (!trustForwarded && FORWARDING.has(name))
+  );
 }
 
 // host[:port] (RFC 9110 §7.2): a reg-name or IPv4 address, or an IP literal in brackets; no userinfo, path or second port.
@@ -74,11 +86,16 @@ const AUTHORITY = /^(?:[A-Za-z0-9._~!$&'()*+,;=%-]+|\[[0-9A-Fa-f:.]+\])(?::\d{0,
  */
 export function headProblem(head: RequestHead, req: IncomingMessage, maxHeaders: number): GatewayError | undefined {
   if (head.headerLines > maxHeaders) {
-    return gatewayError('headers_too_large', `the request has ${head.headerLines} header lines; at most ${maxHeaders} are accepted`);
+    return gatewayError(
+      'headers_too_large',
+      `the request has ${head.headerLines} header lines; at most ${maxHeaders} are accepted`,
+    );
   }
   if (head.hostLines > 1) return gatewayError('bad_request', 'more than one Host header');
-  if (head.hostLines === 0 && req.httpVersionMajor === 1 && req.httpVersionMinor === 1) return gatewayError('bad_request', 'an HTTP/1.1 request needs a Host header');
-  if (head.authority !== undefined && !AUTHORITY.test(head.authority)) return gatewayError('bad_request', `invalid Host ${JSON.stringify(head.authority.slice(0, 100))}`);
+  if (head.hostLines === 0 && req.httpVersionMajor === 1 && req.httpVersionMinor === 1)
+    return gatewayError('bad_request', 'an HTTP/1.1 request needs a Host header');
+  if (head.authority !== undefined && !AUTHORITY.test(head.authority))
+    return gatewayError('bad_request', `invalid Host ${JSON.stringify(head.authority.slice(0, 100))}`);
   return undefined;
 }
 
@@ -118,7 +135,11 @@ export function readHead(req: IncomingMessage, opts: HeadOptions): RequestHead {
         continue;
       case 'authorization':
         if (head.authorization === undefined) head.authorization = value;
-        else head.authorization = [...(Array.isArray(head.authorization) ? head.authorization : [head.authorization]), value];
+        else
+          head.authorization = [
+            ...(Array.isArray(head.authorization) ? head.authorization : [head.authorization]),
+            value,
+          ];
         continue;
       case 'content-length':
         head.contentLength = Number(value);

@@ -35,16 +35,25 @@ export function loadCertificatePair(files: TlsFiles): CertificatePair {
   try {
     x509 = new X509Certificate(cert);
   } catch (err) {
-    throw new CertificateError('tls.certFile', `tls.certFile ${files.certFile}: not a PEM certificate (${(err as Error).message})`);
+    throw new CertificateError(
+      'tls.certFile',
+      `tls.certFile ${files.certFile}: not a PEM certificate (${(err as Error).message})`,
+    );
   }
   let privateKey;
   try {
     privateKey = createPrivateKey(key);
   } catch (err) {
-    throw new CertificateError('tls.keyFile', `tls.keyFile ${files.keyFile}: not a PEM private key (${(err as Error).message})`);
+    throw new CertificateError(
+      'tls.keyFile',
+      `tls.keyFile ${files.keyFile}: not a PEM private key (${(err as Error).message})`,
+    );
   }
   if (!x509.checkPrivateKey(privateKey)) {
-    throw new CertificateError('tls.keyFile', `tls.keyFile ${files.keyFile} is not the private key of the certificate in tls.certFile ${files.certFile}`);
+    throw new CertificateError(
+      'tls.keyFile',
+      `tls.keyFile ${files.keyFile} is not the private key of the certificate in tls.certFile ${files.certFile}`,
+    );
   }
   return { cert, key, notAfter: Date.parse(x509.validTo), subject: x509.subject.replace(/\n/g, ', ') };
 }
@@ -53,7 +62,10 @@ function read(file: string, key: string): Buffer {
   try {
     return readFileSync(file);
   } catch (err) {
-    throw new CertificateError(key, `${key} ${file}: cannot read (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+    throw new CertificateError(
+      key,
+      `${key} ${file}: cannot read (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`,
+    );
   }
 }
 

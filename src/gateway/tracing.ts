@@ -3,11 +3,26 @@
 // backend gets exactly one `traceparent` — the gateway's span as parent — and the client's `tracestate`, and spans go
 // to `<otlpEndpoint>/v1/traces` (OTLP/HTTP JSON) in batches that drop rather than grow when the collector is away.
 // Off (no endpoint): none of this is constructed, and trace headers pass through untouched.
-import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Span, type TextMapGetter, type TextMapSetter, type Tracer } from '@opentelemetry/api';
+import {
+  ROOT_CONTEXT,
+  SpanKind,
+  SpanStatusCode,
+  trace,
+  type Span,
+  type TextMapGetter,
+  type TextMapSetter,
+  type Tracer,
+} from '@opentelemetry/api';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { resourceFromAttributes } from '@opentelemetry/resources';
-import { BasicTracerProvider, BatchSpanProcessor, ParentBasedSampler, TraceIdRatioBasedSampler, type SpanProcessor } from '@opentelemetry/sdk-trace-base';
+import {
+  BasicTracerProvider,
+  BatchSpanProcessor,
+  ParentBasedSampler,
+  TraceIdRatioBasedSampler,
+  type SpanProcessor,
+} from '@opentelemetry/sdk-trace-base';
 
 export interface TracingOptions {
   /** OTLP/HTTP base URL, e.g. http://otel-collector:4318. */
@@ -41,13 +56,19 @@ export class Tracing {
   constructor(options: TracingOptions) {
     const processor =
       options.processor ??
-      new BatchSpanProcessor(new OTLPTraceExporter({ url: `${options.otlpEndpoint.replace(/\/+$/, '')}/v1/traces`, timeoutMillis: 5_000 }), {
-        maxQueueSize: 4096,
-        maxExportBatchSize: 512,
-        scheduledDelayMillis: 1_000,
-      });
+      new BatchSpanProcessor(
+        new OTLPTraceExporter({ url: `${options.otlpEndpoint.replace(/\/+$/, '')}/v1/traces`, timeoutMillis: 5_000 }),
+        {
+          maxQueueSize: 4096,
+          maxExportBatchSize: 512,
+          scheduledDelayMillis: 1_000,
+        },
+      );
     this.provider = new BasicTracerProvider({
-      resource: resourceFromAttributes({ 'service.name': 'servegate', 'service.version': options.serviceVersion ?? '' }),
+      resource: resourceFromAttributes({
+        'service.name': 'servegate',
+        'service.version': options.serviceVersion ?? '',
+      }),
       sampler: new ParentBasedSampler({ root: new TraceIdRatioBasedSampler(options.sampleRatio) }),
       spanProcessors: [processor],
     });
@@ -55,11 +76,22 @@ export class Tracing {
   }
 
   /** Starts the server span of one request from the client's trace headers (either may be absent or invalid). */
-  start(method: string, path: string, traceparent: string | undefined, tracestate: string | undefined, client: string): RequestTrace {
-    const parent = traceparent ? this.propagator.extract(ROOT_CONTEXT, { traceparent, tracestate }, getter) : ROOT_CONTEXT;
+  start(
+    method: string,
+    path: string,
+    traceparent: string | undefined,
+    tracestate: string | undefined,
+    client: string,
+  ): RequestTrace {
+    const parent = traceparent
+      ? this.propagator.extract(ROOT_CONTEXT, { traceparent, tracestate }, getter)
+      : ROOT_CONTEXT;
     const span: Span = this.tracer.startSpan(
       `${method} ${routeTemplate(path)}`,
-      { kind: SpanKind.SERVER, attributes: { 'http.request.method': method, 'url.path': path, 'client.address': client } },
+      {
+        kind: SpanKind.SERVER,
+        attributes: { 'http.request.method': method, 'url.path': path, 'client.address': client },
+      },
       parent,
     );
     const out: Carrier = {};

@@ -84,7 +84,14 @@ export class UpgradeJob implements Job {
 
     const table = ctx.store.current();
     const admitted = admit(
-      { method: h.method, url: req.url ?? '/', host: h.authority, authorization: h.authorization, contentType: undefined, now: Date.now() },
+      {
+        method: h.method,
+        url: req.url ?? '/',
+        host: h.authority,
+        authorization: h.authorization,
+        contentType: undefined,
+        now: Date.now(),
+      },
       table,
       ctx.limiter,
     );
@@ -95,7 +102,13 @@ export class UpgradeJob implements Job {
     if (blocked > 0) {
       ctx.metrics.rateLimited.inc({ scope: 'client', kind: 'auth_failures' });
       const s = Math.ceil(blocked / 1000);
-      return this.refuse(gatewayError('rate_limit_exceeded', `too many failed authentications from ${client}; retry after ${s} s`, { 'retry-after': String(s) }), d.dialect, extra);
+      return this.refuse(
+        gatewayError('rate_limit_exceeded', `too many failed authentications from ${client}; retry after ${s} s`, {
+          'retry-after': String(s),
+        }),
+        d.dialect,
+        extra,
+      );
     }
     if (!d.ok) {
       if (d.authMetric) ctx.metrics.authFailures.inc({ reason: d.authMetric });
@@ -118,7 +131,9 @@ export class UpgradeJob implements Job {
         this.forward(h, d, extra);
       };
       if (decision instanceof Promise) {
-        decision.then(apply, () => this.refuse(gatewayError('internal_error', 'internal gateway error'), d.dialect, extra));
+        decision.then(apply, () =>
+          this.refuse(gatewayError('internal_error', 'internal gateway error'), d.dialect, extra),
+        );
         return;
       }
       return apply(decision);
@@ -129,12 +144,22 @@ export class UpgradeJob implements Job {
   private forward(h: RequestHead, d: Accepted, extra: string[]): void {
     const { ctx, req, socket } = this;
     if (d.route.kind === 'predictive') {
-      return this.refuse(gatewayError('not_found', 'predictive deployments do not accept upgrade (websocket) requests'), d.dialect, extra);
+      return this.refuse(
+        gatewayError('not_found', 'predictive deployments do not accept upgrade (websocket) requests'),
+        d.dialect,
+        extra,
+      );
     }
     const target = ctx.picker.pick(d.route.backend);
     if (!target) {
       ctx.metrics.upstreamErrors.inc({ cause: 'no_ready_endpoint' });
-      return this.refuse(gatewayError('no_ready_endpoint', `deployment ${d.route.project}/${d.route.deployment} has no ready endpoint`, { 'retry-after': '5' }), d.dialect, extra);
+      return this.refuse(
+        gatewayError('no_ready_endpoint', `deployment ${d.route.project}/${d.route.deployment} has no ready endpoint`, {
+          'retry-after': '5',
+        }),
+        d.dialect,
+        extra,
+      );
     }
     const headers = upstreamHeaders(h, {
       clientIp: this.conn.client,
@@ -189,18 +214,30 @@ export class UpgradeJob implements Job {
       res.on('end', () => {
         if (size > DECLINE_BODY_MAX) {
           ctx.metrics.upstreamErrors.inc({ cause: 'reset' });
-          return this.refuse(gatewayError('backend_error', `deployment ${route.project}/${route.deployment} declined the upgrade with an answer larger than ${DECLINE_BODY_MAX} bytes`), dialect, extra);
+          return this.refuse(
+            gatewayError(
+              'backend_error',
+              `deployment ${route.project}/${route.deployment} declined the upgrade with an answer larger than ${DECLINE_BODY_MAX} bytes`,
+            ),
+            dialect,
+            extra,
+          );
         }
         const body = Buffer.concat(chunks, size);
         const list = down.list;
         if (!down.length) list.push('content-length', String(size));
         list.push('connection', 'close', ...extra);
-        closeSocket(socket, Buffer.concat([Buffer.from(rawHead(res.statusCode ?? 502, list, res.statusMessage), 'latin1'), body]));
+        closeSocket(
+          socket,
+          Buffer.concat([Buffer.from(rawHead(res.statusCode ?? 502, list, res.statusMessage), 'latin1'), body]),
+        );
         this.record(res.statusCode ?? 502);
         this.end();
       });
     });
-    upstream.on('timeout', () => upstream.destroy(Object.assign(new Error('timeout'), { code: 'UND_ERR_HEADERS_TIMEOUT' })));
+    upstream.on('timeout', () =>
+      upstream.destroy(Object.assign(new Error('timeout'), { code: 'UND_ERR_HEADERS_TIMEOUT' })),
+    );
     upstream.on('error', (err: NodeJS.ErrnoException) => {
       if (socket.destroyed || this.tunnel) return;
       const mapped = mapUpstreamError(err.code ?? '', route);
@@ -267,7 +304,13 @@ function upgradeByModel(table: RouteTable, d: ByModel): Accepted | Refusal {
   const params = new URLSearchParams(d.search);
   const route = selectModel(table, d.key, params.get('model') ?? undefined);
   if (route instanceof Error) {
-    return { ok: false, error: route, dialect: 'openai', key: d.key, authMetric: route.code === 'model_forbidden' ? 'forbidden' : undefined };
+    return {
+      ok: false,
+      error: route,
+      dialect: 'openai',
+      key: d.key,
+      authMetric: route.code === 'model_forbidden' ? 'forbidden' : undefined,
+    };
   }
   params.set('model', servedModel(route));
   return acceptByModel(d, route, `?${params.toString()}`);

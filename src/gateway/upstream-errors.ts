@@ -5,7 +5,15 @@ import { gatewayError, type GatewayError } from './errors.js';
 export const BODY_TOO_LARGE = 'SERVEGATE_BODY_TOO_LARGE';
 
 /** Errors from connecting: nothing reached the backend, so the request may be sent again. */
-export const CONNECT_FAILURES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'UND_ERR_CONNECT_TIMEOUT', 'ECONNABORTED']);
+export const CONNECT_FAILURES = new Set([
+  'ECONNREFUSED',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'UND_ERR_CONNECT_TIMEOUT',
+  'ECONNABORTED',
+]);
 
 export class ClientGone extends Error {
   constructor() {
@@ -16,15 +24,26 @@ export class ClientGone extends Error {
 export function mapUpstreamError(code: string, route: Route): { error: GatewayError; cause: string } {
   const where = `deployment ${route.project}/${route.deployment}`;
   if (code === 'UND_ERR_HEADERS_TIMEOUT') {
-    return { cause: 'headers_timeout', error: gatewayError('backend_timeout', `${where} did not answer within ${route.timeoutMs / 1000}s`) };
+    return {
+      cause: 'headers_timeout',
+      error: gatewayError('backend_timeout', `${where} did not answer within ${route.timeoutMs / 1000}s`),
+    };
   }
   if (CONNECT_FAILURES.has(code)) {
-    return { cause: 'connect_refused', error: gatewayError('backend_unavailable', `${where}: the backend refused the connection (${code})`) };
+    return {
+      cause: 'connect_refused',
+      error: gatewayError('backend_unavailable', `${where}: the backend refused the connection (${code})`),
+    };
   }
-  return { cause: 'reset', error: gatewayError('backend_error', `${where}: the backend closed the connection before answering${code ? ` (${code})` : ''}`) };
+  return {
+    cause: 'reset',
+    error: gatewayError(
+      'backend_error',
+      `${where}: the backend closed the connection before answering${code ? ` (${code})` : ''}`,
+    ),
+  };
 }
 
 export function tooLarge(max: number): GatewayError {
   return gatewayError('body_too_large', `request body is larger than the limit of ${max} bytes`);
 }
-

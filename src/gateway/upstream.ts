@@ -45,7 +45,11 @@ export class TargetPicker {
     }
     this.rr.set(list, (i + 1) % list.length);
     const a = addr(ep);
-    return { origin: `http://${a}`, authority: `${backend.service}.${backend.namespace}.svc:${backend.port}`, basePath: '' };
+    return {
+      origin: `http://${a}`,
+      authority: `${backend.service}.${backend.namespace}.svc:${backend.port}`,
+      basePath: '',
+    };
   }
 }
 

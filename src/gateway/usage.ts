@@ -52,7 +52,15 @@ export function readUsage(u: unknown): TokenUsage | undefined {
 export function findUsage(buf: Buffer, from: number): number {
   let u = buf.indexOf(0x75, from + 1);
   while (u !== -1) {
-    if (buf[u - 1] === 0x22 && buf[u + 1] === 0x73 && buf[u + 2] === 0x61 && buf[u + 3] === 0x67 && buf[u + 4] === 0x65 && buf[u + 5] === 0x22) return u - 1;
+    if (
+      buf[u - 1] === 0x22 &&
+      buf[u + 1] === 0x73 &&
+      buf[u + 2] === 0x61 &&
+      buf[u + 3] === 0x67 &&
+      buf[u + 4] === 0x65 &&
+      buf[u + 5] === 0x22
+    )
+      return u - 1;
     u = buf.indexOf(0x75, u + 1);
   }
   return -1;
@@ -101,7 +109,8 @@ export class SseUsageMeter implements UsageMeter {
       if (strip && !this.passing && this.evLength + this.carryLength + end > MAX_EVENT) this.overflow();
       if (strip && this.passing) this.emitRange(0, end);
       this.carryLength += end;
-      this.carry = this.carry && this.carryLength <= MAX_LINE ? Buffer.concat([this.carry, chunk.subarray(0, end)]) : undefined;
+      this.carry =
+        this.carry && this.carryLength <= MAX_LINE ? Buffer.concat([this.carry, chunk.subarray(0, end)]) : undefined;
       if (nl === -1) return this.result(chunk);
       const line = this.carry;
       this.carry = undefined;
@@ -142,7 +151,8 @@ export class SseUsageMeter implements UsageMeter {
   /** The bytes to send for this chunk; what stays held is copied, since the chunk's memory is not ours to keep. */
   private result(chunk: Buffer): Buffer | undefined {
     if (!this.strip) return chunk;
-    if (this.ev.length) this.ev = [Buffer.concat(this.ev.map((p) => (Buffer.isBuffer(p) ? p : chunk.subarray(p[0], p[1]))))];
+    if (this.ev.length)
+      this.ev = [Buffer.concat(this.ev.map((p) => (Buffer.isBuffer(p) ? p : chunk.subarray(p[0], p[1]))))];
     this.flushRun();
     const out = this.out;
     this.out = [];
@@ -214,13 +224,28 @@ export class SseUsageMeter implements UsageMeter {
    * Reads one non-blank line [start, stop) (terminator [stop, end)); returns the line to send instead when usage was
    * taken out of it. Only `data:` lines holding `"usage"` are parsed.
    */
-  private readLine(buf: Buffer, start: number, stop: number, end: number, hasUsage: boolean, now: number): Buffer | undefined {
-    if (stop - start < 5 || buf[start] !== 0x64 || buf[start + 1] !== 0x61 || buf[start + 2] !== 0x74 || buf[start + 3] !== 0x61 || buf[start + 4] !== 0x3a) {
+  private readLine(
+    buf: Buffer,
+    start: number,
+    stop: number,
+    end: number,
+    hasUsage: boolean,
+    now: number,
+  ): Buffer | undefined {
+    if (
+      stop - start < 5 ||
+      buf[start] !== 0x64 ||
+      buf[start + 1] !== 0x61 ||
+      buf[start + 2] !== 0x74 ||
+      buf[start + 3] !== 0x61 ||
+      buf[start + 4] !== 0x3a
+    ) {
       return undefined;
     }
     let s = start + 5;
     if (buf[s] === 0x20) s++;
-    if (!this.firstAt && !(stop - s === 6 && buf[s] === 0x5b && buf.toString('latin1', s, stop) === '[DONE]')) this.firstAt = now;
+    if (!this.firstAt && !(stop - s === 6 && buf[s] === 0x5b && buf.toString('latin1', s, stop) === '[DONE]'))
+      this.firstAt = now;
     if (!hasUsage) return undefined;
     let doc: unknown;
     try {
@@ -231,7 +256,8 @@ export class SseUsageMeter implements UsageMeter {
     if (typeof doc !== 'object' || doc === null) return undefined;
     const o = doc as Record<string, unknown>;
     const response = o.response as Record<string, unknown> | undefined;
-    const u = readUsage(o.usage) ?? (typeof response === 'object' && response !== null ? readUsage(response.usage) : undefined);
+    const u =
+      readUsage(o.usage) ?? (typeof response === 'object' && response !== null ? readUsage(response.usage) : undefined);
     if (u) this.usage = u;
     if (!this.strip || this.passing || !('usage' in o)) return undefined;
     // The client did not ask for usage: the event goes when it carries nothing else, else loses its `usage` (OpenAI

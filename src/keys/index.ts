@@ -12,7 +12,6 @@ export const PREFIX_LENGTH = 16;
 export const SECRET_LENGTH = 43;
 const ALNUM = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
 
-
 export { KeyError };
 
 export interface GeneratedKey {
@@ -53,7 +52,8 @@ export function keyNameProblem(name: string): string | undefined {
 /** "a,b" → ['a','b']; "*" → '*'. Throws KeyError naming the bad project. */
 export function parseProjects(raw: string | undefined): '*' | string[] {
   const text = (raw ?? '').trim();
-  if (!text) throw new KeyError('--projects is required: a comma-separated list of project names, or "*" for every project');
+  if (!text)
+    throw new KeyError('--projects is required: a comma-separated list of project names, or "*" for every project');
   if (text === '*') return '*';
   const list = text.split(',').map((p) => p.trim());
   const out: string[] = [];
@@ -61,7 +61,9 @@ export function parseProjects(raw: string | undefined): '*' | string[] {
     if (p === '') throw new KeyError(`--projects "${text}" has an empty project name`);
     if (p === '*') throw new KeyError('--projects "*" grants every project and cannot be combined with project names');
     if (p.length > 63 || !PROJECT_NAME.test(p)) {
-      throw new KeyError(`invalid project name "${p}" in --projects: 1-63 letters, digits, '_' or '-', starting and ending with a letter or digit`);
+      throw new KeyError(
+        `invalid project name "${p}" in --projects: 1-63 letters, digits, '_' or '-', starting and ending with a letter or digit`,
+      );
     }
     if (!out.includes(p)) out.push(p);
   }
@@ -80,7 +82,8 @@ export function parseExpires(raw: string, now: number = Date.now()): Date {
     const n = Number(d[1]);
     if (n <= 0) throw new KeyError(`--expires "${raw}" must be a positive duration`);
     const at = now + n * UNIT_MS[d[2]];
-    if (!Number.isFinite(at) || at > Date.parse('9999-12-31T23:59:59Z')) throw new KeyError(`--expires "${raw}" is too far away`);
+    if (!Number.isFinite(at) || at > Date.parse('9999-12-31T23:59:59Z'))
+      throw new KeyError(`--expires "${raw}" is too far away`);
     return new Date(at);
   }
   if (RFC3339.test(text)) {

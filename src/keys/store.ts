@@ -57,10 +57,18 @@ export class FilesKeyStore implements KeyStore {
     });
     if (docs.length === 0) throw new CommandError(`no API key named "${name}" in ${this.target}`, 'SG_NOT_FOUND');
     const listed = docs.find((d) => d.inList);
-    if (listed) throw new CommandError(`API key "${name}" is an item of a List in ${listed.file}: remove it from that file by hand`);
+    if (listed)
+      throw new CommandError(
+        `API key "${name}" is an item of a List in ${listed.file}: remove it from that file by hand`,
+      );
     const files = [...new Set(docs.map((d) => d.file))];
     const single = (await stat(this.target)).isFile();
-    for (const file of files) await removeDocs(file, docs.filter((d) => d.file === file).map((d) => d.index), single);
+    for (const file of files)
+      await removeDocs(
+        file,
+        docs.filter((d) => d.file === file).map((d) => d.index),
+        single,
+      );
     return files.map((f) => relative(this.target, f) || f).join(', ');
   }
 }
@@ -80,12 +88,20 @@ export class ClusterKeyStore implements KeyStore {
     const ns = this.namespace;
     const name = manifest.metadata.name;
     try {
-      await this.clients.core.createNamespacedSecret({ namespace: ns, body: { ...manifest, metadata: { ...manifest.metadata, namespace: ns } } });
+      await this.clients.core.createNamespacedSecret({
+        namespace: ns,
+        body: { ...manifest, metadata: { ...manifest.metadata, namespace: ns } },
+      });
     } catch (err) {
       const status = apiStatus(err);
-      if (status === 409) throw new CommandError(`a Secret named "${name}" already exists in namespace ${ns}; revoke it first or choose another --name`, 'SG_EXISTS');
+      if (status === 409)
+        throw new CommandError(
+          `a Secret named "${name}" already exists in namespace ${ns}; revoke it first or choose another --name`,
+          'SG_EXISTS',
+        );
       if (status === 404) throw new CommandError(`namespace ${ns} not found (${apiMessage(err)})`, 'SG_NOT_FOUND');
-      if (status === 403) throw new CommandError(`not allowed to create Secrets in namespace ${ns}: ${apiMessage(err)}`, 'SG_CLUSTER');
+      if (status === 403)
+        throw new CommandError(`not allowed to create Secrets in namespace ${ns}: ${apiMessage(err)}`, 'SG_CLUSTER');
       if (status === 422) throw new CommandError(`the API server refused the Secret: ${apiMessage(err)}`, 'SG_CLUSTER');
       throw new CommandError(`cannot create Secret ${ns}/${name}: ${apiMessage(err)}`, 'SG_CLUSTER');
     }
@@ -96,9 +112,13 @@ export class ClusterKeyStore implements KeyStore {
     const ns = this.namespace;
     let list: { items: unknown[] };
     try {
-      list = (await this.clients.core.listNamespacedSecret({ namespace: ns, labelSelector: `${KEY_LABEL}=true` })) as unknown as { items: unknown[] };
+      list = (await this.clients.core.listNamespacedSecret({
+        namespace: ns,
+        labelSelector: `${KEY_LABEL}=true`,
+      })) as unknown as { items: unknown[] };
     } catch (err) {
-      if (apiStatus(err) === 403) throw new CommandError(`not allowed to list Secrets in namespace ${ns}: ${apiMessage(err)}`, 'SG_CLUSTER');
+      if (apiStatus(err) === 403)
+        throw new CommandError(`not allowed to list Secrets in namespace ${ns}: ${apiMessage(err)}`, 'SG_CLUSTER');
       throw new CommandError(`cannot list key Secrets in namespace ${ns}: ${apiMessage(err)}`, 'SG_CLUSTER');
     }
     return list.items
@@ -114,16 +134,20 @@ export class ClusterKeyStore implements KeyStore {
     try {
       secret = (await core.readNamespacedSecret({ name, namespace: ns })) as typeof secret;
     } catch (err) {
-      if (apiStatus(err) === 404) throw new CommandError(`no API key named "${name}" in namespace ${ns}`, 'SG_NOT_FOUND');
+      if (apiStatus(err) === 404)
+        throw new CommandError(`no API key named "${name}" in namespace ${ns}`, 'SG_NOT_FOUND');
       throw new CommandError(`cannot read Secret ${ns}/${name}: ${apiMessage(err)}`, 'SG_CLUSTER');
     }
     if (secret.metadata?.labels?.[KEY_LABEL] !== 'true') {
-      throw new CommandError(`Secret ${ns}/${name} is not an API key (it has no ${KEY_LABEL}: "true" label); not deleting it`);
+      throw new CommandError(
+        `Secret ${ns}/${name} is not an API key (it has no ${KEY_LABEL}: "true" label); not deleting it`,
+      );
     }
     try {
       await core.deleteNamespacedSecret({ name, namespace: ns });
     } catch (err) {
-      if (apiStatus(err) === 404) throw new CommandError(`no API key named "${name}" in namespace ${ns}`, 'SG_NOT_FOUND');
+      if (apiStatus(err) === 404)
+        throw new CommandError(`no API key named "${name}" in namespace ${ns}`, 'SG_NOT_FOUND');
       throw new CommandError(`cannot delete Secret ${ns}/${name}: ${apiMessage(err)}`, 'SG_CLUSTER');
     }
     return `Secret ${ns}/${name} deleted`;
@@ -163,7 +187,8 @@ async function readKeyDocs(dir: string): Promise<KeyDoc[]> {
       const doc = d.toJS() as unknown;
       if (isList(doc)) {
         const items = (doc as { items?: unknown }).items;
-        if (Array.isArray(items)) for (const item of items) if (summarizeKeySecret(item)) out.push({ file, index, doc: item, inList: true });
+        if (Array.isArray(items))
+          for (const item of items) if (summarizeKeySecret(item)) out.push({ file, index, doc: item, inList: true });
       } else if (summarizeKeySecret(doc)) out.push({ file, index, doc });
     });
   }
@@ -182,7 +207,10 @@ async function writeKeyFile(target: string, manifest: KeySecretManifest, now: nu
   for (const d of await readKeyDocs(target)) {
     const k = summarizeKeySecret(d.doc)!;
     if (k.name === name && (k.namespace === undefined || ns === undefined || k.namespace === ns)) {
-      throw new CommandError(`an API key named "${name}" already exists in ${relative(target, d.file) || d.file}; revoke it first or choose another --name`, 'SG_EXISTS');
+      throw new CommandError(
+        `an API key named "${name}" already exists in ${relative(target, d.file) || d.file}; revoke it first or choose another --name`,
+        'SG_EXISTS',
+      );
     }
   }
   const header = `# API key "${name}" created by servegate keys create at ${new Date(now).toISOString()}. Only the key's SHA-256 is stored.\n`;

@@ -63,7 +63,8 @@ export function readMeta(raw: unknown, namespaced = true): ObjectMeta | undefine
 export function secretData(obj: Record<string, unknown>): Record<string, string> {
   const out: Record<string, string> = {};
   if (isObject(obj.data)) {
-    for (const [k, v] of Object.entries(obj.data)) if (typeof v === 'string') out[k] = Buffer.from(v, 'base64').toString('utf8');
+    for (const [k, v] of Object.entries(obj.data))
+      if (typeof v === 'string') out[k] = Buffer.from(v, 'base64').toString('utf8');
   }
   if (isObject(obj.stringData)) {
     for (const [k, v] of Object.entries(obj.stringData)) if (typeof v === 'string') out[k] = v;

@@ -7,7 +7,6 @@ interface Level {
   at: number;
 }
 
-
 export class MemoryLimitStore implements LimitStore {
   private readonly levels = new Map<string, Level>();
 

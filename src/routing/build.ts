@@ -11,7 +11,14 @@ import { inferenceServiceRoute } from './process/inference-service.js';
 import { buildKeysCached } from './process/keys.js';
 import type { RouteOrError } from './process/result.js';
 import { servingDeploymentRoute } from './process/serving-deployment.js';
-import type { BuildResult, InferenceServiceResource, RouteTable, ServiceResource, ServingDeploymentResource, Snapshot } from './types.js';
+import type {
+  BuildResult,
+  InferenceServiceResource,
+  RouteTable,
+  ServiceResource,
+  ServingDeploymentResource,
+  Snapshot,
+} from './types.js';
 
 export { BuildCache } from './cache.js';
 export { buildKeys } from './process/keys.js';
@@ -25,18 +32,31 @@ export interface BuildOptions {
   defaultTimeoutMs: number;
 }
 
-export function buildRouteTable(snapshot: Snapshot, options: BuildOptions, cache: BuildCache = new BuildCache()): BuildResult {
+export function buildRouteTable(
+  snapshot: Snapshot,
+  options: BuildOptions,
+  cache: BuildCache = new BuildCache(),
+): BuildResult {
   const servicesById = snapshot.services ? indexServices(snapshot.services, cache) : undefined;
   const deps = `${snapshot.source}|${options.publicUrl}|${options.serverlessDomain}|${options.defaultTimeoutMs}`;
   const candidates: Candidate[] = [];
   const rejections: Rejection[] = [];
 
-  const evaluate = (res: ServingDeploymentResource | InferenceServiceResource, serviceName: unknown, compute: () => RouteOrError): void => {
-    const service = servicesById ? (typeof serviceName === 'string' ? servicesById.get(`${res.metadata.namespace}/${serviceName}`) : undefined) : null;
+  const evaluate = (
+    res: ServingDeploymentResource | InferenceServiceResource,
+    serviceName: unknown,
+    compute: () => RouteOrError,
+  ): void => {
+    const service = servicesById
+      ? typeof serviceName === 'string'
+        ? servicesById.get(`${res.metadata.namespace}/${serviceName}`)
+        : undefined
+      : null;
     let e = cache.evaluated.get(res);
     if (!e || e.deps !== deps || e.service !== service) {
       const r = compute();
-      const value: Candidate | Rejection = 'reason' in r ? { meta: res.metadata, resourceKind: res.kind, ...r } : candidate(r, res.metadata, options);
+      const value: Candidate | Rejection =
+        'reason' in r ? { meta: res.metadata, resourceKind: res.kind, ...r } : candidate(r, res.metadata, options);
       e = { deps, service, value };
       cache.evaluated.set(res, e);
     }
@@ -53,7 +73,14 @@ export function buildRouteTable(snapshot: Snapshot, options: BuildOptions, cache
 
   const { byPath, byHost, routes, statuses, digests } = resolve(candidates, rejections);
   const { keys, problems, digests: keyDigests } = buildKeysCached(snapshot.keySecrets, options.keysNamespace, cache);
-  const table: RouteTable = { byPath, byHost, keys, routes, hash: hashDigests(digests, keyDigests), serverlessDomain: options.serverlessDomain };
+  const table: RouteTable = {
+    byPath,
+    byHost,
+    keys,
+    routes,
+    hash: hashDigests(digests, keyDigests),
+    serverlessDomain: options.serverlessDomain,
+  };
   return { table, statuses, keyProblems: problems };
 }
 

@@ -52,7 +52,9 @@ export function legacyHostname(
 ): { hostname: string } | { error: string } {
   const label = projectHostLabel(project);
   if (!isDnsLabel(label)) {
-    return { error: `project "${project}" does not form a valid DNS label ("${label}"), so the deployment has no legacy hostname` };
+    return {
+      error: `project "${project}" does not form a valid DNS label ("${label}"), so the deployment has no legacy hostname`,
+    };
   }
   const hostname = `${deployment}.${label}.${serverlessDomain}`;
   if (hostname.length > 253) return { error: `hostname "${hostname}" is longer than 253 characters` };

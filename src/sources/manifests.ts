@@ -87,13 +87,22 @@ export function parseManifests(text: string, opts: ManifestOptions): ParsedManif
     const node = docs[i].contents as YamlNode | null;
     if (isObject(value) && value.kind === 'List' && 'items' in value) {
       if (!Array.isArray(value.items)) {
-        if (value.items !== null && value.items !== undefined) out.errors.push({ origin, message: 'a List needs items: a sequence of objects' });
+        if (value.items !== null && value.items !== undefined)
+          out.errors.push({ origin, message: 'a List needs items: a sequence of objects' });
         continue;
       }
       const itemsNode = isMap(node) ? node.get('items', true) : undefined;
       const itemNodes: unknown[] = isSeq(itemsNode) ? itemsNode.items : [];
       value.items.forEach((item, j) => {
-        add(out, `${origin}.items[${j}]`, classifyObject(item, { origin: `${origin}.items[${j}]`, keysNamespace: opts.keysNamespace }, itemNodes[j] as YamlNode | undefined));
+        add(
+          out,
+          `${origin}.items[${j}]`,
+          classifyObject(
+            item,
+            { origin: `${origin}.items[${j}]`, keysNamespace: opts.keysNamespace },
+            itemNodes[j] as YamlNode | undefined,
+          ),
+        );
       });
       continue;
     }
@@ -132,26 +141,40 @@ export function classifyObject(obj: unknown, opts: ManifestOptions, node?: YamlN
   const group = apiVersion.includes('/') ? apiVersion.slice(0, apiVersion.lastIndexOf('/')) : '';
 
   if (kind === KIND && group === API_GROUP) {
-    if (apiVersion !== API_VERSION) return err(`${KIND} apiVersion "${apiVersion}" is not supported (use ${API_VERSION})`);
+    if (apiVersion !== API_VERSION)
+      return err(`${KIND} apiVersion "${apiVersion}" is not supported (use ${API_VERSION})`);
     const meta = readMeta(obj.metadata, DEFAULT_NAMESPACE, KIND);
     if (typeof meta === 'string') return err(meta);
-    const resource: ServingDeploymentResource = { apiVersion, kind: KIND, metadata: meta, spec: obj.spec, origin: opts.origin };
+    const resource: ServingDeploymentResource = {
+      apiVersion,
+      kind: KIND,
+      metadata: meta,
+      spec: obj.spec,
+      origin: opts.origin,
+    };
     if (obj.status !== undefined) resource.status = obj.status;
     return { kind: 'deployment', resource };
   }
 
   if (kind === 'InferenceService' && group === KSERVE_GROUP) {
-    if (apiVersion !== KSERVE_API_VERSION) return err(`InferenceService apiVersion "${apiVersion}" is not supported (use ${KSERVE_API_VERSION})`);
+    if (apiVersion !== KSERVE_API_VERSION)
+      return err(`InferenceService apiVersion "${apiVersion}" is not supported (use ${KSERVE_API_VERSION})`);
     const meta = readMeta(obj.metadata, DEFAULT_NAMESPACE, 'InferenceService');
     if (typeof meta === 'string') return err(meta);
-    return { kind: 'inferenceService', resource: { apiVersion, kind: 'InferenceService', metadata: meta, spec: obj.spec, origin: opts.origin } };
+    return {
+      kind: 'inferenceService',
+      resource: { apiVersion, kind: 'InferenceService', metadata: meta, spec: obj.spec, origin: opts.origin },
+    };
   }
 
   if (kind === 'Secret' && apiVersion === 'v1') {
     if (!isKeySecret(obj.metadata)) return { kind: 'ignored' };
     const meta = readMeta(obj.metadata, opts.keysNamespace, 'key Secret');
     if (typeof meta === 'string') return err(meta);
-    if (!isDnsSubdomain(meta.name)) return err(`key Secret metadata.name "${meta.name}" must be a DNS-1123 subdomain (lower-case a-z, 0-9, '-', '.')`);
+    if (!isDnsSubdomain(meta.name))
+      return err(
+        `key Secret metadata.name "${meta.name}" must be a DNS-1123 subdomain (lower-case a-z, 0-9, '-', '.')`,
+      );
     const data = secretData(obj, node);
     if (typeof data === 'string') return err(`key Secret ${meta.namespace}/${meta.name}: ${data}`);
     return { kind: 'keySecret', resource: { metadata: meta, data, origin: opts.origin } };
@@ -184,7 +207,6 @@ function readMeta(raw: unknown, defaultNamespace: string, what: string): ObjectM
   return readObjectMeta({ metadata: { ...raw, namespace: ns } }, false)!;
 }
 
-
 const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
 
 /** base64-decoded `data` merged with `stringData`; stringData wins, as the API server does. */
@@ -200,7 +222,8 @@ function secretData(obj: Record<string, unknown>, node?: YamlNode): Record<strin
       }
       if (typeof v !== 'string') return `data.${k} must be a base64 string`;
       const compact = v.replace(/\s+/g, '');
-      if (compact.length % 4 !== 0 || !BASE64.test(compact)) return `data.${k} is not valid base64 (use stringData for plain text)`;
+      if (compact.length % 4 !== 0 || !BASE64.test(compact))
+        return `data.${k} is not valid base64 (use stringData for plain text)`;
       out[k] = Buffer.from(compact, 'base64').toString('utf8');
     }
   }
@@ -231,7 +254,6 @@ function scalarSources(node: YamlNode | undefined, key: string): Map<string, str
   return m;
 }
 
-
 function firstLine(e: unknown): string {
   const msg = e instanceof Error ? e.message : String(e);
   return msg.split('\n')[0].trim().replace(/:$/, '');
@@ -260,9 +282,18 @@ export function combineManifests(parts: readonly ManifestResources[]): ManifestR
     return [...byId.values()];
   };
   return {
-    deployments: dedupe(parts.flatMap((p) => p.deployments), KIND),
-    inferenceServices: dedupe(parts.flatMap((p) => p.inferenceServices), 'InferenceService'),
-    keySecrets: dedupe(parts.flatMap((p) => p.keySecrets), 'key Secret'),
+    deployments: dedupe(
+      parts.flatMap((p) => p.deployments),
+      KIND,
+    ),
+    inferenceServices: dedupe(
+      parts.flatMap((p) => p.inferenceServices),
+      'InferenceService',
+    ),
+    keySecrets: dedupe(
+      parts.flatMap((p) => p.keySecrets),
+      'key Secret',
+    ),
     errors,
   };
 }

@@ -24,12 +24,17 @@ afterAll(async () => {
   await py?.close();
 });
 
-const requestLines = (gw: Gateway) => gw.logs.map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => l.msg === 'request');
+const requestLines = (gw: Gateway) =>
+  gw.logs.map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => l.msg === 'request');
 
 describe('access log', () => {
   test('a forwarded request gets one line with its id, route, key name, addresses, sizes and status, and no secret', async () => {
     const key = on.keys['apikey-logged'];
-    const r = await send(`${on.url}/v1/demo/echo/some/path?secret=query`, { method: 'PUT', headers: { authorization: `ApiKey ${key}` }, body: 'hello' });
+    const r = await send(`${on.url}/v1/demo/echo/some/path?secret=query`, {
+      method: 'PUT',
+      headers: { authorization: `ApiKey ${key}` },
+      body: 'hello',
+    });
     expect(r.status).toBe(200);
     const id = r.headers['x-request-id'];
     const line = await eventually(() => {
@@ -71,7 +76,10 @@ describe('access log', () => {
 
   test('accessLog: false writes no request lines, while the requests are still counted', async () => {
     const key = off.keys['apikey-logged'];
-    for (let i = 0; i < 3; i++) expect((await send(`${off.url}/v1/demo/echo/x`, { headers: { authorization: `ApiKey ${key}` } })).status).toBe(200);
+    for (let i = 0; i < 3; i++)
+      expect((await send(`${off.url}/v1/demo/echo/x`, { headers: { authorization: `ApiKey ${key}` } })).status).toBe(
+        200,
+      );
     const metrics = await eventually(async () => {
       const m = (await send(`${off.adminUrl}/metrics`)).text;
       expect(m).toMatch(/servegate_requests_total\{project="demo",deployment="echo",status="200"\} 3/);

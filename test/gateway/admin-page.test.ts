@@ -45,7 +45,8 @@ browserDescribe('the page in headless Chromium', () => {
     browser = await launchChromium();
     const page = await browser.newPage();
     await page.goto(`${gw.adminUrl}/`);
-    const visibleNames = () => page.$$eval('#rows tr:not([hidden]) td:nth-child(2)', (tds) => tds.map((td) => td.firstChild?.textContent));
+    const visibleNames = () =>
+      page.$$eval('#rows tr:not([hidden]) td:nth-child(2)', (tds) => tds.map((td) => td.firstChild?.textContent));
     expect(await visibleNames()).toEqual(['iris', 'scorer', 'chat']);
     expect(await page.textContent('body')).toContain('https://models.example.com/v1/genai/chat/v1');
 
@@ -60,10 +61,17 @@ browserDescribe('the page in headless Chromium', () => {
     // Traffic, then the page's poll (every 5 s) shows it.
     const key = gw.keys['apikey-page'];
     for (let i = 0; i < 20; i++) {
-      const r = await send(`${gw.url}/v1/demo/iris/v1/models/iris:predict`, { headers: { authorization: `ApiKey ${key}` }, body: { instances: [[1]] } });
+      const r = await send(`${gw.url}/v1/demo/iris/v1/models/iris:predict`, {
+        headers: { authorization: `ApiKey ${key}` },
+        body: { instances: [[1]] },
+      });
       expect(r.status).toBe(200);
     }
-    await page.waitForFunction(`document.querySelector('[data-live="demo/iris"][data-f="rps"]').textContent !== '–'`, undefined, { timeout: 12_000 });
+    await page.waitForFunction(
+      `document.querySelector('[data-live="demo/iris"][data-f="rps"]').textContent !== '–'`,
+      undefined,
+      { timeout: 12_000 },
+    );
     expect(await page.textContent('[data-live="demo/iris"][data-f="err"]')).toBe('0.0%');
     expect(await page.textContent('[data-live="demo/iris"][data-f="p99"]')).toMatch(/^\d+ ms$/);
     expect(await page.textContent('[data-live="fraud_detection/scorer"][data-f="rps"]')).toBe('–'); // no traffic there

@@ -49,25 +49,42 @@ describe('admin listener', () => {
   });
 
   test('/metrics counts requests by project, deployment and status, and auth failures by reason', async () => {
-    const predict = () => send(`${gw.url}/v1/demo/iris/v1/models/iris:predict`, { headers: { authorization: `ApiKey ${key}` }, body: { instances: [[1]] } });
+    const predict = () =>
+      send(`${gw.url}/v1/demo/iris/v1/models/iris:predict`, {
+        headers: { authorization: `ApiKey ${key}` },
+        body: { instances: [[1]] },
+      });
     expect((await predict()).status).toBe(200);
     expect((await predict()).status).toBe(200);
-    expect((await send(`${gw.url}/v1/demo/iris/v1/models/iris:predict`, { body: { instances: [[1]] } })).status).toBe(401);
+    expect((await send(`${gw.url}/v1/demo/iris/v1/models/iris:predict`, { body: { instances: [[1]] } })).status).toBe(
+      401,
+    );
     expect(
-      (await send(`${gw.url}/v1/demo/iris/v1/models/iris:predict`, { headers: { authorization: `ApiKey AAAAAAAAAAAAAAAA.${'c'.repeat(40)}` }, body: {} })).status,
+      (
+        await send(`${gw.url}/v1/demo/iris/v1/models/iris:predict`, {
+          headers: { authorization: `ApiKey AAAAAAAAAAAAAAAA.${'c'.repeat(40)}` },
+          body: {},
+        })
+      ).status,
     ).toBe(401);
-    expect((await send(`${gw.url}/v1/fraud_detection/scorer/x`, { headers: { authorization: `ApiKey ${key}` } })).status).toBe(403);
+    expect(
+      (await send(`${gw.url}/v1/fraud_detection/scorer/x`, { headers: { authorization: `ApiKey ${key}` } })).status,
+    ).toBe(403);
 
     const r = await send(`${gw.adminUrl}/metrics`);
     expect(r.status).toBe(200);
     expect(String(r.headers['content-type'])).toMatch(/^text\/plain/);
     const samples = r.text.split('\n').filter((l) => l && !l.startsWith('#'));
 
-    const served = samples.filter((l) => /project="demo"/.test(l) && /deployment="iris"/.test(l) && /="200"/.test(l) && /_total\{/.test(l));
+    const served = samples.filter(
+      (l) => /project="demo"/.test(l) && /deployment="iris"/.test(l) && /="200"/.test(l) && /_total\{/.test(l),
+    );
     expect(served.length, r.text).toBeGreaterThan(0);
     expect(Math.max(...served.map((l) => Number(l.split(' ').at(-1))))).toBeGreaterThanOrEqual(2);
 
-    const authFailures = samples.filter((l) => /auth/i.test(l.split('{')[0]) && /reason="[^"]+"/.test(l) && Number(l.split(' ').at(-1)) > 0);
+    const authFailures = samples.filter(
+      (l) => /auth/i.test(l.split('{')[0]) && /reason="[^"]+"/.test(l) && Number(l.split(' ').at(-1)) > 0,
+    );
     const reasons = new Set(authFailures.map((l) => /reason="([^"]+)"/.exec(l)![1]));
     // missing header, unknown key and project not granted are told apart
     expect(reasons.size, r.text).toBeGreaterThanOrEqual(2);

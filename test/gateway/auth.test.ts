@@ -33,7 +33,11 @@ beforeAll(async () => {
       'key-broken.yaml': {
         apiVersion: 'v1',
         kind: 'Secret',
-        metadata: { name: 'apikey-broken', namespace: 'servegate', labels: { 'serving.servegate.dev/api-key': 'true' } },
+        metadata: {
+          name: 'apikey-broken',
+          namespace: 'servegate',
+          labels: { 'serving.servegate.dev/api-key': 'true' },
+        },
         stringData: { prefix: 'short', sha256: 'nothex', projects: 'demo' },
       },
     },
@@ -79,24 +83,30 @@ describe('authentication', () => {
     expect(py.last().url).toBe('/scheme');
   });
 
-  test.each(['authorization', 'Authorization', 'AUTHORIZATION', 'aUtHoRiZaTiOn'])('the header name %s is accepted (raw socket)', async (name) => {
-    const r = await rawRequest(
-      gw.port,
-      rawHttp('GET', '/v1/demo/app/raw-name', [
-        ['Host', `127.0.0.1:${gw.port}`],
-        [name, `ApiKey ${k('apikey-demo')}`],
-        ['Connection', 'close'],
-      ]),
-    );
-    expect(r.status).toBe(200);
-    expect(py.last().url).toBe('/raw-name');
-  });
+  test.each(['authorization', 'Authorization', 'AUTHORIZATION', 'aUtHoRiZaTiOn'])(
+    'the header name %s is accepted (raw socket)',
+    async (name) => {
+      const r = await rawRequest(
+        gw.port,
+        rawHttp('GET', '/v1/demo/app/raw-name', [
+          ['Host', `127.0.0.1:${gw.port}`],
+          [name, `ApiKey ${k('apikey-demo')}`],
+          ['Connection', 'close'],
+        ]),
+      );
+      expect(r.status).toBe(200);
+      expect(py.last().url).toBe('/raw-name');
+    },
+  );
 
   test.each([
     ['a wrong secret for a known prefix', () => `${k('apikey-demo').split('.')[0]}.${'A'.repeat(43)}`],
     ['an unknown prefix', () => newKey()],
     ['an expired key', () => k('apikey-expired')],
-    ['the secret of one key with the prefix of another', () => `${k('apikey-all').split('.')[0]}.${secretOf(k('apikey-demo'))}`],
+    [
+      'the secret of one key with the prefix of another',
+      () => `${k('apikey-all').split('.')[0]}.${secretOf(k('apikey-demo'))}`,
+    ],
     ['a key whose Secret has bad fields', () => `short.${'b'.repeat(40)}`],
   ])('%s is 401 and never forwarded', async (_what, key) => {
     const before = py.requests.length;
@@ -133,13 +143,16 @@ describe('authentication', () => {
     expect(py.requests.length).toBe(before);
   });
 
-  test.each(['/v1/fraud_detection/fraud/x', '/v1/fraud-detection/fraud/x'])('a key granting fraud_detection works on %s', async (path) => {
-    for (const name of ['apikey-fraud', 'apikey-two', 'apikey-all']) {
-      const r = await get(path, `ApiKey ${k(name)}`);
-      expect(r.status, name).toBe(200);
-      expect(py.last().headers['x-servegate-project']).toBe('fraud_detection');
-    }
-  });
+  test.each(['/v1/fraud_detection/fraud/x', '/v1/fraud-detection/fraud/x'])(
+    'a key granting fraud_detection works on %s',
+    async (path) => {
+      for (const name of ['apikey-fraud', 'apikey-two', 'apikey-all']) {
+        const r = await get(path, `ApiKey ${k(name)}`);
+        expect(r.status, name).toBe(200);
+        expect(py.last().headers['x-servegate-project']).toBe('fraud_detection');
+      }
+    },
+  );
 
   test('a granted project with an unknown deployment is 404', async () => {
     const r = await get('/v1/demo/nothing/x', `ApiKey ${k('apikey-demo')}`);
@@ -253,7 +266,8 @@ describe('a configured keys namespace (auth.keysNamespace)', () => {
   afterAll(async () => {
     await custom?.close();
   });
-  const call = (name: string) => send(`${custom.url}/v1/demo/app/kns`, { headers: { authorization: `ApiKey ${custom.keys[name]}` } });
+  const call = (name: string) =>
+    send(`${custom.url}/v1/demo/app/kns`, { headers: { authorization: `ApiKey ${custom.keys[name]}` } });
 
   test('a key Secret in the keys namespace grants its projects', async () => {
     expect((await call('apikey-platform')).status).toBe(200);

@@ -3,7 +3,14 @@
 // coding 415; /openai/v1 forwards its rewritten body decoded. Routes that forward bodies unread pass any coding.
 import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import { brotliCompressSync, deflateRawSync, deflateSync, gzipSync } from 'node:zlib';
-import { sha256, startOpenAIBackend, startPythonBackend, startV1Backend, type OpenAIBackend, type RecordingBackend } from '../support/backends.js';
+import {
+  sha256,
+  startOpenAIBackend,
+  startPythonBackend,
+  startV1Backend,
+  type OpenAIBackend,
+  type RecordingBackend,
+} from '../support/backends.js';
 import { send, startGateway, type Gateway } from '../support/harness.js';
 
 let v1: RecordingBackend;
@@ -36,7 +43,11 @@ const PREDICT = '/v1/demo/iris/v1/models/iris:predict';
 const post = (path: string, body: Buffer, encoding?: string) =>
   send(`${gw.url}${path}`, {
     method: 'POST',
-    headers: { authorization: `ApiKey ${key}`, 'content-type': 'application/json', ...(encoding ? { 'content-encoding': encoding } : {}) },
+    headers: {
+      authorization: `ApiKey ${key}`,
+      'content-type': 'application/json',
+      ...(encoding ? { 'content-encoding': encoding } : {}),
+    },
     body,
   });
 const json = Buffer.from(JSON.stringify({ instances: [[6.8, 2.8, 4.8, 1.4]] }));
@@ -79,7 +90,12 @@ describe('a checked route (V1 predict)', () => {
   test.each([
     ['gzip', Buffer.from('definitely not gzip'), /^the body is not valid gzip: /, 400],
     ['br', Buffer.from([1, 2, 3, 4, 5]), /^the body is not valid br: /, 400],
-    ['compress', Buffer.from('x'), /^content-encoding "compress" is not supported on this route: send the body as identity, gzip, deflate or br$/, 415],
+    [
+      'compress',
+      Buffer.from('x'),
+      /^content-encoding "compress" is not supported on this route: send the body as identity, gzip, deflate or br$/,
+      415,
+    ],
     ['gzip, gzip', gzipSync(gzipSync(json)), /^content-encoding "gzip, gzip" is not supported/, 415],
   ])('%s with a body it cannot decode: %p', async (coding, wire, message, status) => {
     const before = v1.requests.length;
@@ -109,7 +125,10 @@ describe('/openai/v1 (the body is rewritten)', () => {
 
   test('two "model" members are refused: the gateway and the backend could read different ones', async () => {
     const before = llm.requests.length;
-    const r = await post('/openai/v1/chat/completions', Buffer.from('{"model":"demo/chat","messages":[],"model":"demo/chat"}'));
+    const r = await post(
+      '/openai/v1/chat/completions',
+      Buffer.from('{"model":"demo/chat","messages":[],"model":"demo/chat"}'),
+    );
     expect(r.status).toBe(400);
     expect(r.json().error.message).toBe('the request body has more than one "model" member; send exactly one');
     expect(llm.requests.length).toBe(before);

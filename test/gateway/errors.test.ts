@@ -38,7 +38,14 @@ beforeAll(async () => {
   hangup = await new RecordingBackend((req) => void req.socket.destroy()).listen();
   const refused = `http://127.0.0.1:${await closedPort()}`;
   gw = await startGateway({
-    config: { limits: { maxRequestBodyBytes: LIMIT, requestTimeoutSeconds: 1, streamIdleTimeoutSeconds: 1, headersTimeoutSeconds: 1 } },
+    config: {
+      limits: {
+        maxRequestBodyBytes: LIMIT,
+        requestTimeoutSeconds: 1,
+        streamIdleTimeoutSeconds: 1,
+        headersTimeoutSeconds: 1,
+      },
+    },
     deployments: [
       { namespace: 'demo', name: 'app', type: 'python', url: py.url },
       { namespace: 'demo', name: 'chat', modelServer: 'llm', url: llm.url },
@@ -111,7 +118,11 @@ describe('error dialects', () => {
 describe('413 body too large', () => {
   test('a body over maxRequestBodyBytes with Content-Length is 413 and never forwarded', async () => {
     const before = py.requests.length;
-    const r = await send(`${gw.url}/v1/demo/app/big`, { method: 'POST', headers: auth(), body: Buffer.alloc(LIMIT + 1, 97) });
+    const r = await send(`${gw.url}/v1/demo/app/big`, {
+      method: 'POST',
+      headers: auth(),
+      body: Buffer.alloc(LIMIT + 1, 97),
+    });
     expectKServeError(r, 413);
     expect(py.requests.length).toBe(before);
   });
@@ -122,7 +133,13 @@ describe('413 body too large', () => {
     const part = Buffer.alloc(400, 98);
     const chunk = Buffer.concat([Buffer.from(`${part.length.toString(16)}\r\n`), part, Buffer.from('\r\n')]);
     try {
-      c.write(rawHttp('POST', '/v1/demo/app/big-chunked', [['Host', 'x'], ['Authorization', `ApiKey ${key}`], ['Transfer-Encoding', 'chunked']]));
+      c.write(
+        rawHttp('POST', '/v1/demo/app/big-chunked', [
+          ['Host', 'x'],
+          ['Authorization', `ApiKey ${key}`],
+          ['Transfer-Encoding', 'chunked'],
+        ]),
+      );
       c.write(chunk);
       // Unchecked routes stream bodies: the backend sees the request begin...
       await eventually(() => expect(py.matching('/big-chunked')).toHaveLength(1));
@@ -142,7 +159,11 @@ describe('413 body too large', () => {
   });
 
   test('a body of exactly maxRequestBodyBytes is forwarded whole', async () => {
-    const r = await send(`${gw.url}/v1/demo/app/exact`, { method: 'POST', headers: auth(), body: Buffer.alloc(LIMIT, 99) });
+    const r = await send(`${gw.url}/v1/demo/app/exact`, {
+      method: 'POST',
+      headers: auth(),
+      body: Buffer.alloc(LIMIT, 99),
+    });
     expect(r.status).toBe(200);
     expect(py.last().body.length).toBe(LIMIT);
   });
@@ -161,30 +182,48 @@ describe('502 backend refused or broke', () => {
   });
 
   test('connection refused on a predictive route is 502 {"error"}', async () => {
-    expectKServeError(await send(`${gw.url}/v1/demo/refused-model/v1/models/refused-model:predict`, { headers: auth(), body: { instances: [[1]] } }), 502);
+    expectKServeError(
+      await send(`${gw.url}/v1/demo/refused-model/v1/models/refused-model:predict`, {
+        headers: auth(),
+        body: { instances: [[1]] },
+      }),
+      502,
+    );
   });
 
   test('connection refused on an OpenAI route is 502 as an OpenAI error object', async () => {
-    expectOpenAIError(await send(`${gw.url}/v1/demo/refused-llm/v1/chat/completions`, { headers: auth(), body: chatBody }), 502);
+    expectOpenAIError(
+      await send(`${gw.url}/v1/demo/refused-llm/v1/chat/completions`, { headers: auth(), body: chatBody }),
+      502,
+    );
   });
 
   test('a reset connection is 502 and the POST reached the backend exactly once (no retry)', async () => {
     const before = reset.requests.length;
-    expectKServeError(await send(`${gw.url}/v1/demo/reset/once`, { method: 'POST', headers: auth(), body: 'pay once' }), 502);
+    expectKServeError(
+      await send(`${gw.url}/v1/demo/reset/once`, { method: 'POST', headers: auth(), body: 'pay once' }),
+      502,
+    );
     await sleep(200);
     expect(reset.requests.length - before).toBe(1);
   });
 
   test('a reset on an OpenAI route is 502 as an OpenAI error object, sent once', async () => {
     const before = reset.requests.length;
-    expectOpenAIError(await send(`${gw.url}/v1/demo/reset-llm/v1/chat/completions`, { headers: auth(), body: chatBody }), 502);
+    expectOpenAIError(
+      await send(`${gw.url}/v1/demo/reset-llm/v1/chat/completions`, { headers: auth(), body: chatBody }),
+      502,
+    );
     await sleep(200);
     expect(reset.requests.length - before).toBe(1);
   });
 
   test('a backend that reads the request and hangs up without answering gets it once: 502', async () => {
     const before = hangup.requests.length;
-    expectKServeError(await send(`${gw.url}/v1/demo/hangup/charge`, { method: 'POST', headers: auth(), body: '{"amount": 10}' }), 502);
+    expectKServeError(
+      await send(`${gw.url}/v1/demo/hangup/charge`, { method: 'POST', headers: auth(), body: '{"amount": 10}' }),
+      502,
+    );
     await sleep(200);
     expect(hangup.requests.length - before).toBe(1);
     expect(hangup.last().body.toString()).toBe('{"amount": 10}');
@@ -199,7 +238,10 @@ describe('504 backend timeout', () => {
   });
 
   test('504 on an OpenAI route is an OpenAI error object', async () => {
-    expectOpenAIError(await send(`${gw.url}/v1/demo/slow-llm/v1/chat/completions`, { headers: auth(), body: chatBody }), 504);
+    expectOpenAIError(
+      await send(`${gw.url}/v1/demo/slow-llm/v1/chat/completions`, { headers: auth(), body: chatBody }),
+      504,
+    );
   });
 
   test("a deployment's timeoutSeconds overrides the default", async () => {
@@ -225,7 +267,14 @@ function readStream(path: string, body: unknown, maxMs: number) {
     const timer = setTimeout(() => finish('still-open'), maxMs);
     const data = JSON.stringify(body);
     const req = http.request(
-      { host: '127.0.0.1', port: gw.port, path, method: 'POST', agent: false, headers: { ...auth(), 'content-type': 'application/json', 'content-length': Buffer.byteLength(data) } },
+      {
+        host: '127.0.0.1',
+        port: gw.port,
+        path,
+        method: 'POST',
+        agent: false,
+        headers: { ...auth(), 'content-type': 'application/json', 'content-length': Buffer.byteLength(data) },
+      },
       (res) => {
         status = res.statusCode ?? 0;
         res.on('data', (c: Buffer) => (text += c.toString()));
@@ -268,30 +317,54 @@ describe('streams', () => {
 
 describe('hang-ups', () => {
   test.each([
-    ['Content-Length', (k: string) => rawHttp('POST', '/v1/demo/app/truncated-cl', [['Host', 'x'], ['Authorization', `ApiKey ${k}`], ['Content-Length', '1000']]), 'a'.repeat(500)],
+    [
+      'Content-Length',
+      (k: string) =>
+        rawHttp('POST', '/v1/demo/app/truncated-cl', [
+          ['Host', 'x'],
+          ['Authorization', `ApiKey ${k}`],
+          ['Content-Length', '1000'],
+        ]),
+      'a'.repeat(500),
+    ],
     [
       'chunked',
-      (k: string) => rawHttp('POST', '/v1/demo/app/truncated-chunked', [['Host', 'x'], ['Authorization', `ApiKey ${k}`], ['Transfer-Encoding', 'chunked']]),
+      (k: string) =>
+        rawHttp('POST', '/v1/demo/app/truncated-chunked', [
+          ['Host', 'x'],
+          ['Authorization', `ApiKey ${k}`],
+          ['Transfer-Encoding', 'chunked'],
+        ]),
       `1f4\r\n${'a'.repeat(500)}\r\n`,
     ],
-  ])('a client that hangs up mid-upload (%s) never has a truncated body delivered as complete', async (framing, head, part) => {
-    const path = framing === 'chunked' ? '/truncated-chunked' : '/truncated-cl';
-    const before = py.matching(path).length;
-    const c = await RawClient.connect(gw.port);
-    c.write(head(key));
-    c.write(part);
-    // The request has begun streaming to the backend (an unchecked route): then the client hangs up.
-    await eventually(() => expect(py.matching(path).length).toBe(before + 1));
-    c.close();
-    const q = py.matching(path).at(-1)!;
-    await q.closed;
-    expect(q.complete && !q.aborted, `backend got a complete ${q.body.length}-byte body`).toBe(false);
-    expect(q.body.length).toBeLessThanOrEqual(500);
-  });
+  ])(
+    'a client that hangs up mid-upload (%s) never has a truncated body delivered as complete',
+    async (framing, head, part) => {
+      const path = framing === 'chunked' ? '/truncated-chunked' : '/truncated-cl';
+      const before = py.matching(path).length;
+      const c = await RawClient.connect(gw.port);
+      c.write(head(key));
+      c.write(part);
+      // The request has begun streaming to the backend (an unchecked route): then the client hangs up.
+      await eventually(() => expect(py.matching(path).length).toBe(before + 1));
+      c.close();
+      const q = py.matching(path).at(-1)!;
+      await q.closed;
+      expect(q.complete && !q.aborted, `backend got a complete ${q.body.length}-byte body`).toBe(false);
+      expect(q.body.length).toBeLessThanOrEqual(500);
+    },
+  );
 
   test('a client that hangs up ends the upstream request at once', async () => {
     const before = slow.requests.length;
-    const req = http.request({ host: '127.0.0.1', port: gw.port, path: '/v1/demo/patient/hang', method: 'GET', agent: false, headers: auth() });
+    const req = http.request({
+      host: '127.0.0.1',
+      port: gw.port,
+      path: '/v1/demo/patient/hang',
+      method: 'GET',
+      agent: false,
+      headers: auth(),
+    });
     req.on('error', () => {});
     req.end();
     await slow.waitForRequests(before + 1);
@@ -352,10 +425,15 @@ describe('429 rate limited', () => {
     expect(ok).toBeGreaterThanOrEqual(1);
     expect(ok).toBeLessThanOrEqual(3);
     expect(statuses.filter((s) => s === 429).length).toBe(6 - ok);
-    expectKServeError(replies.find((r) => r.status === 429)!, 429);
+    expectKServeError(
+      replies.find((r) => r.status === 429)!,
+      429,
+    );
     expect(py.requests.length - before).toBe(ok);
 
-    const quiet = await send(`${limited.url}/v1/demo/app/rl`, { headers: { authorization: `ApiKey ${limited.keys['apikey-quiet']}` } });
+    const quiet = await send(`${limited.url}/v1/demo/app/rl`, {
+      headers: { authorization: `ApiKey ${limited.keys['apikey-quiet']}` },
+    });
     expect(quiet.status).toBe(200);
   });
 

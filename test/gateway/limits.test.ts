@@ -3,7 +3,12 @@
 // the route's dialect, the openai SDK seeing a RateLimitError; and failed-authentication throttling per address.
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
-import { startOpenAIBackend, startPythonBackend, type OpenAIBackend, type RecordingBackend } from '../support/backends.js';
+import {
+  startOpenAIBackend,
+  startPythonBackend,
+  type OpenAIBackend,
+  type RecordingBackend,
+} from '../support/backends.js';
 import { send, startGateway, type Gateway } from '../support/harness.js';
 import { metricValue } from '../support/metrics.js';
 
@@ -46,12 +51,18 @@ describe('requests per minute', () => {
     const answers = [];
     for (let i = 0; i < 5; i++) answers.push(await call('/v1/demo/echo/rpm', 'apikey-rpm'));
     expect(answers.map((r) => r.status)).toEqual([200, 200, 200, 429, 429]);
-    expect(answers[0].headers).toMatchObject({ 'x-ratelimit-limit-requests': '3', 'x-ratelimit-remaining-requests': '2', 'x-ratelimit-reset-requests': '20s' });
+    expect(answers[0].headers).toMatchObject({
+      'x-ratelimit-limit-requests': '3',
+      'x-ratelimit-remaining-requests': '2',
+      'x-ratelimit-reset-requests': '20s',
+    });
     expect(answers[2].headers['x-ratelimit-remaining-requests']).toBe('0');
     const refused = answers[3];
     expect(refused.headers['retry-after']).toBe('20'); // 3 per minute: one back every 20 s
     expect(refused.headers['x-ratelimit-remaining-requests']).toBe('0');
-    expect(refused.json()).toEqual({ error: 'rate limit exceeded: 3 requests per minute for API key servegate/apikey-rpm; retry after 20 s' });
+    expect(refused.json()).toEqual({
+      error: 'rate limit exceeded: 3 requests per minute for API key servegate/apikey-rpm; retry after 20 s',
+    });
     expect((await call('/v1/demo/echo/rpm', 'apikey-free')).status).toBe(200);
     expect((await call('/v1/demo/echo/rpm', 'apikey-free')).headers['x-ratelimit-limit-requests']).toBeUndefined();
     expect(metricValue(await metrics(), 'servegate_rate_limited_total', { scope: 'key', kind: 'requests' })).toBe(2);
@@ -59,9 +70,12 @@ describe('requests per minute', () => {
 
   test("a deployment's spec.limits apply across keys", async () => {
     const statuses = [];
-    for (const key of ['apikey-free', 'apikey-valid', 'apikey-free']) statuses.push((await call('/v1/demo/capped/x', key)).status);
+    for (const key of ['apikey-free', 'apikey-valid', 'apikey-free'])
+      statuses.push((await call('/v1/demo/capped/x', key)).status);
     expect(statuses).toEqual([200, 200, 429]);
-    expect(metricValue(await metrics(), 'servegate_rate_limited_total', { scope: 'deployment', kind: 'requests' })).toBe(1);
+    expect(
+      metricValue(await metrics(), 'servegate_rate_limited_total', { scope: 'deployment', kind: 'requests' }),
+    ).toBe(1);
   });
 });
 
@@ -85,9 +99,17 @@ describe('tokens per minute, charged from usage', () => {
   });
 
   test('a streamed answer is charged too (its usage chunk)', async () => {
-    const client = new OpenAI({ baseURL: `${gw.url}/v1/demo/chat/v1`, apiKey: gw.keys['apikey-tpm-stream'], maxRetries: 0 });
+    const client = new OpenAI({
+      baseURL: `${gw.url}/v1/demo/chat/v1`,
+      apiKey: gw.keys['apikey-tpm-stream'],
+      maxRetries: 0,
+    });
     for (let i = 0; i < 2; i++) {
-      const stream = await client.chat.completions.create({ ...chat, stream: true, stream_options: { include_usage: true } });
+      const stream = await client.chat.completions.create({
+        ...chat,
+        stream: true,
+        stream_options: { include_usage: true },
+      });
       for await (const chunk of stream) void chunk;
     }
     const third = await send(`${gw.url}/v1/demo/chat/v1/chat/completions`, {
@@ -106,7 +128,8 @@ describe('failed-authentication throttling (maxFailures 3 here)', () => {
   test('an address past maxFailures gets 429 even with a valid key; other addresses are unaffected', async () => {
     const bad = { authorization: 'ApiKey AAAAAAAAAAAAAAAA.bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb' };
     const statuses = [];
-    for (let i = 0; i < 6; i++) statuses.push((await send(`${gw.url}/v1/demo/echo/x`, { headers: { ...bad, ...from('203.0.113.7') } })).status);
+    for (let i = 0; i < 6; i++)
+      statuses.push((await send(`${gw.url}/v1/demo/echo/x`, { headers: { ...bad, ...from('203.0.113.7') } })).status);
     // The 4th failure is "more than 3": from the 5th request on, 429.
     expect(statuses).toEqual([401, 401, 401, 401, 429, 429]);
     const valid = await call('/v1/demo/echo/x', 'apikey-valid', from('203.0.113.7'));
@@ -114,6 +137,8 @@ describe('failed-authentication throttling (maxFailures 3 here)', () => {
     expect(valid.json().error).toMatch(/^too many failed authentications from 203\.0\.113\.7; retry after \d+ s$/);
     expect(Number(valid.headers['retry-after'])).toBeGreaterThan(50);
     expect((await call('/v1/demo/echo/x', 'apikey-valid', from('198.51.100.9'))).status).toBe(200);
-    expect(metricValue(await metrics(), 'servegate_rate_limited_total', { scope: 'client', kind: 'auth_failures' })).toBe(3);
+    expect(
+      metricValue(await metrics(), 'servegate_rate_limited_total', { scope: 'client', kind: 'auth_failures' }),
+    ).toBe(3);
   });
 });

@@ -5,7 +5,13 @@ import OpenAI from 'openai';
 import http from 'node:http';
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from '@jest/globals';
 import WebSocket from 'ws';
-import { closedPort, startOpenAIBackend, startPythonBackend, type OpenAIBackend, type RecordingBackend } from '../support/backends.js';
+import {
+  closedPort,
+  startOpenAIBackend,
+  startPythonBackend,
+  type OpenAIBackend,
+  type RecordingBackend,
+} from '../support/backends.js';
 import { send, startGateway, type Gateway } from '../support/harness.js';
 
 let llama: OpenAIBackend;
@@ -24,7 +30,12 @@ const backends = () => [llama, mistral, research];
 const seen = () => backends().reduce((n, b) => n + b.requests.length, 0);
 
 beforeAll(async () => {
-  [llama, mistral, research, realtime] = await Promise.all([startOpenAIBackend(), startOpenAIBackend(), startOpenAIBackend(), startPythonBackend()]);
+  [llama, mistral, research, realtime] = await Promise.all([
+    startOpenAIBackend(),
+    startOpenAIBackend(),
+    startOpenAIBackend(),
+    startPythonBackend(),
+  ]);
   const down = await closedPort();
   gw = await startGateway({
     config: { cors: { allowedOrigins: [ORIGIN] }, limits: { maxRequestBodyBytes: 65_536 } },
@@ -59,15 +70,26 @@ beforeEach(() => {
 });
 
 const chatTo = (apiKey: string, body: unknown, headers: Record<string, string> = {}) =>
-  send(`${gw.url}/openai/v1/chat/completions`, { headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json', ...headers }, body: typeof body === 'string' ? body : JSON.stringify(body) });
+  send(`${gw.url}/openai/v1/chat/completions`, {
+    headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
 
 describe('models', () => {
   test('models.list lists exactly the LLM deployments the key may use, as "<project>/<deployment>"', async () => {
     const mine = await sdk(app).models.list();
     expect(mine.data.map((m) => m.id).sort()).toEqual(['genai/down', 'genai/llama', 'genai/mistral', 'genai/rt']);
-    expect(mine.data.every((m) => m.object === 'model' && typeof m.created === 'number' && m.owned_by === 'genai')).toBe(true);
+    expect(
+      mine.data.every((m) => m.object === 'model' && typeof m.created === 'number' && m.owned_by === 'genai'),
+    ).toBe(true);
     const wider = await sdk(both).models.list();
-    expect(wider.data.map((m) => m.id).sort()).toEqual(['genai/down', 'genai/llama', 'genai/mistral', 'genai/rt', 'research_lab/llama']);
+    expect(wider.data.map((m) => m.id).sort()).toEqual([
+      'genai/down',
+      'genai/llama',
+      'genai/mistral',
+      'genai/rt',
+      'research_lab/llama',
+    ]);
     expect(seen()).toBe(0);
   });
 
@@ -79,7 +101,14 @@ describe('models', () => {
     expect(Object.keys(list).sort()).toEqual(['data', 'object']);
     expect(list.object).toBe('list');
     const byId = [...list.data].sort((a: { id: string }, b: { id: string }) => a.id.localeCompare(b.id));
-    expect(byId).toEqual(['genai/down', 'genai/llama', 'genai/mistral', 'genai/rt'].map((id) => ({ id, object: 'model', created: 0, owned_by: 'genai' })));
+    expect(byId).toEqual(
+      ['genai/down', 'genai/llama', 'genai/mistral', 'genai/rt'].map((id) => ({
+        id,
+        object: 'model',
+        created: 0,
+        owned_by: 'genai',
+      })),
+    );
     expect(r.headers['access-control-allow-origin']).toBe(ORIGIN);
     expect(r.headers['x-request-id']).toBeTruthy();
   });
@@ -87,9 +116,13 @@ describe('models', () => {
   test('models.retrieve answers one model the key may use, and 404/403 for the others', async () => {
     const m = await sdk(app).models.retrieve('genai/llama');
     expect(m).toMatchObject({ id: 'genai/llama', object: 'model' });
-    const missing = await sdk(app).models.retrieve('genai/nope').catch((e: unknown) => e);
+    const missing = await sdk(app)
+      .models.retrieve('genai/nope')
+      .catch((e: unknown) => e);
     expect(missing).toBeInstanceOf(OpenAI.NotFoundError);
-    const denied = await sdk(app).models.retrieve('secret/gpt').catch((e: unknown) => e);
+    const denied = await sdk(app)
+      .models.retrieve('secret/gpt')
+      .catch((e: unknown) => e);
     expect(denied).toBeInstanceOf(OpenAI.PermissionDeniedError);
     expect(seen()).toBe(0);
   });
@@ -120,7 +153,8 @@ describe('chat through the one base URL', () => {
   });
 
   test('only the model value changes: spacing, key order and a big integer reach the backend as sent', async () => {
-    const sent = '{ "seed" : 123456789012345678901234567890,\n  "model" :  "genai/mistral" , "messages":[{"role":"user","content":"h\\u00e9"}], "model_x": 1 }';
+    const sent =
+      '{ "seed" : 123456789012345678901234567890,\n  "model" :  "genai/mistral" , "messages":[{"role":"user","content":"h\\u00e9"}], "model_x": 1 }';
     const r = await chatTo(app, sent);
     expect(r.status).toBe(200);
     const rec = mistral.last();
@@ -141,7 +175,7 @@ describe('chat through the one base URL', () => {
     expect(rec.headers['transfer-encoding']).toBeUndefined();
   });
 
-  test('a bare deployment name works when one of the key\'s projects has it; the name the backend serves is then the same', async () => {
+  test("a bare deployment name works when one of the key's projects has it; the name the backend serves is then the same", async () => {
     const sent = JSON.stringify({ model: 'mistral', messages: [{ role: 'user', content: 'bare' }] });
     const r = await chatTo(app, sent);
     expect(r.status).toBe(200);
@@ -168,9 +202,13 @@ describe('chat through the one base URL', () => {
     expect(JSON.parse(llama.last().body.toString()).model).toBe(SERVED);
   });
 
-  test('a streamed chat arrives chunk by chunk, and the text is the backend\'s', async () => {
+  test("a streamed chat arrives chunk by chunk, and the text is the backend's", async () => {
     llama.stream = { chunks: 5, delayMs: 5 };
-    const stream = await sdk(app).chat.completions.create({ model: 'genai/llama', messages: [{ role: 'user', content: 'go' }], stream: true });
+    const stream = await sdk(app).chat.completions.create({
+      model: 'genai/llama',
+      messages: [{ role: 'user', content: 'go' }],
+      stream: true,
+    });
     let text = '';
     let finish: string | null = null;
     for await (const chunk of stream) {
@@ -185,7 +223,10 @@ describe('chat through the one base URL', () => {
   test('a client that aborts a stream ends the backend request', async () => {
     llama.stream = { chunks: 50, delayMs: 50 };
     const ac = new AbortController();
-    const stream = await sdk(app).chat.completions.create({ model: 'genai/llama', messages: [{ role: 'user', content: 'long' }], stream: true }, { signal: ac.signal });
+    const stream = await sdk(app).chat.completions.create(
+      { model: 'genai/llama', messages: [{ role: 'user', content: 'long' }], stream: true },
+      { signal: ac.signal },
+    );
     let got = 0;
     const read = (async () => {
       for await (const chunk of stream) {
@@ -210,7 +251,10 @@ describe('chat through the one base URL', () => {
 
   test('the per-deployment URL keeps forwarding the body unchanged', async () => {
     const sent = JSON.stringify({ model: 'whatever-the-client-says', messages: [{ role: 'user', content: 'direct' }] });
-    const r = await send(`${gw.url}/v1/genai/llama/v1/chat/completions`, { headers: { authorization: `Bearer ${app}`, 'content-type': 'application/json' }, body: sent });
+    const r = await send(`${gw.url}/v1/genai/llama/v1/chat/completions`, {
+      headers: { authorization: `Bearer ${app}`, 'content-type': 'application/json' },
+      body: sent,
+    });
     expect(r.status).toBe(200);
     expect(llama.last().body.toString()).toBe(sent);
   });
@@ -218,7 +262,11 @@ describe('chat through the one base URL', () => {
   test('CORS: a preflight is answered without a key, and answers carry the CORS headers', async () => {
     const pre = await send(`${gw.url}/openai/v1/chat/completions`, {
       method: 'OPTIONS',
-      headers: { origin: ORIGIN, 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization, content-type' },
+      headers: {
+        origin: ORIGIN,
+        'access-control-request-method': 'POST',
+        'access-control-request-headers': 'authorization, content-type',
+      },
     });
     expect(pre.status).toBe(204);
     expect(pre.headers['access-control-allow-origin']).toBe(ORIGIN);
@@ -237,7 +285,13 @@ describe('refusals name the model and never reach a backend', () => {
     ['an unknown bare name', 'nope', 404, 'model_not_found', OpenAI.NotFoundError],
     ['a deployment that is not an LLM', 'genai/fraud', 404, 'model_not_found', OpenAI.NotFoundError],
     ['a project the key does not grant', 'secret/gpt', 403, 'model_forbidden', OpenAI.PermissionDeniedError],
-    ['a project the key does not grant, deployment unknown', 'secret/nope', 403, 'model_forbidden', OpenAI.PermissionDeniedError],
+    [
+      'a project the key does not grant, deployment unknown',
+      'secret/nope',
+      403,
+      'model_forbidden',
+      OpenAI.PermissionDeniedError,
+    ],
     ['a bare name only an ungranted project has', 'gpt', 403, 'model_forbidden', OpenAI.PermissionDeniedError],
   ] as const)('%s (%s) → %i', async (_what, model, status, code, errorClass) => {
     const r = await chatTo(app, { model, messages: [{ role: 'user', content: 'x' }] });
@@ -269,7 +323,7 @@ describe('refusals name the model and never reach a backend', () => {
     expect(seen()).toBe(0);
   });
 
-  test('a bare name two of the key\'s projects have is 400 naming both', async () => {
+  test("a bare name two of the key's projects have is 400 naming both", async () => {
     const r = await chatTo(both, { model: 'llama', messages: [] });
     expect(r.status).toBe(400);
     const m: string = r.json().error.message;
@@ -309,7 +363,11 @@ describe('refusals name the model and never reach a backend', () => {
   });
 
   test('POST on /models is 405', async () => {
-    const r = await send(`${gw.url}/openai/v1/models`, { method: 'POST', headers: { authorization: `Bearer ${app}` }, body: {} });
+    const r = await send(`${gw.url}/openai/v1/models`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${app}` },
+      body: {},
+    });
     expect(r.status).toBe(405);
     expect(r.headers.allow).toBe('GET, HEAD');
   });
@@ -320,16 +378,30 @@ test('a refused request with a body does not poison the next request on the same
   const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
   const post = (body: string) =>
     new Promise<{ status: number; text: string }>((resolve, reject) => {
-      const req = http.request(`${gw.url}/openai/v1/chat/completions`, { method: 'POST', agent, headers: { authorization: `Bearer ${app}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } }, (res) => {
-        let text = '';
-        res.on('data', (c: Buffer) => (text += c));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
-      });
+      const req = http.request(
+        `${gw.url}/openai/v1/chat/completions`,
+        {
+          method: 'POST',
+          agent,
+          headers: {
+            authorization: `Bearer ${app}`,
+            'content-type': 'application/json',
+            'content-length': Buffer.byteLength(body),
+          },
+        },
+        (res) => {
+          let text = '';
+          res.on('data', (c: Buffer) => (text += c));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
+        },
+      );
       req.on('error', reject);
       req.end(body);
     });
   expect((await post(JSON.stringify({ model: 'genai/nope', messages: [] }))).status).toBe(404);
-  expect((await post(JSON.stringify({ model: 'genai/mistral', messages: [{ role: 'user', content: 'after' }] }))).status).toBe(200);
+  expect(
+    (await post(JSON.stringify({ model: 'genai/mistral', messages: [{ role: 'user', content: 'after' }] }))).status,
+  ).toBe(200);
   agent.destroy();
 });
 
@@ -360,7 +432,11 @@ describe('websockets (the realtime API) name the model in the query', () => {
 
   test('an unknown or missing model is refused before any upgrade', async () => {
     const before = realtime.upgrades.length;
-    for (const [query, want] of [['?model=genai%2Fnope', 404], ['?model=secret%2Fgpt', 403], ['', 400]] as const) {
+    for (const [query, want] of [
+      ['?model=genai%2Fnope', 404],
+      ['?model=secret%2Fgpt', 403],
+      ['', 400],
+    ] as const) {
       const { ws, status } = await open(`ws://127.0.0.1:${gw.port}/openai/v1/realtime${query}`);
       ws.terminate();
       expect(status).toBe(want);

@@ -37,7 +37,10 @@ beforeEach(() => {
 
 describe('openai SDK through the gateway', () => {
   test('a non-streaming chat completion returns the model answer', async () => {
-    const r = await client.chat.completions.create({ model: 'tiny-llm', messages: [{ role: 'user', content: 'ping' }] });
+    const r = await client.chat.completions.create({
+      model: 'tiny-llm',
+      messages: [{ role: 'user', content: 'ping' }],
+    });
     expect(r.choices[0].message.content).toBe('echo: ping');
     const rec = llm.last();
     expect(rec.url).toBe('/v1/chat/completions');
@@ -46,7 +49,11 @@ describe('openai SDK through the gateway', () => {
 
   test('a streaming chat completion delivers every chunk in order', async () => {
     llm.stream = { chunks: 6, delayMs: 5 };
-    const stream = await client.chat.completions.create({ model: 'tiny-llm', messages: [{ role: 'user', content: 'go' }], stream: true });
+    const stream = await client.chat.completions.create({
+      model: 'tiny-llm',
+      messages: [{ role: 'user', content: 'go' }],
+      stream: true,
+    });
     let text = '';
     let finish: string | null = null;
     for await (const chunk of stream) {
@@ -59,7 +66,11 @@ describe('openai SDK through the gateway', () => {
 
   test('streamed chunks arrive as they are produced, not buffered until the end', async () => {
     llm.stream = { chunks: 5, delayMs: 120 };
-    const stream = await client.chat.completions.create({ model: 'tiny-llm', messages: [{ role: 'user', content: 'slow' }], stream: true });
+    const stream = await client.chat.completions.create({
+      model: 'tiny-llm',
+      messages: [{ role: 'user', content: 'slow' }],
+      stream: true,
+    });
     const arrivals: number[] = [];
     for await (const chunk of stream) {
       if (chunk.choices[0]?.delta?.content) arrivals.push(performance.now());
@@ -147,7 +158,11 @@ describe('openai SDK through the gateway', () => {
 
   test('aborting a stream ends the upstream request', async () => {
     llm.stream = { chunks: 60, delayMs: 50 };
-    const stream = await client.chat.completions.create({ model: 'tiny-llm', messages: [{ role: 'user', content: 'long' }], stream: true });
+    const stream = await client.chat.completions.create({
+      model: 'tiny-llm',
+      messages: [{ role: 'user', content: 'long' }],
+      stream: true,
+    });
     let seen = 0;
     for await (const chunk of stream) {
       if (chunk.choices[0]?.delta?.content) seen++;

@@ -75,7 +75,10 @@ describe('python deployments', () => {
   test('several Set-Cookie headers come back as separate headers', async () => {
     const r = await send(`${gw.url}/v1/demo/app/cookies`, { headers: auth() });
     expect(r.status).toBe(200);
-    expect(r.headers['set-cookie']).toEqual(['a=1; Path=/; HttpOnly', 'b=2; Path=/; Expires=Wed, 21 Oct 2037 07:28:00 GMT']);
+    expect(r.headers['set-cookie']).toEqual([
+      'a=1; Path=/; HttpOnly',
+      'b=2; Path=/; Expires=Wed, 21 Oct 2037 07:28:00 GMT',
+    ]);
   });
 
   test('a binary body of a few MB goes up and comes back intact', async () => {

@@ -2,7 +2,13 @@
 // gone within about a second, without a restart; a bad document is reported while the others keep serving.
 import { afterAll, beforeAll, describe, test } from '@jest/globals';
 import { expect } from '../support/expect.js';
-import { startOpenAIBackend, startPythonBackend, startV1Backend, type OpenAIBackend, type RecordingBackend } from '../support/backends.js';
+import {
+  startOpenAIBackend,
+  startPythonBackend,
+  startV1Backend,
+  type OpenAIBackend,
+  type RecordingBackend,
+} from '../support/backends.js';
 import { eventually, send, startGateway, type Gateway } from '../support/harness.js';
 import { metricValue } from '../support/metrics.js';
 
@@ -33,7 +39,9 @@ describe('live reload of the manifest folder', () => {
   test('a new deployment manifest is served without a restart', async () => {
     expect((await send(`${gw.url}/v1/demo/fresh/hello`, { headers: auth() })).status).toBe(404);
     gw.writeDeployment({ namespace: 'demo', name: 'fresh', type: 'python', url: py.url });
-    await eventually(async () => expect((await send(`${gw.url}/v1/demo/fresh/hello`, { headers: auth() })).status).toBe(200));
+    await eventually(async () =>
+      expect((await send(`${gw.url}/v1/demo/fresh/hello`, { headers: auth() })).status).toBe(200),
+    );
     expect(py.last().url).toBe('/hello');
   });
 
@@ -56,9 +64,13 @@ describe('live reload of the manifest folder', () => {
 
   test('a deleted deployment manifest is 404', async () => {
     gw.writeDeployment({ namespace: 'demo', name: 'doomed', type: 'python', url: py.url });
-    await eventually(async () => expect((await send(`${gw.url}/v1/demo/doomed/x`, { headers: auth() })).status).toBe(200));
+    await eventually(async () =>
+      expect((await send(`${gw.url}/v1/demo/doomed/x`, { headers: auth() })).status).toBe(200),
+    );
     gw.removeDeployment('demo', 'doomed');
-    await eventually(async () => expect((await send(`${gw.url}/v1/demo/doomed/x`, { headers: auth() })).status).toBe(404));
+    await eventually(async () =>
+      expect((await send(`${gw.url}/v1/demo/doomed/x`, { headers: auth() })).status).toBe(404),
+    );
   });
 
   test('a stream in flight finishes when its deployment is deleted meanwhile', async () => {
@@ -67,11 +79,15 @@ describe('live reload of the manifest folder', () => {
       llm.stream = { chunks: 8, delayMs: 100 };
       gw.writeDeployment({ namespace: 'demo', name: 'chat', modelServer: 'llm', url: llm.url });
       const body = { model: 'tiny-llm', messages: [{ role: 'user', content: 'x' }], stream: true };
-      await eventually(async () => expect((await send(`${gw.url}/v1/demo/chat/v1/models`, { headers: auth() })).status).toBe(200));
+      await eventually(async () =>
+        expect((await send(`${gw.url}/v1/demo/chat/v1/models`, { headers: auth() })).status).toBe(200),
+      );
       const streaming = send(`${gw.url}/v1/demo/chat/v1/chat/completions`, { headers: auth(), body });
       await eventually(() => expect(llm.requests.filter((r) => r.sent.length > 0).length).toBe(1), 2000, 10);
       gw.removeDeployment('demo', 'chat');
-      await eventually(async () => expect((await send(`${gw.url}/v1/demo/chat/v1/models`, { headers: auth() })).status).toBe(404));
+      await eventually(async () =>
+        expect((await send(`${gw.url}/v1/demo/chat/v1/models`, { headers: auth() })).status).toBe(404),
+      );
       const r = await streaming;
       expect(r.status).toBe(200);
       expect(r.text).toContain('tok7');
@@ -82,7 +98,10 @@ describe('live reload of the manifest folder', () => {
   });
 
   test('a bad document is reported while the other deployments keep serving', async () => {
-    gw.writeManifest('broken.yaml', 'apiVersion: serving.servegate.dev/v1alpha1\nkind: ServingDeployment\nmetadata: {name: [unclosed\n');
+    gw.writeManifest(
+      'broken.yaml',
+      'apiVersion: serving.servegate.dev/v1alpha1\nkind: ServingDeployment\nmetadata: {name: [unclosed\n',
+    );
     gw.writeDeployment({ namespace: 'demo', name: 'second', type: 'python', url: py.url });
     gw.writeManifest('bad-spec.yaml', {
       apiVersion: 'serving.servegate.dev/v1alpha1',
@@ -91,7 +110,9 @@ describe('live reload of the manifest folder', () => {
       spec: { type: 'model', modelServer: 'not-a-server', backend: { url: py.url } },
     });
     // The good document written in the same moment is picked up...
-    await eventually(async () => expect((await send(`${gw.url}/v1/demo/second/x`, { headers: auth() })).status).toBe(200));
+    await eventually(async () =>
+      expect((await send(`${gw.url}/v1/demo/second/x`, { headers: auth() })).status).toBe(200),
+    );
     // ...the older ones keep serving...
     expect((await predict('iris')).status).toBe(200);
     expect((await send(`${gw.url}/v1/demo/fresh/x`, { headers: auth() })).status).toBe(200);
@@ -114,11 +135,16 @@ describe('live reload of the manifest folder', () => {
     gw.writeManifest('key-bad-runtime.yaml', {
       apiVersion: 'v1',
       kind: 'Secret',
-      metadata: { name: 'apikey-bad-runtime', namespace: 'servegate', labels: { 'serving.servegate.dev/api-key': 'true' } },
+      metadata: {
+        name: 'apikey-bad-runtime',
+        namespace: 'servegate',
+        labels: { 'serving.servegate.dev/api-key': 'true' },
+      },
       stringData: { prefix: 'tooShort', sha256: 'zz', projects: 'demo' },
     });
     await eventually(() => expect(gw.logs.some((l) => l.includes('apikey-bad-runtime'))).toBe(true));
-    const invalidKeys = async () => metricValue((await send(`${gw.adminUrl}/metrics`)).text, 'servegate_invalid_resources', { reason: 'InvalidKey' });
+    const invalidKeys = async () =>
+      metricValue((await send(`${gw.adminUrl}/metrics`)).text, 'servegate_invalid_resources', { reason: 'InvalidKey' });
     expect(await invalidKeys()).toBe(1);
     expect((await predict('iris')).status).toBe(200);
     gw.removeManifest('key-bad-runtime.yaml');
@@ -132,6 +158,8 @@ describe('live reload of the manifest folder', () => {
       metadata: { name: 'badspec', namespace: 'demo' },
       spec: { type: 'python', backend: { url: py.url } },
     });
-    await eventually(async () => expect((await send(`${gw.url}/v1/demo/badspec/x`, { headers: auth() })).status).toBe(200));
+    await eventually(async () =>
+      expect((await send(`${gw.url}/v1/demo/badspec/x`, { headers: auth() })).status).toBe(200),
+    );
   });
 });

@@ -56,7 +56,10 @@ describe('predictive deployments', () => {
   });
 
   test('predict accepts "inputs" as well as "instances"', async () => {
-    const r = await send(`${gw.url}/v1/demo/iris/v1/models/iris:predict`, { headers: auth(), body: { inputs: [[1, 2, 3, 4]] } });
+    const r = await send(`${gw.url}/v1/demo/iris/v1/models/iris:predict`, {
+      headers: auth(),
+      body: { inputs: [[1, 2, 3, 4]] },
+    });
     expect(r.status).toBe(200);
     expect(r.json().received).toEqual({ inputs: [[1, 2, 3, 4]] });
   });
@@ -79,7 +82,10 @@ describe('predictive deployments', () => {
     ['python model server', 'pymodel', 'pym', 'classify'],
   ])('%s does not offer :%s: 404 naming the verbs it offers, backend never called', async (_k, dep, model, verb) => {
     const before = v1.requests.length;
-    const r = await send(`${gw.url}/v1/demo/${dep}/v1/models/${model}:${verb}`, { headers: auth(), body: { instances: [[1]] } });
+    const r = await send(`${gw.url}/v1/demo/${dep}/v1/models/${model}:${verb}`, {
+      headers: auth(),
+      body: { instances: [[1]] },
+    });
     expect(r.status).toBe(404);
     const err = r.json().error;
     expect(typeof err).toBe('string');
@@ -89,7 +95,10 @@ describe('predictive deployments', () => {
 
   test('an unknown verb on tensorflow is 404 naming predict, classify and regress', async () => {
     const before = v1.requests.length;
-    const r = await send(`${gw.url}/v1/demo/tf/v1/models/flowers:explain`, { headers: auth(), body: { instances: [[1]] } });
+    const r = await send(`${gw.url}/v1/demo/tf/v1/models/flowers:explain`, {
+      headers: auth(),
+      body: { instances: [[1]] },
+    });
     expect(r.status).toBe(404);
     const err: string = r.json().error;
     for (const v of ['predict', 'classify', 'regress']) expect(err).toContain(v);
@@ -142,12 +151,19 @@ describe('predictive deployments', () => {
     const replies = await Promise.all(
       Array.from({ length: 30 }, (_, i) => {
         const [dep, model] = deps[i % 3];
-        return send(`${gw.url}/v1/demo/${dep}/v1/models/${model}:predict?i=${i}`, { headers: auth(), body: { instances: [[i]] } }).then((r) => ({ i, model, r }));
+        return send(`${gw.url}/v1/demo/${dep}/v1/models/${model}:predict?i=${i}`, {
+          headers: auth(),
+          body: { instances: [[i]] },
+        }).then((r) => ({ i, model, r }));
       }),
     );
     for (const { i, model, r } of replies) {
       expect(r.status).toBe(200);
-      expect(r.json()).toMatchObject({ model, path: `/v1/models/${model}:predict?i=${i}`, received: { instances: [[i]] } });
+      expect(r.json()).toMatchObject({
+        model,
+        path: `/v1/models/${model}:predict?i=${i}`,
+        received: { instances: [[i]] },
+      });
     }
   });
 
@@ -161,31 +177,46 @@ describe('predictive deployments', () => {
   });
 
   test('a backend.url with a path prefix keeps it in front of the forwarded path', async () => {
-    const r = await send(`${gw.url}/v1/demo/prefixed/v1/models/prefixed:predict?a=1`, { headers: auth(), body: { instances: [[1]] } });
+    const r = await send(`${gw.url}/v1/demo/prefixed/v1/models/prefixed:predict?a=1`, {
+      headers: auth(),
+      body: { instances: [[1]] },
+    });
     expect(r.status).toBe(200);
     expect(v1.last().url).toBe('/serving/base/v1/models/prefixed:predict?a=1');
   });
 
-  test.each(['fraud_detection', 'fraud-detection'])('project written as %s routes to the same deployment', async (project) => {
-    const r = await send(`${gw.url}/v1/${project}/fraud/v1/models/fraud:predict`, { headers: auth(), body: { instances: [[0.3]] } });
-    expect(r.status).toBe(200);
-    expect(v1.last().url).toBe('/v1/models/fraud:predict');
-  });
+  test.each(['fraud_detection', 'fraud-detection'])(
+    'project written as %s routes to the same deployment',
+    async (project) => {
+      const r = await send(`${gw.url}/v1/${project}/fraud/v1/models/fraud:predict`, {
+        headers: auth(),
+        body: { instances: [[0.3]] },
+      });
+      expect(r.status).toBe(200);
+      expect(v1.last().url).toBe('/v1/models/fraud:predict');
+    },
+  );
 
   test('an unknown deployment in a granted project is 404', async () => {
     const before = v1.requests.length + llm.requests.length;
-    const r = await send(`${gw.url}/v1/demo/nope/v1/models/nope:predict`, { headers: auth(), body: { instances: [[1]] } });
+    const r = await send(`${gw.url}/v1/demo/nope/v1/models/nope:predict`, {
+      headers: auth(),
+      body: { instances: [[1]] },
+    });
     expect(r.status).toBe(404);
     expect(r.json()).toHaveProperty('error');
     expect(v1.requests.length + llm.requests.length).toBe(before);
   });
 
-  test.each(['/', '/v1', '/v1/demo', '/v2/demo/iris/v1/models/iris:predict'])('a path that names no deployment (%s) is 404, not forwarded', async (path) => {
-    const before = v1.requests.length + llm.requests.length;
-    const r = await send(`${gw.url}${path}`, { headers: auth(), body: { instances: [[1]] } });
-    expect(r.status).toBe(404);
-    expect(v1.requests.length + llm.requests.length).toBe(before);
-  });
+  test.each(['/', '/v1', '/v1/demo', '/v2/demo/iris/v1/models/iris:predict'])(
+    'a path that names no deployment (%s) is 404, not forwarded',
+    async (path) => {
+      const before = v1.requests.length + llm.requests.length;
+      const r = await send(`${gw.url}${path}`, { headers: auth(), body: { instances: [[1]] } });
+      expect(r.status).toBe(404);
+      expect(v1.requests.length + llm.requests.length).toBe(before);
+    },
+  );
 });
 
 describe('conflicts', () => {
@@ -213,10 +244,14 @@ describe('conflicts', () => {
     await Promise.all([a, b, c, d].map((x) => x?.close()));
   });
   const hit = (path: string) =>
-    send(`${conflicted.url}${path}`, { headers: { authorization: `ApiKey ${conflicted.keys['apikey-conflicts']}` }, body: { instances: [[1]] } });
+    send(`${conflicted.url}${path}`, {
+      headers: { authorization: `ApiKey ${conflicted.keys['apikey-conflicts']}` },
+      body: { instances: [[1]] },
+    });
 
   test('two projects meeting in one form never split traffic between two backends', async () => {
-    for (const p of ['team_a', 'team-a', 'team_a', 'team-a']) expect((await hit(`/v1/${p}/model/v1/models/model:predict`)).status).toBe(200);
+    for (const p of ['team_a', 'team-a', 'team_a', 'team-a'])
+      expect((await hit(`/v1/${p}/model/v1/models/model:predict`)).status).toBe(200);
     const counts = [a.requests.length, b.requests.length];
     expect(counts.sort()).toEqual([0, 4]);
   });

@@ -55,7 +55,14 @@ interface HttpsReply {
 function get(path: string, ca: string[]): Promise<HttpsReply> {
   return new Promise((resolve, reject) => {
     const req = httpsRequest(
-      { host: '127.0.0.1', port: gw.port, path, ca, agent: false, headers: { authorization: `ApiKey ${gw.keys['apikey-tls']}` } },
+      {
+        host: '127.0.0.1',
+        port: gw.port,
+        path,
+        ca,
+        agent: false,
+        headers: { authorization: `ApiKey ${gw.keys['apikey-tls']}` },
+      },
       (res) => {
         const peer = (res.socket as TLSSocket).getPeerCertificate();
         let body = '';
@@ -81,21 +88,30 @@ describe('TLS listener', () => {
 
   test('plain http on the gateway port is not answered as HTTP; the extra plain listener serves the same routes', async () => {
     await expect(send(`${gw.url}/v1/demo/echo/x`, { timeoutMs: 2000 })).rejects.toThrow();
-    const r = await send(`http://127.0.0.1:${httpPort}/v1/demo/echo/plain`, { headers: { authorization: `ApiKey ${gw.keys['apikey-tls']}` } });
+    const r = await send(`http://127.0.0.1:${httpPort}/v1/demo/echo/plain`, {
+      headers: { authorization: `ApiKey ${gw.keys['apikey-tls']}` },
+    });
     expect(r.status).toBe(200);
     expect(r.json().headers['x-forwarded-proto']).toBe('http');
   });
 
   test('changed files: new connections get the new certificate within 5 s; a bad pair keeps it and is counted', async () => {
     install(beta);
-    await eventually(async () => expect((await get('/v1/demo/echo/after', bothCAs)).peer.subject.CN).toBe('beta.test'), 5000);
+    await eventually(
+      async () => expect((await get('/v1/demo/echo/after', bothCAs)).peer.subject.CN).toBe('beta.test'),
+      5000,
+    );
     const metrics = (await send(`${gw.adminUrl}/metrics`)).text;
     expect(metrics).toMatch(/^servegate_tls_certificate_reloads_total\{result="success"\} 1$/m);
-    expect(metrics).toMatch(/^servegate_tls_certificate_expiry_timestamp_seconds\{subject="CN=beta\.test"\} \d+(\.\d+)?$/m);
+    expect(metrics).toMatch(
+      /^servegate_tls_certificate_expiry_timestamp_seconds\{subject="CN=beta\.test"\} \d+(\.\d+)?$/m,
+    );
 
     install({ certFile: alpha.certFile, keyFile: beta.keyFile }); // a mismatched pair
     await eventually(async () => {
-      expect((await send(`${gw.adminUrl}/metrics`)).text).toMatch(/^servegate_tls_certificate_reloads_total\{result="error"\} 1$/m);
+      expect((await send(`${gw.adminUrl}/metrics`)).text).toMatch(
+        /^servegate_tls_certificate_reloads_total\{result="error"\} 1$/m,
+      );
     }, 5000);
     const r = await get('/v1/demo/echo/still', bothCAs);
     expect([r.status, r.peer.subject.CN]).toEqual([200, 'beta.test']);
@@ -105,7 +121,9 @@ describe('TLS listener', () => {
 
 describe('TLS at start-up', () => {
   test('a bad pair stops start-up naming the file', async () => {
-    await expect(startGateway({ config: { tls: { certFile: alpha.certFile, keyFile: beta.keyFile } } })).rejects.toThrow(
+    await expect(
+      startGateway({ config: { tls: { certFile: alpha.certFile, keyFile: beta.keyFile } } }),
+    ).rejects.toThrow(
       /tls\.keyFile .*beta\.key is not the private key of the certificate in tls\.certFile .*alpha\.crt/,
     );
   });

@@ -19,7 +19,15 @@ const sdk = (baseURL: string) => new OpenAI({ baseURL, apiKey: key, maxRetries: 
 beforeAll(async () => {
   llm = await startOpenAIBackend();
   gw = await startGateway({
-    deployments: [{ namespace: 'genai', name: 'llama', modelServer: 'llm', modelName: 'meta-llama/Llama-3.1-8B-Instruct', url: llm.url }],
+    deployments: [
+      {
+        namespace: 'genai',
+        name: 'llama',
+        modelServer: 'llm',
+        modelName: 'meta-llama/Llama-3.1-8B-Instruct',
+        url: llm.url,
+      },
+    ],
     keys: [{ name: KEY_NAME, projects: 'genai' }],
   });
   key = gw.keys[KEY_NAME];
@@ -82,13 +90,16 @@ async function delta(action: () => Promise<unknown>) {
   // The figures are recorded when the answer's connection turn ends, a moment after the client has the last byte.
   return eventually(async () => {
     const after = tokens(await scrape());
-    const d = Object.fromEntries(Object.entries(after).map(([k, v]) => [k, v - before[k as keyof typeof before]])) as typeof before;
+    const d = Object.fromEntries(
+      Object.entries(after).map(([k, v]) => [k, v - before[k as keyof typeof before]]),
+    ) as typeof before;
     if (d.prompt === 0 && d.ttftCount === 0) throw new Error('not recorded yet');
     return d;
   });
 }
 
-const requestLines = () => gw.logs.map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => l.msg === 'request');
+const requestLines = () =>
+  gw.logs.map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => l.msg === 'request');
 
 async function readStream(stream: AsyncIterable<OpenAI.Chat.Completions.ChatCompletionChunk>) {
   const chunks: OpenAI.Chat.Completions.ChatCompletionChunk[] = [];
@@ -101,7 +112,10 @@ describe('token counts equal the backend usage', () => {
     llm.usage = { prompt: 23, completion: 9 };
     let answer: OpenAI.Chat.Completions.ChatCompletion | undefined;
     const d = await delta(async () => {
-      answer = await client.chat.completions.create({ model: 'genai/llama', messages: [{ role: 'user', content: 'count me' }] });
+      answer = await client.chat.completions.create({
+        model: 'genai/llama',
+        messages: [{ role: 'user', content: 'count me' }],
+      });
     });
     expect(answer!.usage).toEqual({ prompt_tokens: 23, completion_tokens: 9, total_tokens: 32 });
     expect(d).toEqual({ prompt: 23, completion: 9, keyPrompt: 23, keyCompletion: 9, ttftCount: 1, tpotCount: 0 });
@@ -111,7 +125,14 @@ describe('token counts equal the backend usage', () => {
     llm.usage = { prompt: 31, completion: 4 };
     let got: Awaited<ReturnType<typeof readStream>> | undefined;
     const d = await delta(async () => {
-      got = await readStream(await client.chat.completions.create({ model: 'genai/llama', messages: [{ role: 'user', content: 'x' }], stream: true, stream_options: { include_usage: true } }));
+      got = await readStream(
+        await client.chat.completions.create({
+          model: 'genai/llama',
+          messages: [{ role: 'user', content: 'x' }],
+          stream: true,
+          stream_options: { include_usage: true },
+        }),
+      );
     });
     expect(got!.text).toBe('tok0 tok1 tok2 tok3 ');
     expect(got!.chunks.at(-1)!.usage).toEqual({ prompt_tokens: 31, completion_tokens: 4, total_tokens: 35 });
@@ -122,7 +143,13 @@ describe('token counts equal the backend usage', () => {
     llm.usage = { prompt: 5, completion: 4 };
     let got: Awaited<ReturnType<typeof readStream>> | undefined;
     const d = await delta(async () => {
-      got = await readStream(await client.chat.completions.create({ model: 'genai/llama', messages: [{ role: 'user', content: 'x' }], stream: true }));
+      got = await readStream(
+        await client.chat.completions.create({
+          model: 'genai/llama',
+          messages: [{ role: 'user', content: 'x' }],
+          stream: true,
+        }),
+      );
     });
     expect(d).toEqual({ prompt: 5, completion: 4, keyPrompt: 5, keyCompletion: 4, ttftCount: 1, tpotCount: 1 });
     expect(got!.text).toBe('tok0 tok1 tok2 tok3 ');
@@ -135,7 +162,12 @@ describe('token counts equal the backend usage', () => {
   test('the raw event stream without the usage chunk: every other event as the backend sent it', async () => {
     const r = await send(`${gw.url}/openai/v1/chat/completions`, {
       headers: { authorization: `Bearer ${key}` },
-      body: { model: 'genai/llama', messages: [{ role: 'user', content: 'raw' }], stream: true, stream_options: { include_usage: false } },
+      body: {
+        model: 'genai/llama',
+        messages: [{ role: 'user', content: 'raw' }],
+        stream: true,
+        stream_options: { include_usage: false },
+      },
     });
     expect(r.status).toBe(200);
     expect(r.headers['content-type']).toMatch(/^text\/event-stream/);
@@ -157,7 +189,12 @@ describe('token counts equal the backend usage', () => {
     // The client that asks gets it all, as the backend sent it.
     const asked = await send(`${gw.url}/openai/v1/chat/completions`, {
       headers: { authorization: `Bearer ${key}` },
-      body: { model: 'genai/llama', messages: [{ role: 'user', content: 'raw' }], stream: true, stream_options: { include_usage: true } },
+      body: {
+        model: 'genai/llama',
+        messages: [{ role: 'user', content: 'raw' }],
+        stream: true,
+        stream_options: { include_usage: true },
+      },
     });
     expect(asked.text.match(/"usage":null/g)).toHaveLength(5);
     expect(asked.text).toContain('"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}');
@@ -167,7 +204,13 @@ describe('token counts equal the backend usage', () => {
     llm.usage = { prompt: 8, completion: 4, onLastChunk: true };
     let got: Awaited<ReturnType<typeof readStream>> | undefined;
     const d = await delta(async () => {
-      got = await readStream(await client.chat.completions.create({ model: 'genai/llama', messages: [{ role: 'user', content: 'x' }], stream: true }));
+      got = await readStream(
+        await client.chat.completions.create({
+          model: 'genai/llama',
+          messages: [{ role: 'user', content: 'x' }],
+          stream: true,
+        }),
+      );
     });
     expect(d.prompt).toBe(8);
     expect(d.completion).toBe(4);
@@ -186,19 +229,30 @@ describe('token counts equal the backend usage', () => {
   });
 
   test('embeddings count their prompt tokens and have no time to first token', async () => {
-    const d = await delta(() => client.embeddings.create({ model: 'genai/llama', input: 'abc', encoding_format: 'float' }));
+    const d = await delta(() =>
+      client.embeddings.create({ model: 'genai/llama', input: 'abc', encoding_format: 'float' }),
+    );
     expect(d).toEqual({ prompt: 2, completion: 0, keyPrompt: 2, keyCompletion: 0, ttftCount: 0, tpotCount: 0 });
   });
 
   test('per-deployment URLs: the body goes unchanged, usage is counted when the stream reports it', async () => {
     llm.usage = { prompt: 6, completion: 4 };
     const asked = await delta(async () =>
-      readStream(await direct.chat.completions.create({ model: 'x', messages: [{ role: 'user', content: 'x' }], stream: true, stream_options: { include_usage: true } })),
+      readStream(
+        await direct.chat.completions.create({
+          model: 'x',
+          messages: [{ role: 'user', content: 'x' }],
+          stream: true,
+          stream_options: { include_usage: true },
+        }),
+      ),
     );
     expect(asked).toMatchObject({ prompt: 6, completion: 4, ttftCount: 1 });
     // Not asked: the body is forwarded as sent, so the backend reports nothing; the first token is still timed.
     const body = { model: 'x', messages: [{ role: 'user', content: 'x' }], stream: true };
-    const notAsked = await delta(() => send(`${gw.url}/v1/genai/llama/v1/chat/completions`, { headers: { authorization: `Bearer ${key}` }, body }));
+    const notAsked = await delta(() =>
+      send(`${gw.url}/v1/genai/llama/v1/chat/completions`, { headers: { authorization: `Bearer ${key}` }, body }),
+    );
     expect(llm.last().body.toString()).toBe(JSON.stringify(body));
     expect(notAsked).toEqual({ prompt: 0, completion: 0, keyPrompt: 0, keyCompletion: 0, ttftCount: 1, tpotCount: 0 });
   });
@@ -208,8 +262,15 @@ describe('timing', () => {
   test('time to first token lands in its bucket: a first chunk after 300 ms is over 0.25 s, and the sum grows by that much', async () => {
     llm.usage = { prompt: 1, completion: 4, firstDelayMs: 300 };
     const before = await scrape();
-    const bucket = (m: typeof before, le: string) => m('servegate_llm_time_to_first_token_seconds_bucket', { ...ROUTE, le });
-    await readStream(await client.chat.completions.create({ model: 'genai/llama', messages: [{ role: 'user', content: 'slow' }], stream: true }));
+    const bucket = (m: typeof before, le: string) =>
+      m('servegate_llm_time_to_first_token_seconds_bucket', { ...ROUTE, le });
+    await readStream(
+      await client.chat.completions.create({
+        model: 'genai/llama',
+        messages: [{ role: 'user', content: 'slow' }],
+        stream: true,
+      }),
+    );
     const after = await eventually(async () => {
       const m = await scrape();
       expect(bucket(m, '+Inf') - bucket(before, '+Inf')).toBe(1);
@@ -227,10 +288,19 @@ describe('timing', () => {
     llm.usage = { prompt: 1, completion: 5 };
     const before = await scrape();
     const sum = (m: typeof before) => m('servegate_llm_time_per_output_token_seconds_sum', ROUTE);
-    await readStream(await client.chat.completions.create({ model: 'genai/llama', messages: [{ role: 'user', content: 'x' }], stream: true }));
+    await readStream(
+      await client.chat.completions.create({
+        model: 'genai/llama',
+        messages: [{ role: 'user', content: 'x' }],
+        stream: true,
+      }),
+    );
     const after = await eventually(async () => {
       const m = await scrape();
-      expect(m('servegate_llm_time_per_output_token_seconds_count', ROUTE) - before('servegate_llm_time_per_output_token_seconds_count', ROUTE)).toBe(1);
+      expect(
+        m('servegate_llm_time_per_output_token_seconds_count', ROUTE) -
+          before('servegate_llm_time_per_output_token_seconds_count', ROUTE),
+      ).toBe(1);
       return m;
     });
     // Four more chunks 40 ms apart after the first: about 40 ms a token.
@@ -261,14 +331,25 @@ describe('access log', () => {
       expect(found).toHaveLength(1);
       return found[0];
     });
-    expect(line).toMatchObject({ status: 200, project: 'genai', deployment: 'llama', key: KEY_NAME, promptTokens: 13, completionTokens: 4, path: '/openai/v1/chat/completions' });
+    expect(line).toMatchObject({
+      status: 200,
+      project: 'genai',
+      deployment: 'llama',
+      key: KEY_NAME,
+      promptTokens: 13,
+      completionTokens: 4,
+      path: '/openai/v1/chat/completions',
+    });
     expect(typeof line.ttftMs).toBe('number');
     expect(line.ttftMs as number).toBeLessThanOrEqual(line.ms as number);
     expect(line.bytesOut).toBe(r.body.length);
   });
 
   test('a refused request has no token fields', async () => {
-    const r = await send(`${gw.url}/openai/v1/chat/completions`, { headers: { authorization: `Bearer ${key}` }, body: { model: 'genai/nope' } });
+    const r = await send(`${gw.url}/openai/v1/chat/completions`, {
+      headers: { authorization: `Bearer ${key}` },
+      body: { model: 'genai/nope' },
+    });
     expect(r.status).toBe(404);
     const id = r.headers['x-request-id'];
     const line = await eventually(() => {

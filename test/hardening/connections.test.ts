@@ -40,10 +40,14 @@ const chatStream = (port: number, key: string): Buffer =>
 
 /** Waits until every request the backend received is closed; fails naming those still open. */
 async function allClosed(backend: RecordingBackend, withinMs: number, what: string): Promise<void> {
-  await eventually(() => {
-    const open = backend.requests.filter((r) => r.closedAt === undefined).map((r) => r.url);
-    expect(open, `${what}: backend requests still open ${withinMs} ms after the client left`).toEqual([]);
-  }, withinMs, 20);
+  await eventually(
+    () => {
+      const open = backend.requests.filter((r) => r.closedAt === undefined).map((r) => r.url);
+      expect(open, `${what}: backend requests still open ${withinMs} ms after the client left`).toEqual([]);
+    },
+    withinMs,
+    20,
+  );
 }
 
 describe('refused upgrade requests', () => {
@@ -84,7 +88,10 @@ describe('refused upgrade requests', () => {
   ];
 
   /** One refused upgrade: read the answer, send one more byte, then half-close (end) or close (destroy). */
-  const refusedUpgrade = async (c: { path: string; key?: string; status: number; what: string }, close: 'end' | 'destroy'): Promise<RawClient> => {
+  const refusedUpgrade = async (
+    c: { path: string; key?: string; status: number; what: string },
+    close: 'end' | 'destroy',
+  ): Promise<RawClient> => {
     const client = await RawClient.connect(gw.port);
     opened.push(client);
     client.write(upgradeRequest(c.path, gw.port, c.key));
@@ -95,11 +102,16 @@ describe('refused upgrade requests', () => {
     return client;
   };
 
-  it('a declined upgrade is passed on whole with the gateway\'s request id; one too large to hold is a 502, never cut short', async () => {
+  it("a declined upgrade is passed on whole with the gateway's request id; one too large to hold is a 502, never cut short", async () => {
     const big = await new DecliningUpgradeBackend(JSON.stringify({ error: 'x'.repeat(70_000) })).listen();
     try {
       gw.writeDeployment({ namespace: 'demo', name: 'bigno', type: 'python', url: big.url });
-      await eventually(async () => expect((await send(`${gw.url}/v1/demo/bigno/x`, { headers: { authorization: `ApiKey ${gw.keys['k-demo']}` } })).status).not.toBe(404));
+      await eventually(async () =>
+        expect(
+          (await send(`${gw.url}/v1/demo/bigno/x`, { headers: { authorization: `ApiKey ${gw.keys['k-demo']}` } }))
+            .status,
+        ).not.toBe(404),
+      );
       const ask = async (path: string) => {
         const client = await RawClient.connect(gw.port);
         opened.push(client);
@@ -127,8 +139,15 @@ describe('refused upgrade requests', () => {
     const clients: RawClient[] = [];
     for (let i = 0; i < 50; i++) clients.push(await refusedUpgrade(cases()[i % 5], i % 2 === 0 ? 'end' : 'destroy'));
     // Every client socket is gone once the gateway has closed its side too.
-    await eventually(() => expect(clients.filter((c) => !c.socket.destroyed).length, 'client sockets the gateway never closed').toBe(0), 1500);
-    await eventually(() => expect(fdCount() - fd0, 'descriptors still held after 50 refused upgrades').toBeLessThanOrEqual(2), 1000);
+    await eventually(
+      () =>
+        expect(clients.filter((c) => !c.socket.destroyed).length, 'client sockets the gateway never closed').toBe(0),
+      1500,
+    );
+    await eventually(
+      () => expect(fdCount() - fd0, 'descriptors still held after 50 refused upgrades').toBeLessThanOrEqual(2),
+      1000,
+    );
     expect(tcpFds({ remotePort: declining.port }), 'gateway connections to the declining backend still open').toBe(0);
     expect(declining.attempts).toBeGreaterThanOrEqual(10);
     expect(py.upgrades.length).toBe(0);
@@ -190,7 +209,10 @@ describe('pipelined floods that are abandoned', () => {
   it('3,000 keyed pipelined requests, reset in batches of 1,000, open no more than a couple of backend connections and leave nothing behind', async () => {
     py.reset();
     const authz = `ApiKey ${gw.keys['k-demo']}`;
-    const req = rawHttp('GET', '/v1/demo/py/x', [['Host', `127.0.0.1:${gw.port}`], ['Authorization', authz]]);
+    const req = rawHttp('GET', '/v1/demo/py/x', [
+      ['Host', `127.0.0.1:${gw.port}`],
+      ['Authorization', authz],
+    ]);
     const flood = pipeline(1000, () => req);
     // Warm-up: the gateway has its keep-alive connection to the backend.
     expect((await send(`${gw.url}/v1/demo/py/warm`, { headers: { authorization: authz } })).status).toBe(200);
@@ -198,8 +220,13 @@ describe('pipelined floods that are abandoned', () => {
     const connectionsBefore = py.connections;
     const h0 = await heap();
     for (let round = 0; round < 3; round++) await floodAndReset(flood, 200);
-    await eventually(async () => expect(await metricValue(gw.adminUrl, INFLIGHT), 'requests still in flight').toBe(0), 2000);
-    expect(py.connections - connectionsBefore, 'backend connections opened for 3 flooding clients').toBeLessThanOrEqual(6);
+    await eventually(
+      async () => expect(await metricValue(gw.adminUrl, INFLIGHT), 'requests still in flight').toBe(0),
+      2000,
+    );
+    expect(py.connections - connectionsBefore, 'backend connections opened for 3 flooding clients').toBeLessThanOrEqual(
+      6,
+    );
     expect(tcpFds({ remotePort: py.port }), 'gateway connections to the backend').toBeLessThanOrEqual(2);
     await eventually(() => expect(fdCount() - fd0, 'descriptors still held').toBeLessThanOrEqual(2), 2000);
     const grown = (await heap()) - h0;
@@ -291,7 +318,11 @@ describe('one gateway, misbehaving clients', () => {
     await allClosed(py, 1000, 'pipelined then reset');
     expect(py.requests.every((r) => r.aborted)).toBe(true);
     expect(py.requests.length, 'pipelined requests forwarded before the first was answered').toBeLessThanOrEqual(2);
-    await eventually(async () => expect(await metricValue(gw.adminUrl, INFLIGHT), 'requests still in flight').toBeLessThanOrEqual(inflight0), 2000);
+    await eventually(
+      async () =>
+        expect(await metricValue(gw.adminUrl, INFLIGHT), 'requests still in flight').toBeLessThanOrEqual(inflight0),
+      2000,
+    );
   });
 
   it('a client that leaves while waiting for a slow answer ends the backend request at once', async () => {
@@ -303,13 +334,24 @@ describe('one gateway, misbehaving clients', () => {
     p.destroy();
     await allClosed(py, 1000, 'client left while waiting');
     expect(py.last().aborted).toBe(true);
-    await eventually(async () => expect(await metricValue(gw.adminUrl, INFLIGHT), 'requests still in flight').toBeLessThanOrEqual(inflight0), 2000);
+    await eventually(
+      async () =>
+        expect(await metricValue(gw.adminUrl, INFLIGHT), 'requests still in flight').toBeLessThanOrEqual(inflight0),
+      2000,
+    );
   });
 
   it('a client that resets halfway through its upload ends the backend request at once', async () => {
     py.reset();
     const p = await connect();
-    p.write(rawHttp('POST', '/v1/demo/py/upload', [host(), authz(), ['Content-Type', 'application/octet-stream'], ['Content-Length', String(MB)]]));
+    p.write(
+      rawHttp('POST', '/v1/demo/py/upload', [
+        host(),
+        authz(),
+        ['Content-Type', 'application/octet-stream'],
+        ['Content-Length', String(MB)],
+      ]),
+    );
     p.write(Buffer.alloc(64 * 1024, 1));
     await py.waitForRequests(1);
     p.reset();
@@ -345,8 +387,15 @@ describe('one gateway, misbehaving clients', () => {
     const stream = llm.matching('/v1/chat/completions');
     expect(stream.length).toBe(1);
     expect(stream[0].aborted).toBe(true);
-    expect(llm.matching('/v1/models').map((r) => r.url), 'queued request forwarded while the stream was still running').toEqual([]);
-    await eventually(async () => expect(await metricValue(gw.adminUrl, INFLIGHT), 'requests still in flight').toBeLessThanOrEqual(inflight0), 2000);
+    expect(
+      llm.matching('/v1/models').map((r) => r.url),
+      'queued request forwarded while the stream was still running',
+    ).toEqual([]);
+    await eventually(
+      async () =>
+        expect(await metricValue(gw.adminUrl, INFLIGHT), 'requests still in flight').toBeLessThanOrEqual(inflight0),
+      2000,
+    );
   });
 
   it('a request pipelined behind a stream is forwarded and answered after the stream ends, not before', async () => {
@@ -366,7 +415,9 @@ describe('one gateway, misbehaving clients', () => {
     const [stream] = llm.matching('/v1/chat/completions');
     const [models] = llm.matching('/v1/models');
     expect(stream.sent.length).toBe(10);
-    expect(models.receivedAt, 'the queued request reached the backend before the stream had finished').toBeGreaterThan(stream.sent.at(-1)!);
+    expect(models.receivedAt, 'the queued request reached the backend before the stream had finished').toBeGreaterThan(
+      stream.sent.at(-1)!,
+    );
   });
 
   it('a client that stops reading a large answer holds the backend back instead of the gateway buffering it, and leaving ends it', async () => {
@@ -378,12 +429,16 @@ describe('one gateway, misbehaving clients', () => {
     await big.waitForRequests(1);
     // The backend stalls once the buffers between it and the client are full.
     let last = -1;
-    await eventually(async () => {
-      const now = bigWritten;
-      await sleep(300);
-      expect(bigWritten).toBe(now);
-      last = now;
-    }, 5000, 0);
+    await eventually(
+      async () => {
+        const now = bigWritten;
+        await sleep(300);
+        expect(bigWritten).toBe(now);
+        last = now;
+      },
+      5000,
+      0,
+    );
     expect(last).toBeLessThan(32 * MB);
     p.destroy();
     await allClosed(big, 1000, 'slow reader left');
@@ -414,7 +469,9 @@ describe('slow peers', () => {
     const p = await Peer.connect(gw.port);
     opened.push(p);
     const start = performance.now();
-    p.write(`GET /v1/demo/py/x HTTP/1.1\r\nHost: 127.0.0.1:${gw.port}\r\nAuthorization: ApiKey ${gw.keys['k-demo']}\r\nX-Slow: `);
+    p.write(
+      `GET /v1/demo/py/x HTTP/1.1\r\nHost: 127.0.0.1:${gw.port}\r\nAuthorization: ApiKey ${gw.keys['k-demo']}\r\nX-Slow: `,
+    );
     for (let i = 0; i < 40 && !p.closed; i++) {
       await sleep(100);
       p.write('a');
@@ -485,7 +542,10 @@ describe('request bodies that stop arriving (limits.requestBodyIdleTimeoutSecond
     return { c, start };
   };
   const closedByGateway = (c: RawClient) =>
-    eventually(() => expect(c.socket.readableEnded || c.socket.destroyed, 'the gateway closed the connection').toBe(true), 1000);
+    eventually(
+      () => expect(c.socket.readableEnded || c.socket.destroyed, 'the gateway closed the connection').toBe(true),
+      1000,
+    );
 
   it('a streamed body that stalls: 408 JSON error, the connection closed, the backend request aborted', async () => {
     py.reset();
@@ -517,7 +577,10 @@ describe('request bodies that stop arriving (limits.requestBodyIdleTimeoutSecond
     const { c, start } = await stalled('/v1/demo/early/upload', 'application/octet-stream');
     const head = await c.next({ timeoutMs: 2000, headRequest: true }); // the status and headers only
     expect(head.status).toBe(200);
-    await eventually(() => expect(c.socket.destroyed || c.socket.readableEnded, 'connection still open').toBe(true), 3000);
+    await eventually(
+      () => expect(c.socket.destroyed || c.socket.readableEnded, 'connection still open').toBe(true),
+      3000,
+    );
     expect(performance.now() - start).toBeGreaterThan(900);
     await allClosed(early, 1000, 'stalled upload after the answer started');
     expect(early.last().aborted).toBe(true);
@@ -527,7 +590,13 @@ describe('request bodies that stop arriving (limits.requestBodyIdleTimeoutSecond
     py.reset();
     const c = await RawClient.connect(gw.port);
     opened.push(c);
-    c.write(rawHttp('POST', '/v1/demo/py/slow-upload', [['Host', `127.0.0.1:${gw.port}`], ['Authorization', `ApiKey ${gw.keys['k-demo']}`], ['Content-Length', '6']]));
+    c.write(
+      rawHttp('POST', '/v1/demo/py/slow-upload', [
+        ['Host', `127.0.0.1:${gw.port}`],
+        ['Authorization', `ApiKey ${gw.keys['k-demo']}`],
+        ['Content-Length', '6'],
+      ]),
+    );
     for (const ch of 'abcdef') {
       await sleep(400);
       c.write(ch);
@@ -573,7 +642,20 @@ stringData: {prefix: HardeningTestKey, projects: demo, sha256: ${createHash('sha
     writeFileSync(join(dir, 'config.yaml'), 'logLevel: info\nshutdown: {drainSeconds: 3, acceptSeconds: 0}\n');
     const proc = spawn(
       process.execPath,
-      [CLI, 'serve', '--manifests', join(dir, 'manifests.yaml'), '--config', join(dir, 'config.yaml'), '--port', '0', '--admin-port', '0', '--host', '127.0.0.1'],
+      [
+        CLI,
+        'serve',
+        '--manifests',
+        join(dir, 'manifests.yaml'),
+        '--config',
+        join(dir, 'config.yaml'),
+        '--port',
+        '0',
+        '--admin-port',
+        '0',
+        '--host',
+        '127.0.0.1',
+      ],
       { stdio: ['ignore', 'pipe', 'pipe'] },
     );
     child = proc;
@@ -653,7 +735,10 @@ stringData: {prefix: HardeningTestKey, projects: demo, sha256: ${createHash('sha
     // 20 ordinary requests, each taking 500 ms at the backend; SIGTERM once all are there.
     const before = backend.matching('/delay/500').length;
     const results = Array.from({ length: 20 }, (_, i) =>
-      send(`http://127.0.0.1:${port}/v1/demo/app/delay/500?n=${i}`, { headers: { authorization: `ApiKey ${KEY}` }, timeoutMs: 10_000 }).then(
+      send(`http://127.0.0.1:${port}/v1/demo/app/delay/500?n=${i}`, {
+        headers: { authorization: `ApiKey ${KEY}` },
+        timeoutMs: 10_000,
+      }).then(
         (r: Reply) => ({ status: r.status, error: r.status === 200 ? undefined : r.text.slice(0, 200) }),
         (e: Error) => ({ status: 0, error: e.message }),
       ),
@@ -663,7 +748,10 @@ stringData: {prefix: HardeningTestKey, projects: demo, sha256: ${createHash('sha
     child!.kill('SIGTERM');
 
     const answered = await Promise.all(results);
-    expect(answered.filter((r) => r.status !== 200), 'requests in flight at SIGTERM that failed').toEqual([]);
+    expect(
+      answered.filter((r) => r.status !== 200),
+      'requests in flight at SIGTERM that failed',
+    ).toEqual([]);
     const exited = await Promise.race([exit, sleep(7000).then(() => undefined)]);
     expect(exited, 'the process did not exit within 7 s of SIGTERM').toBeDefined();
     expect(exited!.at - signalAt, 'ms from SIGTERM to exit').toBeLessThan(5000);

@@ -15,7 +15,14 @@ import {
   type RecordedRequest,
 } from '../support/backends.js';
 import { rawHttp, send, startGateway, type Gateway } from '../support/harness.js';
-import { Conn, plainAnswer, RawBackend, responsesOf, type ParsedResponse, type RawScript } from '../support/raw-backend.js';
+import {
+  Conn,
+  plainAnswer,
+  RawBackend,
+  responsesOf,
+  type ParsedResponse,
+  type RawScript,
+} from '../support/raw-backend.js';
 import { backendSawSince, jsonError } from '../support/raw-backend.js';
 
 let py: RecordingBackend;
@@ -82,36 +89,54 @@ async function connect(port = gw.port): Promise<Conn> {
   return c;
 }
 
-const seenSince = (backend: RecordingBackend, before: number, markerPath: string): Promise<string[]> => backendSawSince(gw.url, key, backend, before, markerPath);
-
+const seenSince = (backend: RecordingBackend, before: number, markerPath: string): Promise<string[]> =>
+  backendSawSince(gw.url, key, backend, before, markerPath);
 
 async function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   let t: NodeJS.Timeout | undefined;
   try {
-    return await Promise.race([p, new Promise<never>((_, reject) => (t = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms)))]);
+    return await Promise.race([
+      p,
+      new Promise<never>((_, reject) => (t = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms))),
+    ]);
   } finally {
     clearTimeout(t);
   }
 }
 
 describe('header floods', () => {
-  const fillers = (n: number): Array<[string, string]> => Array.from({ length: n }, (_, i): [string, string] => [`X-Filler-${i}`, `v${i}`]);
+  const fillers = (n: number): Array<[string, string]> =>
+    Array.from({ length: n }, (_, i): [string, string] => [`X-Filler-${i}`, `v${i}`]);
 
   it('a request with 1,001 header lines whose Content-Length comes last is refused with 431 and never forwarded', async () => {
     const before = py.requests.length;
-    const lines: Array<[string, string]> = [host(), authz(), ['Content-Type', 'text/plain'], ...fillers(997), ['Content-Length', '11']];
+    const lines: Array<[string, string]> = [
+      host(),
+      authz(),
+      ['Content-Type', 'text/plain'],
+      ...fillers(997),
+      ['Content-Length', '11'],
+    ];
     expect(lines.length).toBe(1001);
     const c = await connect();
     c.write(rawHttp('POST', '/v1/demo/x/flood', lines, 'hello world'));
     const r = await c.response();
-    const forwarded = (await seenSince(py, before, '/v1/demo/x/marker')).map((u, i) => `${u} (body ${py.requests[before + i].body.length} bytes)`);
+    const forwarded = (await seenSince(py, before, '/v1/demo/x/marker')).map(
+      (u, i) => `${u} (body ${py.requests[before + i].body.length} bytes)`,
+    );
     // One object, so that a failure shows both what the client got and what reached the backend.
     expect({ status: r.status, forwarded }).toEqual({ status: 431, forwarded: ['/marker (body 0 bytes)'] });
     jsonError(r);
   });
 
   it('a request with 90 header lines and a body is forwarded whole', async () => {
-    const lines: Array<[string, string]> = [host(), authz(), ['Content-Type', 'text/plain'], ...fillers(86), ['Content-Length', '11']];
+    const lines: Array<[string, string]> = [
+      host(),
+      authz(),
+      ['Content-Type', 'text/plain'],
+      ...fillers(86),
+      ['Content-Length', '11'],
+    ];
     expect(lines.length).toBe(90);
     const c = await connect();
     c.write(rawHttp('POST', '/v1/demo/x/ninety', lines, 'hello world'));
@@ -142,7 +167,12 @@ describe('header floods', () => {
       [21, 431],
     ])('a request with %i header lines gets %i', async (count, status) => {
       const before = py.requests.length;
-      const lines: Array<[string, string]> = [['Host', `127.0.0.1:${small.port}`], ['Authorization', `ApiKey ${small.keys['apikey-small']}`], ...fillers(count - 3), ['Content-Length', '2']];
+      const lines: Array<[string, string]> = [
+        ['Host', `127.0.0.1:${small.port}`],
+        ['Authorization', `ApiKey ${small.keys['apikey-small']}`],
+        ...fillers(count - 3),
+        ['Content-Length', '2'],
+      ];
       expect(lines.length).toBe(count);
       const c = await connect(small.port);
       c.write(rawHttp('POST', '/v1/demo/x/limit', lines, 'hi'));
@@ -165,7 +195,10 @@ describe('parse errors keep pipeline order', () => {
     c.write(
       Buffer.concat([
         rawHttp('GET', '/v1/demo/slow/first', [host(), authz()]),
-        Buffer.from(`GET /v1/demo/slow/second HTTP/1.1\r\nHost: 127.0.0.1\r\n${authLine()}this is not a header line\r\n\r\n`, 'latin1'),
+        Buffer.from(
+          `GET /v1/demo/slow/second HTTP/1.1\r\nHost: 127.0.0.1\r\n${authLine()}this is not a header line\r\n\r\n`,
+          'latin1',
+        ),
       ]),
     );
     await c.closed(5000);
@@ -190,7 +223,11 @@ describe('parse errors keep pipeline order', () => {
     );
     await c.until((x) => x.text.includes('tok0'), 5000, 'the first streamed token');
     c.write('\x00\x01 this is not HTTP at all\r\n\r\n');
-    await c.until((x) => x.closedBy !== undefined || responsesOf(x)[0]?.complete === true, 5000, 'the stream to end or the connection to close');
+    await c.until(
+      (x) => x.closedBy !== undefined || responsesOf(x)[0]?.complete === true,
+      5000,
+      'the stream to end or the connection to close',
+    );
     const [r] = responsesOf(c);
     expect(r.status).toBe(200);
     expect(r.framing).toBe('chunked');
@@ -223,7 +260,11 @@ describe('slow request bodies (limits.requestBodyIdleTimeoutSeconds: 1)', () => 
     rawHttp('POST', path, [['Host', `127.0.0.1:${sgw.port}`], ['Authorization', `ApiKey ${skey}`], ...extra]);
 
   /** Sends the head and the first bytes, then nothing; returns the answer and how long it took. */
-  async function stall(path: string, extra: Array<[string, string]>, first: string): Promise<{ c: Conn; r: ParsedResponse; ms: number }> {
+  async function stall(
+    path: string,
+    extra: Array<[string, string]>,
+    first: string,
+  ): Promise<{ c: Conn; r: ParsedResponse; ms: number }> {
     const c = await connect(sgw.port);
     c.write(head(path, extra));
     c.write(first);
@@ -247,8 +288,24 @@ describe('slow request bodies (limits.requestBodyIdleTimeoutSeconds: 1)', () => 
   }
 
   it.each([
-    ['1 byte of a 100-byte Content-Length body', '/stall-length', [['Content-Type', 'application/octet-stream'], ['Content-Length', '100']], 'a'],
-    ['a chunked body that stops after one chunk', '/stall-chunked', [['Content-Type', 'application/octet-stream'], ['Transfer-Encoding', 'chunked']], '5\r\nhello\r\n'],
+    [
+      '1 byte of a 100-byte Content-Length body',
+      '/stall-length',
+      [
+        ['Content-Type', 'application/octet-stream'],
+        ['Content-Length', '100'],
+      ],
+      'a',
+    ],
+    [
+      'a chunked body that stops after one chunk',
+      '/stall-chunked',
+      [
+        ['Content-Type', 'application/octet-stream'],
+        ['Transfer-Encoding', 'chunked'],
+      ],
+      '5\r\nhello\r\n',
+    ],
   ] as Array<[string, string, Array<[string, string]>, string]>)(
     'python deployment, %s: 408 within seconds (not the 30 s default), the connection closes, the backend request is aborted',
     async (_what, path, extra, first) => {
@@ -265,7 +322,14 @@ describe('slow request bodies (limits.requestBodyIdleTimeoutSeconds: 1)', () => 
 
   it('sklearn deployment, a predict body that stalls: 408, the backend never sees it', async () => {
     const before = v1.requests.length;
-    const { c, r, ms } = await stall('/v1/demo/iris/v1/models/iris:predict', [['Content-Type', 'application/json'], ['Content-Length', '100']], '{');
+    const { c, r, ms } = await stall(
+      '/v1/demo/iris/v1/models/iris:predict',
+      [
+        ['Content-Type', 'application/json'],
+        ['Content-Length', '100'],
+      ],
+      '{',
+    );
     expect(r.status).toBe(408);
     jsonError(r);
     expect(ms).toBeLessThan(5000); // 1 s idle + the 1 s sweep, with room for a loaded CI box
@@ -277,7 +341,14 @@ describe('slow request bodies (limits.requestBodyIdleTimeoutSeconds: 1)', () => 
 
   it('LLM deployment, a chat body that stalls: 408 as an OpenAI error object, the backend never sees it', async () => {
     const before = llm.requests.length;
-    const { c, r, ms } = await stall('/v1/demo/chat/v1/chat/completions', [['Content-Type', 'application/json'], ['Content-Length', '100']], '{');
+    const { c, r, ms } = await stall(
+      '/v1/demo/chat/v1/chat/completions',
+      [
+        ['Content-Type', 'application/json'],
+        ['Content-Length', '100'],
+      ],
+      '{',
+    );
     expect(r.status).toBe(408);
     const err = JSON.parse(r.body.toString()).error;
     expect(typeof err?.message).toBe('string');
@@ -289,7 +360,12 @@ describe('slow request bodies (limits.requestBodyIdleTimeoutSeconds: 1)', () => 
 
   it('a body that trickles in (a byte every 300 ms, never idle for 1 s) is forwarded whole', async () => {
     const c = await connect(sgw.port);
-    c.write(head('/v1/demo/x/trickle', [['Content-Type', 'text/plain'], ['Content-Length', '8']]));
+    c.write(
+      head('/v1/demo/x/trickle', [
+        ['Content-Type', 'text/plain'],
+        ['Content-Length', '8'],
+      ]),
+    );
     for (const ch of 'trickled') {
       c.write(ch);
       await sleep(300);
@@ -318,11 +394,18 @@ describe('a truncated backend answer is never complete for the client', () => {
   }
 
   it('a close-delimited answer cut by a reset: the client sees no clean end and the connection closes', async () => {
-    rawRoutes.set('/cut-reset', holdOpen('HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Type: text/plain\r\n\r\npartial...'));
+    rawRoutes.set(
+      '/cut-reset',
+      holdOpen('HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Type: text/plain\r\n\r\npartial...'),
+    );
     const c = await get('/cut-reset');
     await c.until((x) => x.text.includes('partial...'), 5000, 'the partial body');
     (sockets.get('/cut-reset') as net.Socket & { resetAndDestroy(): void }).resetAndDestroy();
-    await c.until((x) => x.closedBy !== undefined || responsesOf(x)[0]?.complete === true, 3000, 'the connection to close');
+    await c.until(
+      (x) => x.closedBy !== undefined || responsesOf(x)[0]?.complete === true,
+      3000,
+      'the connection to close',
+    );
     const [r] = responsesOf(c);
     expect(r.status).toBe(200);
     expect(r.body.toString()).toBe('partial...');
@@ -331,7 +414,10 @@ describe('a truncated backend answer is never complete for the client', () => {
   });
 
   it('the same answer ended by a clean FIN arrives complete, with its terminator', async () => {
-    rawRoutes.set('/cut-fin', holdOpen('HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Type: text/plain\r\n\r\npartial...'));
+    rawRoutes.set(
+      '/cut-fin',
+      holdOpen('HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Type: text/plain\r\n\r\npartial...'),
+    );
     const c = await get('/cut-fin');
     await c.until((x) => x.text.includes('partial...'), 5000, 'the partial body');
     sockets.get('/cut-fin')!.end('and the rest');
@@ -342,9 +428,21 @@ describe('a truncated backend answer is never complete for the client', () => {
   });
 
   it.each([
-    ['Content-Length: 100 but 10 bytes, then close', 'HTTP/1.1 200 OK\r\nContent-Length: 100\r\nContent-Type: text/plain\r\n\r\n0123456789', '0123456789'],
-    ['a chunked answer cut before the last chunk', 'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: text/plain\r\n\r\na\r\n0123456789\r\n', '0123456789'],
-    ['a chunked answer cut inside a chunk', 'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: text/plain\r\n\r\n14\r\n0123456789', '0123456789'],
+    [
+      'Content-Length: 100 but 10 bytes, then close',
+      'HTTP/1.1 200 OK\r\nContent-Length: 100\r\nContent-Type: text/plain\r\n\r\n0123456789',
+      '0123456789',
+    ],
+    [
+      'a chunked answer cut before the last chunk',
+      'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: text/plain\r\n\r\na\r\n0123456789\r\n',
+      '0123456789',
+    ],
+    [
+      'a chunked answer cut inside a chunk',
+      'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: text/plain\r\n\r\n14\r\n0123456789',
+      '0123456789',
+    ],
   ])('%s: the client sees an incomplete body and the connection closes', async (_what, bytes, partial) => {
     rawRoutes.set('/short', (_req, s) => {
       s.end(bytes);
@@ -395,7 +493,13 @@ describe('backend answers that break the rules', () => {
     rawRoutes.set('/head', (_req, s) => {
       s.write('HTTP/1.1 200 OK\r\nContent-Length: 18\r\nContent-Type: text/plain\r\n\r\nNOT-FOR-THE-CLIENT');
     });
-    const rs = await exchange([rawHttp('HEAD', '/v1/demo/raw/head', [host(), authz()]), rawHttp('GET', '/v1/demo/raw/after-head', [host(), authz()])], [0]);
+    const rs = await exchange(
+      [
+        rawHttp('HEAD', '/v1/demo/raw/head', [host(), authz()]),
+        rawHttp('GET', '/v1/demo/raw/after-head', [host(), authz()]),
+      ],
+      [0],
+    );
     expect(rs.map((r) => r.status)).toEqual([200, 200]);
     expect(rs[1].body.toString()).toBe('ok /after-head');
     const again = await send(`${gw.url}/v1/demo/raw/again`, { headers: { authorization: `ApiKey ${key}` } });
@@ -405,20 +509,29 @@ describe('backend answers that break the rules', () => {
   it.each([
     [204, 'No Content'],
     [304, 'Not Modified'],
-  ])('a %i with body bytes from the backend reaches the client without a body, and the next answer is intact', async (status, text) => {
-    rawRoutes.set('/nobody', (_req, s) => {
-      s.write(`HTTP/1.1 ${status} ${text}\r\nContent-Type: text/plain\r\n\r\nSMUGGLED-BODY`);
-    });
-    const rs = await exchange([rawHttp('GET', '/v1/demo/raw/nobody', [host(), authz()]), rawHttp('GET', '/v1/demo/raw/after-nobody', [host(), authz()])]);
-    expect(rs.map((r) => r.status)).toEqual([status, 200]);
-    expect(rs[0].body.length).toBe(0);
-    expect(rs[1].body.toString()).toBe('ok /after-nobody');
-    const again = await send(`${gw.url}/v1/demo/raw/again`, { headers: { authorization: `ApiKey ${key}` } });
-    expect([again.status, again.text]).toEqual([200, 'ok /again']);
-  });
+  ])(
+    'a %i with body bytes from the backend reaches the client without a body, and the next answer is intact',
+    async (status, text) => {
+      rawRoutes.set('/nobody', (_req, s) => {
+        s.write(`HTTP/1.1 ${status} ${text}\r\nContent-Type: text/plain\r\n\r\nSMUGGLED-BODY`);
+      });
+      const rs = await exchange([
+        rawHttp('GET', '/v1/demo/raw/nobody', [host(), authz()]),
+        rawHttp('GET', '/v1/demo/raw/after-nobody', [host(), authz()]),
+      ]);
+      expect(rs.map((r) => r.status)).toEqual([status, 200]);
+      expect(rs[0].body.length).toBe(0);
+      expect(rs[1].body.toString()).toBe('ok /after-nobody');
+      const again = await send(`${gw.url}/v1/demo/raw/again`, { headers: { authorization: `ApiKey ${key}` } });
+      expect([again.status, again.text]).toEqual([200, 'ok /again']);
+    },
+  );
 
   it.each([
-    ['Content-Length and Transfer-Encoding together', 'HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n'],
+    [
+      'Content-Length and Transfer-Encoding together',
+      'HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n',
+    ],
     ['two different Content-Length values', 'HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 7\r\n\r\nhello!!'],
   ])('an answer head with %s is a 502', async (_what, bytes) => {
     rawRoutes.set('/bad-answer', (_req, s) => {
@@ -437,13 +550,19 @@ describe('backend answers that break the rules', () => {
     });
     const c = await connect();
     c.write(rawHttp('GET', '/v1/demo/raw/bad-chunk', [host(), authz()]));
-    await c.until((x) => x.closedBy !== undefined || responsesOf(x).some((r) => r.complete), 3000, 'an answer or the close');
+    await c.until(
+      (x) => x.closedBy !== undefined || responsesOf(x).some((r) => r.complete),
+      3000,
+      'an answer or the close',
+    );
     expect(responsesOf(c).filter((r) => r.status === 200 && r.complete)).toEqual([]);
   });
 
   it('backend trailers: the body arrives whole and well framed, and the trailer field does not become a header', async () => {
     rawRoutes.set('/trailers', (_req, s) => {
-      s.write('HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\nTrailer: X-Checksum\r\n\r\n');
+      s.write(
+        'HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\nTrailer: X-Checksum\r\n\r\n',
+      );
       s.write('5\r\nhello\r\n6\r\n world\r\n0\r\nX-Checksum: abc123\r\n\r\n');
     });
     const c = await connect();
@@ -462,7 +581,11 @@ describe('backend answers that break the rules', () => {
     });
     const c = await connect();
     c.write(rawHttp('GET', '/v1/demo/raw/trailer-length', [host(), authz(), ['TE', 'trailers']]));
-    await c.until((x) => x.closedBy !== undefined || responsesOf(x)[0]?.complete === true, 3000, 'the answer or the close');
+    await c.until(
+      (x) => x.closedBy !== undefined || responsesOf(x)[0]?.complete === true,
+      3000,
+      'the answer or the close',
+    );
     const [r] = responsesOf(c);
     expect(r.status).toBe(200);
     expect(r.headers['content-length']).toBeUndefined();
@@ -485,25 +608,47 @@ describe('backend answers that break the rules', () => {
 
 describe('request smuggling and framing attacks', () => {
   const target = '/v1/demo/x/smuggle';
-  const start = () => `POST ${target} HTTP/1.1\r\nHost: 127.0.0.1:${gw.port}\r\n${authLine()}Content-Type: text/plain\r\n`;
+  const start = () =>
+    `POST ${target} HTTP/1.1\r\nHost: 127.0.0.1:${gw.port}\r\n${authLine()}Content-Type: text/plain\r\n`;
   const smuggled = `GET /v1/demo/x/smuggled HTTP/1.1\r\nHost: 127.0.0.1\r\n`;
 
   const cases: Array<[string, () => string]> = [
-    ['Content-Length and Transfer-Encoding together', () => `${start()}Content-Length: 6\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n${smuggled}${authLine()}\r\n`],
-    ['two different Content-Length values', () => `${start()}Content-Length: 5\r\nContent-Length: 60\r\n\r\nhello${smuggled}${authLine()}\r\n`],
-    ['a Content-Length list with two values', () => `${start()}Content-Length: 5, 60\r\n\r\nhello${smuggled}${authLine()}\r\n`],
+    [
+      'Content-Length and Transfer-Encoding together',
+      () => `${start()}Content-Length: 6\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n${smuggled}${authLine()}\r\n`,
+    ],
+    [
+      'two different Content-Length values',
+      () => `${start()}Content-Length: 5\r\nContent-Length: 60\r\n\r\nhello${smuggled}${authLine()}\r\n`,
+    ],
+    [
+      'a Content-Length list with two values',
+      () => `${start()}Content-Length: 5, 60\r\n\r\nhello${smuggled}${authLine()}\r\n`,
+    ],
     ['a signed Content-Length', () => `${start()}Content-Length: +5\r\n\r\nhello`],
-    ['Transfer-Encoding: chunked, identity', () => `${start()}Transfer-Encoding: chunked, identity\r\n\r\n5\r\nhello\r\n0\r\n\r\n`],
+    [
+      'Transfer-Encoding: chunked, identity',
+      () => `${start()}Transfer-Encoding: chunked, identity\r\n\r\n5\r\nhello\r\n0\r\n\r\n`,
+    ],
     ['Transfer-Encoding: gzip', () => `${start()}Transfer-Encoding: gzip\r\n\r\n5\r\nhello\r\n0\r\n\r\n`],
     ['an invalid chunk size', () => `${start()}Transfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n`],
-    ['an over-long chunk size', () => `${start()}Transfer-Encoding: chunked\r\n\r\nfffffffffffffffff1\r\nhello\r\n0\r\n\r\n`],
+    [
+      'an over-long chunk size',
+      () => `${start()}Transfer-Encoding: chunked\r\n\r\nfffffffffffffffff1\r\nhello\r\n0\r\n\r\n`,
+    ],
     ['chunk data not followed by CRLF', () => `${start()}Transfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n`],
     ['an obs-fold continuation line', () => `${start()}X-Folded: first\r\n  second\r\nContent-Length: 5\r\n\r\nhello`],
-    ['an obs-fold continuation of Transfer-Encoding', () => `${start()}Transfer-Encoding: identity\r\n chunked\r\nContent-Length: 5\r\n\r\nhello`],
+    [
+      'an obs-fold continuation of Transfer-Encoding',
+      () => `${start()}Transfer-Encoding: identity\r\n chunked\r\nContent-Length: 5\r\n\r\nhello`,
+    ],
     ['a NUL in a header value', () => `${start()}X-Nul: a\x00b\r\nContent-Length: 5\r\n\r\nhello`],
     ['a bare CR in a header value', () => `${start()}X-Cr: a\rb\r\nContent-Length: 5\r\n\r\nhello`],
     ['a space before the colon of a header name', () => `${start()}X-Spaced : yes\r\nContent-Length: 5\r\n\r\nhello`],
-    ['a space before the colon of Transfer-Encoding', () => `${start()}Transfer-Encoding : chunked\r\nContent-Length: 5\r\n\r\nhello`],
+    [
+      'a space before the colon of Transfer-Encoding',
+      () => `${start()}Transfer-Encoding : chunked\r\nContent-Length: 5\r\n\r\nhello`,
+    ],
   ];
 
   it.each(cases)('%s: 400, the connection closes, nothing reaches the backend', async (_what, message) => {
@@ -519,7 +664,9 @@ describe('request smuggling and framing attacks', () => {
 
   it('an invalid chunk after the body started streaming: 400, and the backend request is aborted, never completed', async () => {
     const c = await connect();
-    c.write(`${start().replace(target, '/v1/demo/x/streamed-then-bad')}Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n`);
+    c.write(
+      `${start().replace(target, '/v1/demo/x/streamed-then-bad')}Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n`,
+    );
     const rec = await (async () => {
       const deadline = Date.now() + 3000;
       for (;;) {
@@ -539,8 +686,14 @@ describe('request smuggling and framing attacks', () => {
   });
 
   it.each([
-    ['CONNECT to a backend address', () => `CONNECT 127.0.0.1:${bystander.port} HTTP/1.1\r\nHost: 127.0.0.1:${bystander.port}\r\n${authLine()}\r\n`],
-    ['CONNECT to a deployment path', () => `CONNECT /v1/demo/x/tunnel HTTP/1.1\r\nHost: 127.0.0.1:${gw.port}\r\n${authLine()}\r\n`],
+    [
+      'CONNECT to a backend address',
+      () => `CONNECT 127.0.0.1:${bystander.port} HTTP/1.1\r\nHost: 127.0.0.1:${bystander.port}\r\n${authLine()}\r\n`,
+    ],
+    [
+      'CONNECT to a deployment path',
+      () => `CONNECT /v1/demo/x/tunnel HTTP/1.1\r\nHost: 127.0.0.1:${gw.port}\r\n${authLine()}\r\n`,
+    ],
   ])('%s is refused with a JSON 405 and nothing is tunnelled', async (_what, message) => {
     const before = py.requests.length;
     const c = await connect();

@@ -4,7 +4,13 @@
 import { afterAll, afterEach, beforeAll, describe, it } from '@jest/globals';
 import { expect } from '../support/expect.js';
 import WebSocket from 'ws';
-import { RecordingBackend, sha256, startPythonBackend, startV1Backend, type RecordedRequest } from '../support/backends.js';
+import {
+  RecordingBackend,
+  sha256,
+  startPythonBackend,
+  startV1Backend,
+  type RecordedRequest,
+} from '../support/backends.js';
 import { rawHttp, startGateway, type Gateway } from '../support/harness.js';
 import { Conn, type ParsedResponse } from '../support/raw-backend.js';
 import { backendSawSince, jsonError } from '../support/raw-backend.js';
@@ -61,27 +67,47 @@ async function exchange(port: number, bytes: string | Buffer): Promise<ParsedRes
 /** The one request the backend saw at `path` (by its upstream path); fails when there is none or several. */
 function onlyAt(backend: RecordingBackend, path: string): RecordedRequest {
   const m = backend.requests.filter((q) => q.url === path);
-  expect(m.map((q) => q.url), `requests at ${path}`).toEqual([path]);
+  expect(
+    m.map((q) => q.url),
+    `requests at ${path}`,
+  ).toEqual([path]);
   return m[0];
 }
 
-const seenSince = (backend: RecordingBackend, before: number, markerPath: string): Promise<string[]> => backendSawSince(gw.url, key, backend, before, markerPath);
-
+const seenSince = (backend: RecordingBackend, before: number, markerPath: string): Promise<string[]> =>
+  backendSawSince(gw.url, key, backend, before, markerPath);
 
 /** Header names on the wire at the backend, lower-cased. */
 const wireNames = (rec: RecordedRequest) => rec.rawHeaders.filter((_, i) => i % 2 === 0).map((n) => n.toLowerCase());
 
 describe('upgrade tokens other than websocket are not tunnelled', () => {
   it.each([
-    ['h2c (with HTTP2-Settings)', 'h2c', [['Connection', 'Upgrade, HTTP2-Settings'], ['Upgrade', 'h2c'], ['HTTP2-Settings', 'AAMAAABkAARAAAAAAAIAAAAA']]],
-    ['foo/1', 'foo', [['Connection', 'Upgrade'], ['Upgrade', 'foo/1']]],
+    [
+      'h2c (with HTTP2-Settings)',
+      'h2c',
+      [
+        ['Connection', 'Upgrade, HTTP2-Settings'],
+        ['Upgrade', 'h2c'],
+        ['HTTP2-Settings', 'AAMAAABkAARAAAAAAAIAAAAA'],
+      ],
+    ],
+    [
+      'foo/1',
+      'foo',
+      [
+        ['Connection', 'Upgrade'],
+        ['Upgrade', 'foo/1'],
+      ],
+    ],
   ] as Array<[string, string, Array<[string, string]>]>)(
     'Upgrade: %s to a python deployment gets a plain HTTP/1.1 answer, and the backend a plain request with its body',
     async (_what, tag, extra) => {
       const upgradesBefore = py.upgrades.length;
       const body = `the body of an ${tag} upgrade attempt`;
       const c = await connect();
-      c.write(rawHttp('POST', `/v1/demo/x/upgrade-${tag}`, [host(), authz(), ['Content-Type', 'text/plain'], ...extra], body));
+      c.write(
+        rawHttp('POST', `/v1/demo/x/upgrade-${tag}`, [host(), authz(), ['Content-Type', 'text/plain'], ...extra], body),
+      );
       const r = await c.response();
       expect(r.status, `answer: ${r.body.toString()}`).toBe(200);
       expect(JSON.parse(r.body.toString()).bodySha256).toBe(sha256(body));
@@ -95,7 +121,9 @@ describe('upgrade tokens other than websocket are not tunnelled', () => {
   );
 
   it('a websocket upgrade to a python deployment still works', async () => {
-    const ws = new WebSocket(`ws://127.0.0.1:${gw.port}/v1/demo/x/socket`, { headers: { authorization: `ApiKey ${key}` } });
+    const ws = new WebSocket(`ws://127.0.0.1:${gw.port}/v1/demo/x/socket`, {
+      headers: { authorization: `ApiKey ${key}` },
+    });
     try {
       await new Promise<void>((resolve, reject) => {
         ws.once('open', () => resolve());
@@ -137,7 +165,15 @@ describe('header look-alikes with underscores', () => {
   }
 
   it('by default no header with an underscore in its name reaches the backend', async () => {
-    const r = await exchange(gw.port, rawHttp('POST', '/v1/demo/x/underscores', [host(), authz(), ...lookAlikes, ['X_Custom_Thing', 'a'], ['Content-Type', 'text/plain']], 'body'));
+    const r = await exchange(
+      gw.port,
+      rawHttp(
+        'POST',
+        '/v1/demo/x/underscores',
+        [host(), authz(), ...lookAlikes, ['X_Custom_Thing', 'a'], ['Content-Type', 'text/plain']],
+        'body',
+      ),
+    );
     expect(r.status).toBe(200);
     const rec = onlyAt(py, '/underscores');
     expect(wireNames(rec).filter((n) => n.includes('_'))).toEqual([]);
@@ -160,7 +196,15 @@ describe('header look-alikes with underscores', () => {
 
     it('X_Custom_Thing is forwarded, look-alikes of gateway-owned, forwarding and hop-by-hop headers are not', async () => {
       const k = ugw.keys['apikey-underscores'];
-      const r = await exchange(ugw.port, rawHttp('POST', '/v1/demo/x/underscores-on', [host(ugw.port), authz(k), ...lookAlikes, ['X_Custom_Thing', 'a'], ['Content-Type', 'text/plain']], 'body'));
+      const r = await exchange(
+        ugw.port,
+        rawHttp(
+          'POST',
+          '/v1/demo/x/underscores-on',
+          [host(ugw.port), authz(k), ...lookAlikes, ['X_Custom_Thing', 'a'], ['Content-Type', 'text/plain']],
+          'body',
+        ),
+      );
       expect(r.status).toBe(200);
       const rec = onlyAt(py, '/underscores-on');
       expect(rec.headers.x_custom_thing).toBe('a');
@@ -191,14 +235,30 @@ describe('request target versus Host (RFC 9112 §3.2, §3.2.2)', () => {
 
   it('an absolute-form target with a path-routed path works, whatever its authority', async () => {
     const before = v1.requests.length;
-    const r = await exchange(gw.port, rawHttp('POST', 'http://anything.example/v1/demo/iris/v1/models/iris:predict?q=1', [['Host', 'other.example'], authz(), json], predict));
+    const r = await exchange(
+      gw.port,
+      rawHttp(
+        'POST',
+        'http://anything.example/v1/demo/iris/v1/models/iris:predict?q=1',
+        [['Host', 'other.example'], authz(), json],
+        predict,
+      ),
+    );
     expect(r.status).toBe(200);
     expect(v1.requests.slice(before).map((q) => q.url)).toEqual(['/v1/models/iris:predict?q=1']);
   });
 
   it('an absolute-form target naming a legacy host the key does not grant is 403, even with a granted Host', async () => {
     const before = v1.requests.length;
-    const r = await exchange(gw.port, rawHttp('POST', 'http://secret.other.serving.local/v1/models/secret:predict', [['Host', 'iris.demo.serving.local'], authz(), json], predict));
+    const r = await exchange(
+      gw.port,
+      rawHttp(
+        'POST',
+        'http://secret.other.serving.local/v1/models/secret:predict',
+        [['Host', 'iris.demo.serving.local'], authz(), json],
+        predict,
+      ),
+    );
     expect(r.status).toBe(403);
     jsonError(r);
     expect(secret.requests.length).toBe(0);
@@ -206,8 +266,20 @@ describe('request target versus Host (RFC 9112 §3.2, §3.2.2)', () => {
   });
 
   it.each([
-    ['two identical Host lines', [['Host', 'localhost'], ['Host', 'localhost']]],
-    ['two different Host lines', [['Host', 'iris.demo.serving.local'], ['Host', 'secret.other.serving.local']]],
+    [
+      'two identical Host lines',
+      [
+        ['Host', 'localhost'],
+        ['Host', 'localhost'],
+      ],
+    ],
+    [
+      'two different Host lines',
+      [
+        ['Host', 'iris.demo.serving.local'],
+        ['Host', 'secret.other.serving.local'],
+      ],
+    ],
   ] as Array<[string, Array<[string, string]>]>)('%s: 400, not forwarded', async (_what, hosts) => {
     const beforePy = py.requests.length;
     const beforeV1 = v1.requests.length;
@@ -256,19 +328,32 @@ describe('request ids, Connection-named headers, TE and Expect', () => {
     ['with a tab', 'id\twith-tab'],
     ['with non-ASCII bytes', 'id-\xe9\xe9'],
     ['repeated', ['one', 'two']],
-  ])('a client x-request-id %s is replaced by a fresh one, the same at the backend and in the answer', async (what, value) => {
-    const path = `/rid-${what.replace(/\W+/g, '-')}`;
-    const values = Array.isArray(value) ? value : [value];
-    const r = await exchange(gw.port, rawHttp('GET', `/v1/demo/x${path}`, [host(), authz(), ...values.map((v): [string, string] => ['X-Request-Id', v])]));
-    expect(r.status).toBe(200);
-    const id = r.headers['x-request-id'];
-    expect(id).toMatch(/^[\x21-\x7e]{1,200}$/);
-    for (const v of values) expect(id).not.toContain(v);
-    expect(onlyAt(py, path).headers['x-request-id']).toBe(id);
-  });
+  ])(
+    'a client x-request-id %s is replaced by a fresh one, the same at the backend and in the answer',
+    async (what, value) => {
+      const path = `/rid-${what.replace(/\W+/g, '-')}`;
+      const values = Array.isArray(value) ? value : [value];
+      const r = await exchange(
+        gw.port,
+        rawHttp('GET', `/v1/demo/x${path}`, [
+          host(),
+          authz(),
+          ...values.map((v): [string, string] => ['X-Request-Id', v]),
+        ]),
+      );
+      expect(r.status).toBe(200);
+      const id = r.headers['x-request-id'];
+      expect(id).toMatch(/^[\x21-\x7e]{1,200}$/);
+      for (const v of values) expect(id).not.toContain(v);
+      expect(onlyAt(py, path).headers['x-request-id']).toBe(id);
+    },
+  );
 
   it('a sane client x-request-id is kept end to end', async () => {
-    const r = await exchange(gw.port, rawHttp('GET', '/v1/demo/x/rid-sane', [host(), authz(), ['X-Request-Id', 'trace-abc.123_XYZ']]));
+    const r = await exchange(
+      gw.port,
+      rawHttp('GET', '/v1/demo/x/rid-sane', [host(), authz(), ['X-Request-Id', 'trace-abc.123_XYZ']]),
+    );
     expect(r.headers['x-request-id']).toBe('trace-abc.123_XYZ');
     expect(onlyAt(py, '/rid-sane').headers['x-request-id']).toBe('trace-abc.123_XYZ');
   });
@@ -279,7 +364,10 @@ describe('request ids, Connection-named headers, TE and Expect', () => {
       rawHttp('GET', '/v1/demo/x/conn-named', [
         host(),
         authz(),
-        ['Connection', 'keep-alive, x-servegate-key, x-servegate-project, x-servegate-deployment, x-forwarded-for, x-forwarded-proto, x-request-id, host'],
+        [
+          'Connection',
+          'keep-alive, x-servegate-key, x-servegate-project, x-servegate-deployment, x-forwarded-for, x-forwarded-proto, x-request-id, host',
+        ],
       ]),
     );
     expect(r.status).toBe(200);
@@ -294,21 +382,45 @@ describe('request ids, Connection-named headers, TE and Expect', () => {
   });
 
   it('a client Connection naming the framing headers does not cost the body', async () => {
-    const r = await exchange(gw.port, rawHttp('POST', '/v1/demo/x/conn-framing', [host(), authz(), ['Connection', 'content-length, transfer-encoding'], ['Content-Type', 'text/plain']], 'whole body'));
+    const r = await exchange(
+      gw.port,
+      rawHttp(
+        'POST',
+        '/v1/demo/x/conn-framing',
+        [host(), authz(), ['Connection', 'content-length, transfer-encoding'], ['Content-Type', 'text/plain']],
+        'whole body',
+      ),
+    );
     expect(r.status).toBe(200);
     expect(onlyAt(py, '/conn-framing').body.toString()).toBe('whole body');
   });
 
   it('TE with a transfer coding the gateway cannot undo never reaches the backend (only "trailers" may)', async () => {
-    const r = await exchange(gw.port, rawHttp('GET', '/v1/demo/x/te', [host(), authz(), ['TE', 'gzip, deflate;q=0.5, trailers'], ['Connection', 'TE']]));
+    const r = await exchange(
+      gw.port,
+      rawHttp('GET', '/v1/demo/x/te', [host(), authz(), ['TE', 'gzip, deflate;q=0.5, trailers'], ['Connection', 'TE']]),
+    );
     expect(r.status).toBe(200);
     const te = String(onlyAt(py, '/te').headers.te ?? '');
-    expect(te.split(',').map((t) => t.trim().split(';')[0]).filter((t) => t !== '' && t !== 'trailers')).toEqual([]);
+    expect(
+      te
+        .split(',')
+        .map((t) => t.trim().split(';')[0])
+        .filter((t) => t !== '' && t !== 'trailers'),
+    ).toEqual([]);
   });
 
   it('an Expect other than 100-continue gets a JSON 417 and is not forwarded', async () => {
     const before = py.requests.length;
-    const r = await exchange(gw.port, rawHttp('POST', '/v1/demo/x/expect-other', [host(), authz(), ['Expect', 'fancy-feature'], ['Content-Type', 'text/plain']], 'x'));
+    const r = await exchange(
+      gw.port,
+      rawHttp(
+        'POST',
+        '/v1/demo/x/expect-other',
+        [host(), authz(), ['Expect', 'fancy-feature'], ['Content-Type', 'text/plain']],
+        'x',
+      ),
+    );
     expect(r.status).toBe(417);
     jsonError(r);
     expect(await seenSince(py, before, '/v1/demo/x/marker')).toEqual(['/marker']);
@@ -328,7 +440,10 @@ describe('request ids, Connection-named headers, TE and Expect', () => {
       keys: [{ name: 'apikey-hop', projects: 'demo' }],
     });
     try {
-      const r = await exchange(hgw.port, rawHttp('GET', '/v1/demo/hop/x', [host(hgw.port), authz(hgw.keys['apikey-hop'])]));
+      const r = await exchange(
+        hgw.port,
+        rawHttp('GET', '/v1/demo/hop/x', [host(hgw.port), authz(hgw.keys['apikey-hop'])]),
+      );
       expect(r.status).toBe(200);
       expect(r.body.toString()).toBe('ok');
       expect(r.headers['x-public']).toBe('fine');

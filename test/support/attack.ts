@@ -152,7 +152,9 @@ export class Peer {
     while (!cond(this)) {
       const left = deadline - performance.now();
       if (left <= 0) {
-        throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}; closed=${this.closed}; received ${this.received.length} bytes: ${JSON.stringify(this.text.slice(0, 300))}`);
+        throw new Error(
+          `timed out after ${timeoutMs} ms waiting for ${what}; closed=${this.closed}; received ${this.received.length} bytes: ${JSON.stringify(this.text.slice(0, 300))}`,
+        );
       }
       await new Promise<void>((resolve) => {
         const t = setTimeout(resolve, Math.min(left, 100));
@@ -269,7 +271,9 @@ export class DecliningUpgradeBackend {
         head += d.toString('latin1');
         if (!head.includes('\r\n\r\n')) return;
         this.attempts++;
-        s.end(`HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`);
+        s.end(
+          `HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`,
+        );
         head = '';
       });
     });

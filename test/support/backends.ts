@@ -132,7 +132,8 @@ export class RecordingBackend {
   async waitForRequests(n: number, timeoutMs = 3000): Promise<RecordedRequest[]> {
     const deadline = Date.now() + timeoutMs;
     while (this.requests.length < n) {
-      if (Date.now() > deadline) throw new Error(`backend :${this.port} saw ${this.requests.length} requests, wanted ${n}`);
+      if (Date.now() > deadline)
+        throw new Error(`backend :${this.port} saw ${this.requests.length} requests, wanted ${n}`);
       await sleep(10);
     }
     return this.requests;
@@ -223,7 +224,9 @@ export async function startOpenAIBackend(): Promise<OpenAIBackend> {
       return;
     }
     if (rec.method !== 'POST') {
-      json(res, 404, { error: { message: `backend: no route ${rec.method} ${path}`, type: 'invalid_request_error', code: null } });
+      json(res, 404, {
+        error: { message: `backend: no route ${rec.method} ${path}`, type: 'invalid_request_error', code: null },
+      });
       return;
     }
     const body = (parseJson(rec.body) ?? {}) as Record<string, unknown>;
@@ -239,7 +242,9 @@ export async function startOpenAIBackend(): Promise<OpenAIBackend> {
     }
     const chat = path === '/v1/chat/completions';
     if (!chat && path !== '/v1/completions') {
-      json(res, 404, { error: { message: `backend: no route ${rec.method} ${path}`, type: 'invalid_request_error', code: null } });
+      json(res, 404, {
+        error: { message: `backend: no route ${rec.method} ${path}`, type: 'invalid_request_error', code: null },
+      });
       return;
     }
     const messages = Array.isArray(body.messages) ? (body.messages as Array<{ content?: unknown }>) : [];
@@ -256,7 +261,9 @@ export async function startOpenAIBackend(): Promise<OpenAIBackend> {
               object: 'chat.completion',
               created,
               model,
-              choices: [{ index: 0, message: { role: 'assistant', content: text }, finish_reason: 'stop', logprobs: null }],
+              choices: [
+                { index: 0, message: { role: 'assistant', content: text }, finish_reason: 'stop', logprobs: null },
+              ],
               usage: usageOf(backend.usage),
             }
           : {
@@ -289,9 +296,24 @@ export async function startOpenAIBackend(): Promise<OpenAIBackend> {
             object: 'chat.completion.chunk',
             created,
             model,
-            choices: [{ index: 0, delta: finish ? {} : { role: 'assistant', content: `tok${i} ` }, finish_reason: finish ? 'stop' : null, logprobs: null }],
+            choices: [
+              {
+                index: 0,
+                delta: finish ? {} : { role: 'assistant', content: `tok${i} ` },
+                finish_reason: finish ? 'stop' : null,
+                logprobs: null,
+              },
+            ],
           }
-        : { id, object: 'text_completion', created, model, choices: [{ index: 0, text: finish ? '' : `tok${i} `, finish_reason: finish ? 'stop' : null, logprobs: null }] };
+        : {
+            id,
+            object: 'text_completion',
+            created,
+            model,
+            choices: [
+              { index: 0, text: finish ? '' : `tok${i} `, finish_reason: finish ? 'stop' : null, logprobs: null },
+            ],
+          };
     for (let i = 0; i < ctl.chunks; i++) {
       await sleep(i === 0 && u.firstDelayMs !== undefined ? u.firstDelayMs : ctl.delayMs);
       if (res.destroyed || rec.aborted) return;
@@ -305,7 +327,9 @@ export async function startOpenAIBackend(): Promise<OpenAIBackend> {
     if (res.destroyed) return;
     res.write(`data: ${JSON.stringify(chunk(ctl.chunks, true))}\n\n`);
     if (withUsage && !u.onLastChunk) {
-      res.write(`data: ${JSON.stringify({ id, object: chat ? 'chat.completion.chunk' : 'text_completion', created, model, choices: [], usage: usageOf(u) })}\n\n`);
+      res.write(
+        `data: ${JSON.stringify({ id, object: chat ? 'chat.completion.chunk' : 'text_completion', created, model, choices: [], usage: usageOf(u) })}\n\n`,
+      );
     }
     res.end('data: [DONE]\n\n');
   });

@@ -23,8 +23,12 @@ export async function launchChromium(): Promise<Browser> {
  * `test` for a browser test: skipped (and reported as skipped) when SERVEGATE_NO_BROWSER is set, except under CI=true,
  * where switching the browser off is itself a failure. A missing binary fails in launchChromium either way.
  */
-export const browserTest = (browserDisabled ? (process.env.CI === 'true' ? failInCi(test) : test.skip) : test) as typeof test;
-export const browserDescribe = (browserDisabled && process.env.CI !== 'true' ? describe.skip : describe) as typeof describe;
+export const browserTest = (
+  browserDisabled ? (process.env.CI === 'true' ? failInCi(test) : test.skip) : test
+) as typeof test;
+export const browserDescribe = (
+  browserDisabled && process.env.CI !== 'true' ? describe.skip : describe
+) as typeof describe;
 
 function failInCi(t: typeof test): typeof test {
   const f = ((name: string) =>

@@ -6,7 +6,6 @@ import http from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { KubeConfig } from '@kubernetes/client-node';
 
- 
 type Obj = Record<string, any>;
 
 export interface ResourceDef {
@@ -23,16 +22,96 @@ export interface ResourceDef {
 }
 
 export const DEFAULT_RESOURCES: ResourceDef[] = [
-  { apiVersion: 'serving.servegate.dev/v1alpha1', kind: 'ServingDeployment', plural: 'servingdeployments', namespaced: true, statusSubresource: true, generation: true, custom: true },
-  { apiVersion: 'serving.kserve.io/v1beta1', kind: 'InferenceService', plural: 'inferenceservices', namespaced: true, statusSubresource: true, generation: true, custom: true },
-  { apiVersion: 'v1', kind: 'Secret', plural: 'secrets', namespaced: true, statusSubresource: false, generation: false, custom: false },
-  { apiVersion: 'v1', kind: 'Service', plural: 'services', namespaced: true, statusSubresource: true, generation: false, custom: false },
-  { apiVersion: 'v1', kind: 'ConfigMap', plural: 'configmaps', namespaced: true, statusSubresource: false, generation: false, custom: false },
-  { apiVersion: 'v1', kind: 'Event', plural: 'events', namespaced: true, statusSubresource: false, generation: false, custom: false },
-  { apiVersion: 'v1', kind: 'Namespace', plural: 'namespaces', namespaced: false, statusSubresource: true, generation: false, custom: false },
-  { apiVersion: 'discovery.k8s.io/v1', kind: 'EndpointSlice', plural: 'endpointslices', namespaced: true, statusSubresource: false, generation: false, custom: false },
-  { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', plural: 'leases', namespaced: true, statusSubresource: false, generation: false, custom: false },
-  { apiVersion: 'events.k8s.io/v1', kind: 'Event', plural: 'events', namespaced: true, statusSubresource: false, generation: false, custom: false },
+  {
+    apiVersion: 'serving.servegate.dev/v1alpha1',
+    kind: 'ServingDeployment',
+    plural: 'servingdeployments',
+    namespaced: true,
+    statusSubresource: true,
+    generation: true,
+    custom: true,
+  },
+  {
+    apiVersion: 'serving.kserve.io/v1beta1',
+    kind: 'InferenceService',
+    plural: 'inferenceservices',
+    namespaced: true,
+    statusSubresource: true,
+    generation: true,
+    custom: true,
+  },
+  {
+    apiVersion: 'v1',
+    kind: 'Secret',
+    plural: 'secrets',
+    namespaced: true,
+    statusSubresource: false,
+    generation: false,
+    custom: false,
+  },
+  {
+    apiVersion: 'v1',
+    kind: 'Service',
+    plural: 'services',
+    namespaced: true,
+    statusSubresource: true,
+    generation: false,
+    custom: false,
+  },
+  {
+    apiVersion: 'v1',
+    kind: 'ConfigMap',
+    plural: 'configmaps',
+    namespaced: true,
+    statusSubresource: false,
+    generation: false,
+    custom: false,
+  },
+  {
+    apiVersion: 'v1',
+    kind: 'Event',
+    plural: 'events',
+    namespaced: true,
+    statusSubresource: false,
+    generation: false,
+    custom: false,
+  },
+  {
+    apiVersion: 'v1',
+    kind: 'Namespace',
+    plural: 'namespaces',
+    namespaced: false,
+    statusSubresource: true,
+    generation: false,
+    custom: false,
+  },
+  {
+    apiVersion: 'discovery.k8s.io/v1',
+    kind: 'EndpointSlice',
+    plural: 'endpointslices',
+    namespaced: true,
+    statusSubresource: false,
+    generation: false,
+    custom: false,
+  },
+  {
+    apiVersion: 'coordination.k8s.io/v1',
+    kind: 'Lease',
+    plural: 'leases',
+    namespaced: true,
+    statusSubresource: false,
+    generation: false,
+    custom: false,
+  },
+  {
+    apiVersion: 'events.k8s.io/v1',
+    kind: 'Event',
+    plural: 'events',
+    namespaced: true,
+    statusSubresource: false,
+    generation: false,
+    custom: false,
+  },
 ];
 
 export interface FakeApiServerOptions {
@@ -327,7 +406,14 @@ export class FakeApiServer {
   }
 
   private record(def: ResourceDef, type: StoredEvent['type'], obj: Obj, old?: Obj): void {
-    const ev: StoredEvent = { rv: Number(obj.metadata.resourceVersion), def, type, obj, old, json: JSON.stringify(obj) };
+    const ev: StoredEvent = {
+      rv: Number(obj.metadata.resourceVersion),
+      def,
+      type,
+      obj,
+      old,
+      json: JSON.stringify(obj),
+    };
     this.events.push(ev);
     if (this.events.length > this.historyLimit * 1.1) {
       // Like etcd compaction: watches from before the kept window get 410.
@@ -342,15 +428,24 @@ export class FakeApiServer {
     obj.apiVersion ??= def.apiVersion;
     obj.kind ??= def.kind;
     if (obj.apiVersion !== def.apiVersion || obj.kind !== def.kind) {
-      throw new ApiError(400, 'BadRequest', `the API version in the data (${obj.apiVersion}) does not match the expected API version (${def.apiVersion}) or kind ${obj.kind}`);
+      throw new ApiError(
+        400,
+        'BadRequest',
+        `the API version in the data (${obj.apiVersion}) does not match the expected API version (${def.apiVersion}) or kind ${obj.kind}`,
+      );
     }
     const meta: Obj = isObj(obj.metadata) ? obj.metadata : (obj.metadata = {});
     if (!meta.name && typeof meta.generateName === 'string') meta.name = meta.generateName + randomUUID().slice(0, 5);
-    if (typeof meta.name !== 'string' || meta.name === '') throw invalid(def, '', 'metadata.name: Required value: name or generateName is required');
+    if (typeof meta.name !== 'string' || meta.name === '')
+      throw invalid(def, '', 'metadata.name: Required value: name or generateName is required');
     if (def.namespaced) {
       if (opts.namespace !== undefined) {
         if (meta.namespace !== undefined && meta.namespace !== '' && meta.namespace !== opts.namespace) {
-          throw new ApiError(400, 'BadRequest', 'the namespace of the provided object does not match the namespace sent on the request');
+          throw new ApiError(
+            400,
+            'BadRequest',
+            'the namespace of the provided object does not match the namespace sent on the request',
+          );
         }
         meta.namespace = opts.namespace;
       }
@@ -358,7 +453,12 @@ export class FakeApiServer {
     } else delete meta.namespace;
     const key = keyOf(obj);
     if (this.bucket(def).has(key)) {
-      throw new ApiError(409, 'AlreadyExists', `${resourceName(def)} "${meta.name}" already exists`, details(def, meta.name));
+      throw new ApiError(
+        409,
+        'AlreadyExists',
+        `${resourceName(def)} "${meta.name}" already exists`,
+        details(def, meta.name),
+      );
     }
     normalizeSecret(def, obj);
     meta.uid = randomUUID();
@@ -377,26 +477,44 @@ export class FakeApiServer {
    * mode 'main': PUT/PATCH of the resource (status kept when there is a status subresource);
    * 'status': the /status subresource (only status changes); 'helper': everything, status kept if absent.
    */
-  private doUpdate(def: ResourceDef, next: Obj, opts: { mode: 'main' | 'status' | 'helper'; namespace?: string; name?: string }): Obj {
-    if (!isObj(next) || !isObj(next.metadata)) throw new ApiError(400, 'BadRequest', 'the body of the request must be an object with metadata');
+  private doUpdate(
+    def: ResourceDef,
+    next: Obj,
+    opts: { mode: 'main' | 'status' | 'helper'; namespace?: string; name?: string },
+  ): Obj {
+    if (!isObj(next) || !isObj(next.metadata))
+      throw new ApiError(400, 'BadRequest', 'the body of the request must be an object with metadata');
     next.apiVersion ??= def.apiVersion;
     next.kind ??= def.kind;
     if (next.apiVersion !== def.apiVersion || next.kind !== def.kind) {
-      throw new ApiError(400, 'BadRequest', `the API version or kind in the data (${next.apiVersion} ${next.kind}) does not match ${def.apiVersion} ${def.kind}`);
+      throw new ApiError(
+        400,
+        'BadRequest',
+        `the API version or kind in the data (${next.apiVersion} ${next.kind}) does not match ${def.apiVersion} ${def.kind}`,
+      );
     }
     const meta = next.metadata;
     if (def.namespaced) {
       if (opts.namespace !== undefined && meta.namespace !== undefined && meta.namespace !== opts.namespace) {
-        throw new ApiError(400, 'BadRequest', 'the namespace of the provided object does not match the namespace sent on the request');
+        throw new ApiError(
+          400,
+          'BadRequest',
+          'the namespace of the provided object does not match the namespace sent on the request',
+        );
       }
       meta.namespace = opts.namespace ?? meta.namespace ?? 'default';
     } else delete meta.namespace;
     if (opts.name !== undefined && meta.name !== opts.name) {
-      throw new ApiError(400, 'BadRequest', `the name of the object (${meta.name}) does not match the name on the URL (${opts.name})`);
+      throw new ApiError(
+        400,
+        'BadRequest',
+        `the name of the object (${meta.name}) does not match the name on the URL (${opts.name})`,
+      );
     }
     const key = keyOf(next);
     const old = this.bucket(def).get(key);
-    if (!old) throw new ApiError(404, 'NotFound', `${resourceName(def)} "${meta.name}" not found`, details(def, meta.name));
+    if (!old)
+      throw new ApiError(404, 'NotFound', `${resourceName(def)} "${meta.name}" not found`, details(def, meta.name));
     if (meta.resourceVersion !== undefined && meta.resourceVersion !== '') {
       if (String(meta.resourceVersion) !== old.metadata.resourceVersion) throw conflict(def, meta.name);
     } else if (opts.mode !== 'helper' && def.custom) {
@@ -425,7 +543,10 @@ export class FakeApiServer {
         if (canonical(withoutMetaStatus(obj)) !== canonical(withoutMetaStatus(old))) m.generation++;
       } else delete m.generation;
     }
-    if (canonical(obj) === canonical({ ...old, metadata: { ...old.metadata, resourceVersion: obj.metadata.resourceVersion } })) {
+    if (
+      canonical(obj) ===
+      canonical({ ...old, metadata: { ...old.metadata, resourceVersion: obj.metadata.resourceVersion } })
+    ) {
       return old; // a no-op write does not bump the resourceVersion, as on the real server
     }
     obj.metadata.resourceVersion = String(++this.rv);
@@ -434,11 +555,17 @@ export class FakeApiServer {
     return obj;
   }
 
-  private doDelete(def: ResourceDef, namespace: string, name: string, precondition?: { resourceVersion?: string; uid?: string }): Obj {
+  private doDelete(
+    def: ResourceDef,
+    namespace: string,
+    name: string,
+    precondition?: { resourceVersion?: string; uid?: string },
+  ): Obj {
     const key = `${namespace}/${name}`;
     const old = this.bucket(def).get(key);
     if (!old) throw new ApiError(404, 'NotFound', `${resourceName(def)} "${name}" not found`, details(def, name));
-    if (precondition?.resourceVersion && precondition.resourceVersion !== old.metadata.resourceVersion) throw conflict(def, name);
+    if (precondition?.resourceVersion && precondition.resourceVersion !== old.metadata.resourceVersion)
+      throw conflict(def, name);
     if (precondition?.uid && precondition.uid !== old.metadata.uid) throw conflict(def, name);
     this.bucket(def).delete(key);
     const gone = clone(old);
@@ -453,7 +580,13 @@ export class FakeApiServer {
     const u = new URL(req.url ?? '/', 'http://x');
     const method = req.method ?? 'GET';
     const isWatch = u.searchParams.get('watch') === 'true' || u.searchParams.get('watch') === '1';
-    const entry: RecordedRequest = { method, path: u.pathname, query: u.search.replace(/^\?/, ''), status: 0, watch: isWatch };
+    const entry: RecordedRequest = {
+      method,
+      path: u.pathname,
+      query: u.search.replace(/^\?/, ''),
+      status: 0,
+      watch: isWatch,
+    };
     this.requests.push(entry);
     const fault = this.faults.find((f) => f.remaining > 0 && (!f.match || f.match(method, u.pathname)));
     if (fault) {
@@ -462,7 +595,12 @@ export class FakeApiServer {
       entry.status = fault.status;
       req.resume();
       const headers: Record<string, string> = fault.status === 429 ? { 'Retry-After': '1' } : {};
-      sendJson(res, fault.status, statusObj(fault.status, REASONS[fault.status] ?? 'InternalError', `injected failure ${fault.status}`), headers);
+      sendJson(
+        res,
+        fault.status,
+        statusObj(fault.status, REASONS[fault.status] ?? 'InternalError', `injected failure ${fault.status}`),
+        headers,
+      );
       return;
     }
     const chunks: Buffer[] = [];
@@ -473,7 +611,10 @@ export class FakeApiServer {
         const status = this.route(method, u, req, res, Buffer.concat(chunks).toString('utf8'), isWatch);
         entry.status = status;
       } catch (err) {
-        const e = err instanceof ApiError ? err : new ApiError(500, 'InternalError', `fake apiserver: ${(err as Error).message}`);
+        const e =
+          err instanceof ApiError
+            ? err
+            : new ApiError(500, 'InternalError', `fake apiserver: ${(err as Error).message}`);
         entry.status = e.code;
         if (!res.headersSent) sendJson(res, e.code, statusObj(e.code, e.reason, e.message, e.details));
         else res.destroy();
@@ -482,7 +623,14 @@ export class FakeApiServer {
   }
 
   /** Returns the HTTP status it answered. */
-  private route(method: string, u: URL, req: http.IncomingMessage, res: http.ServerResponse, body: string, isWatch: boolean): number {
+  private route(
+    method: string,
+    u: URL,
+    req: http.IncomingMessage,
+    res: http.ServerResponse,
+    body: string,
+    isWatch: boolean,
+  ): number {
     const parts = u.pathname.split('/').filter(Boolean).map(decodeURIComponent);
     // Discovery, enough for KubernetesObjectApi.
     if (method === 'GET' && (u.pathname === '/api' || u.pathname === '/apis' || parts.length <= 3)) {
@@ -504,7 +652,11 @@ export class FakeApiServer {
     let plural: string;
     let name: string | undefined;
     let sub: string | undefined;
-    if (rest[0] === 'namespaces' && rest.length >= 3 && !(rest.length === 3 && (rest[2] === 'status' || rest[2] === 'finalize'))) {
+    if (
+      rest[0] === 'namespaces' &&
+      rest.length >= 3 &&
+      !(rest.length === 3 && (rest[2] === 'status' || rest[2] === 'finalize'))
+    ) {
       namespace = rest[1];
       [plural, name, sub] = rest.slice(2);
     } else {
@@ -525,13 +677,15 @@ export class FakeApiServer {
       if (method === 'GET' && isWatch) return this.startWatch(def, namespace, q, req, res);
       if (method === 'GET') return sendJson(res, 200, this.listResponse(def, namespace, q));
       if (method === 'POST') {
-        if (def.namespaced && namespace === undefined) throw new ApiError(405, 'MethodNotAllowed', 'create needs a namespace in the path');
+        if (def.namespaced && namespace === undefined)
+          throw new ApiError(405, 'MethodNotAllowed', 'create needs a namespace in the path');
         const created = this.doCreate(def, parseBody(body), { keepTimestamp: false, namespace });
         return sendJson(res, 201, created);
       }
       throw new ApiError(405, 'MethodNotAllowed', `the server does not allow this method on the requested resource`);
     }
-    if (def.namespaced && namespace === undefined) throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
+    if (def.namespaced && namespace === undefined)
+      throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
     const key = `${ns}/${name}`;
     switch (method) {
       case 'GET': {
@@ -553,10 +707,15 @@ export class FakeApiServer {
           if (!isObj(patch)) throw new ApiError(400, 'BadRequest', 'a merge patch must be a JSON object');
           next = mergePatch(clone(old), patch);
         } else if (ct === 'application/json-patch+json') {
-          if (!Array.isArray(patch)) throw new ApiError(400, 'BadRequest', 'a JSON patch must be an array of operations');
+          if (!Array.isArray(patch))
+            throw new ApiError(400, 'BadRequest', 'a JSON patch must be an array of operations');
           next = jsonPatch(clone(old), patch);
         } else {
-          throw new ApiError(415, 'UnsupportedMediaType', `the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json`);
+          throw new ApiError(
+            415,
+            'UnsupportedMediaType',
+            `the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json`,
+          );
         }
         // A resourceVersion in the patch is a precondition; without one the patch applies to the latest version.
         const patchedRv = next.metadata?.resourceVersion;
@@ -593,11 +752,28 @@ export class FakeApiServer {
       resources: this.defs
         .filter((d) => d.apiVersion === apiVersion)
         .flatMap((d) => [
-          { name: d.plural, singularName: d.kind.toLowerCase(), namespaced: d.namespaced, kind: d.kind, verbs: ['create', 'delete', 'get', 'list', 'patch', 'update', 'watch'] },
-          ...(d.statusSubresource ? [{ name: `${d.plural}/status`, singularName: '', namespaced: d.namespaced, kind: d.kind, verbs: ['get', 'patch', 'update'] }] : []),
+          {
+            name: d.plural,
+            singularName: d.kind.toLowerCase(),
+            namespaced: d.namespaced,
+            kind: d.kind,
+            verbs: ['create', 'delete', 'get', 'list', 'patch', 'update', 'watch'],
+          },
+          ...(d.statusSubresource
+            ? [
+                {
+                  name: `${d.plural}/status`,
+                  singularName: '',
+                  namespaced: d.namespaced,
+                  kind: d.kind,
+                  verbs: ['get', 'patch', 'update'],
+                },
+              ]
+            : []),
         ]),
     });
-    if (parts.length === 1 && parts[0] === 'api') return { kind: 'APIVersions', versions: ['v1'], serverAddressByClientCIDRs: [] };
+    if (parts.length === 1 && parts[0] === 'api')
+      return { kind: 'APIVersions', versions: ['v1'], serverAddressByClientCIDRs: [] };
     if (parts.length === 2 && parts[0] === 'api' && parts[1] === 'v1') return resources('v1');
     if (parts.length === 1 && parts[0] === 'apis') {
       const groups = [...new Set(this.defs.filter((d) => d.apiVersion.includes('/')).map((d) => d.apiVersion))];
@@ -633,7 +809,11 @@ export class FakeApiServer {
       }
       const page = this.pages.get(token.id);
       if (!page) {
-        throw new ApiError(410, 'Expired', 'The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.');
+        throw new ApiError(
+          410,
+          'Expired',
+          'The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.',
+        );
       }
       items = page.items;
       rv = page.rv;
@@ -642,7 +822,9 @@ export class FakeApiServer {
     } else {
       const labelSel = parseSelector(q.get('labelSelector') ?? '');
       const fieldSel = parseSelector(q.get('fieldSelector') ?? '');
-      items = this.sorted(def, namespace).filter((o) => matches(labelSel, o.metadata.labels ?? {}) && matches(fieldSel, fieldsOf(o)));
+      items = this.sorted(def, namespace).filter(
+        (o) => matches(labelSel, o.metadata.labels ?? {}) && matches(fieldSel, fieldsOf(o)),
+      );
       rv = this.rv;
       pageId = randomUUID();
     }
@@ -659,7 +841,13 @@ export class FakeApiServer {
     return { kind: `${def.kind}List`, apiVersion: def.apiVersion, metadata, items: items.slice(offset, end) };
   }
 
-  private startWatch(def: ResourceDef, namespace: string | undefined, q: URLSearchParams, req: http.IncomingMessage, res: http.ServerResponse): number {
+  private startWatch(
+    def: ResourceDef,
+    namespace: string | undefined,
+    q: URLSearchParams,
+    req: http.IncomingMessage,
+    res: http.ServerResponse,
+  ): number {
     const w: OpenWatch = {
       def,
       namespace,
@@ -670,7 +858,11 @@ export class FakeApiServer {
       timers: [],
       closed: false,
     };
-    res.writeHead(200, { 'Content-Type': 'application/json', 'Transfer-Encoding': 'chunked', 'Cache-Control': 'no-cache, private' });
+    res.writeHead(200, {
+      'Content-Type': 'application/json',
+      'Transfer-Encoding': 'chunked',
+      'Cache-Control': 'no-cache, private',
+    });
     res.flushHeaders();
     const rvParam = q.get('resourceVersion') ?? '';
     const from = Number(rvParam);
@@ -729,7 +921,12 @@ export class FakeApiServer {
 
   private sendBookmark(w: OpenWatch): void {
     if (w.closed || !w.bookmarks) return;
-    w.res.write(JSON.stringify({ type: 'BOOKMARK', object: { kind: w.def.kind, apiVersion: w.def.apiVersion, metadata: { resourceVersion: String(this.rv) } } }) + '\n');
+    w.res.write(
+      JSON.stringify({
+        type: 'BOOKMARK',
+        object: { kind: w.def.kind, apiVersion: w.def.apiVersion, metadata: { resourceVersion: String(this.rv) } },
+      }) + '\n',
+    );
   }
 
   private closeWatch(w: OpenWatch): void {
@@ -785,10 +982,24 @@ function invalid(def: ResourceDef, name: string, message: string): ApiError {
 }
 
 function statusObj(code: number, reason: string, message: string, det?: Obj): Obj {
-  return { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message, reason, ...(det ? { details: det } : {}), code };
+  return {
+    kind: 'Status',
+    apiVersion: 'v1',
+    metadata: {},
+    status: 'Failure',
+    message,
+    reason,
+    ...(det ? { details: det } : {}),
+    code,
+  };
 }
 
-function sendJson(res: http.ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): number {
+function sendJson(
+  res: http.ServerResponse,
+  status: number,
+  body: unknown,
+  headers: Record<string, string> = {},
+): number {
   const text = JSON.stringify(body);
   res.writeHead(status, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(text), ...headers });
   res.end(text);
@@ -812,7 +1023,8 @@ function normalizeSecret(def: ResourceDef, obj: Obj): void {
   if (def.apiVersion !== 'v1' || def.kind !== 'Secret') return;
   if (isObj(obj.stringData)) {
     obj.data = { ...(isObj(obj.data) ? obj.data : {}) };
-    for (const [k, v] of Object.entries(obj.stringData)) obj.data[k] = Buffer.from(String(v), 'utf8').toString('base64');
+    for (const [k, v] of Object.entries(obj.stringData))
+      obj.data[k] = Buffer.from(String(v), 'utf8').toString('base64');
   }
   delete obj.stringData;
   obj.type ??= 'Opaque';
@@ -851,8 +1063,14 @@ function mergePatch(target: unknown, patch: unknown): any {
 function jsonPatch(doc: Obj, ops: unknown[]): Obj {
   let root: any = doc;
   const pointer = (p: unknown): string[] => {
-    if (typeof p !== 'string' || (p !== '' && !p.startsWith('/'))) throw new ApiError(422, 'Invalid', `invalid JSON pointer ${JSON.stringify(p)}`);
-    return p === '' ? [] : p.slice(1).split('/').map((s) => s.replace(/~1/g, '/').replace(/~0/g, '~'));
+    if (typeof p !== 'string' || (p !== '' && !p.startsWith('/')))
+      throw new ApiError(422, 'Invalid', `invalid JSON pointer ${JSON.stringify(p)}`);
+    return p === ''
+      ? []
+      : p
+          .slice(1)
+          .split('/')
+          .map((s) => s.replace(/~1/g, '/').replace(/~0/g, '~'));
   };
   const parentOf = (path: string[]): { parent: any; last: string } => {
     let cur = root;
@@ -873,7 +1091,8 @@ function jsonPatch(doc: Obj, ops: unknown[]): Obj {
   const remove = (path: string[]): unknown => {
     const { parent, last } = parentOf(path);
     if (Array.isArray(parent)) return parent.splice(Number(last), 1)[0];
-    if (!isObj(parent) || !(last in parent)) throw new ApiError(422, 'Invalid', `path /${path.join('/')} does not exist`);
+    if (!isObj(parent) || !(last in parent))
+      throw new ApiError(422, 'Invalid', `path /${path.join('/')} does not exist`);
     const v = parent[last];
     delete parent[last];
     return v;
@@ -918,7 +1137,8 @@ function jsonPatch(doc: Obj, ops: unknown[]): Obj {
         add(path, clone(getAt(pointer(raw.from))));
         break;
       case 'test':
-        if (canonical(getAt(path)) !== canonical(raw.value)) throw new ApiError(422, 'Invalid', `test operation failed at ${raw.path}`);
+        if (canonical(getAt(path)) !== canonical(raw.value))
+          throw new ApiError(422, 'Invalid', `test operation failed at ${raw.path}`);
         break;
       default:
         throw new ApiError(422, 'Invalid', `unknown JSON patch op ${JSON.stringify(raw.op)}`);

@@ -88,7 +88,11 @@ export function deploymentDoc(d: DeploymentManifest): object {
 
 /** A fresh key: 16-character prefix, 43-character secret. */
 export function newKey(): string {
-  const prefix = randomBytes(24).toString('base64').replace(/[^A-Za-z0-9]/g, '').slice(0, 16).padEnd(16, 'k');
+  const prefix = randomBytes(24)
+    .toString('base64')
+    .replace(/[^A-Za-z0-9]/g, '')
+    .slice(0, 16)
+    .padEnd(16, 'k');
   return `${prefix}.${randomBytes(32).toString('base64url')}`;
 }
 
@@ -105,7 +109,8 @@ export function keyDoc(k: KeyManifest, key: string): object {
   const metadata: Record<string, unknown> = { name: k.name, labels: { 'serving.servegate.dev/api-key': 'true' } };
   if (k.namespace !== null) metadata.namespace = k.namespace ?? KEYS_NAMESPACE;
   const doc: Record<string, unknown> = { apiVersion: 'v1', kind: 'Secret', metadata, type: 'Opaque' };
-  if (k.base64) doc.data = Object.fromEntries(Object.entries(fields).map(([f, v]) => [f, Buffer.from(v).toString('base64')]));
+  if (k.base64)
+    doc.data = Object.fromEntries(Object.entries(fields).map(([f, v]) => [f, Buffer.from(v).toString('base64')]));
   else doc.stringData = fields;
   return doc;
 }
@@ -137,9 +142,11 @@ export async function startGateway(opts: StartOptions = {}): Promise<Gateway> {
   });
   const logger = createLogger('debug', sink);
 
-  const writeManifest = (file: string, content: string | object | object[]) => writeFileSync(join(dir, file), toYaml(content));
+  const writeManifest = (file: string, content: string | object | object[]) =>
+    writeFileSync(join(dir, file), toYaml(content));
   const removeManifest = (file: string) => unlinkSync(join(dir, file));
-  const writeDeployment = (d: DeploymentManifest) => writeManifest(`deploy-${d.namespace}-${d.name}.yaml`, deploymentDoc(d));
+  const writeDeployment = (d: DeploymentManifest) =>
+    writeManifest(`deploy-${d.namespace}-${d.name}.yaml`, deploymentDoc(d));
   const writeKey = (k: KeyManifest) => {
     const key = k.key ?? newKey();
     keys[k.name] = key;
@@ -185,7 +192,11 @@ export async function startGateway(opts: StartOptions = {}): Promise<Gateway> {
 }
 
 /** waitFor (test/support/wait.ts) for an assertion: polls until `check` stops throwing. */
-export function eventually<T>(check: () => Promise<T> | T, timeoutMs = 3000, intervalMs = 50): Promise<Exclude<T, false>> {
+export function eventually<T>(
+  check: () => Promise<T> | T,
+  timeoutMs = 3000,
+  intervalMs = 50,
+): Promise<Exclude<T, false>> {
   return waitFor(check, 'the check to pass', timeoutMs, intervalMs);
 }
 
@@ -214,14 +225,23 @@ export function send(url: string, opts: SendOptions = {}): Promise<Reply> {
     else if (typeof opts.body === 'string') body = Buffer.from(opts.body);
     else {
       body = Buffer.from(JSON.stringify(opts.body));
-      if (!Object.keys(headers).some((h) => h.toLowerCase() === 'content-type')) headers['content-type'] = 'application/json';
+      if (!Object.keys(headers).some((h) => h.toLowerCase() === 'content-type'))
+        headers['content-type'] = 'application/json';
     }
     // node:http sends a GET/DELETE/OPTIONS body unframed unless told its length.
-    if (!Object.keys(headers).some((h) => /^(content-length|transfer-encoding)$/i.test(h))) headers['content-length'] = String(body.length);
+    if (!Object.keys(headers).some((h) => /^(content-length|transfer-encoding)$/i.test(h)))
+      headers['content-length'] = String(body.length);
   }
   return new Promise<Reply>((resolve, reject) => {
     const req = http.request(
-      { host: u.hostname, port: u.port, path: `${u.pathname}${u.search}`, method: opts.method ?? (body ? 'POST' : 'GET'), headers, agent: false },
+      {
+        host: u.hostname,
+        port: u.port,
+        path: `${u.pathname}${u.search}`,
+        method: opts.method ?? (body ? 'POST' : 'GET'),
+        headers,
+        agent: false,
+      },
       (res) => {
         const chunks: Buffer[] = [];
         res.on('data', (c: Buffer) => chunks.push(c));
@@ -245,7 +265,9 @@ export function send(url: string, opts: SendOptions = {}): Promise<Reply> {
         });
       },
     );
-    req.setTimeout(opts.timeoutMs ?? 10_000, () => req.destroy(new Error(`no answer from ${url} within ${opts.timeoutMs ?? 10_000} ms`)));
+    req.setTimeout(opts.timeoutMs ?? 10_000, () =>
+      req.destroy(new Error(`no answer from ${url} within ${opts.timeoutMs ?? 10_000} ms`)),
+    );
     req.on('error', reject);
     req.end(body);
   });
@@ -298,9 +320,13 @@ export class RawClient {
   }
 
   private async more(deadline: number): Promise<void> {
-    if (this.ended) throw new Error(`connection closed; got so far: ${JSON.stringify(this.buf.toString('latin1').slice(0, 300))}`);
+    if (this.ended)
+      throw new Error(`connection closed; got so far: ${JSON.stringify(this.buf.toString('latin1').slice(0, 300))}`);
     const left = deadline - Date.now();
-    if (left <= 0) throw new Error(`timed out waiting for a response; got so far: ${JSON.stringify(this.buf.toString('latin1').slice(0, 300))}`);
+    if (left <= 0)
+      throw new Error(
+        `timed out waiting for a response; got so far: ${JSON.stringify(this.buf.toString('latin1').slice(0, 300))}`,
+      );
     await new Promise<void>((resolve) => {
       const t = setTimeout(resolve, left);
       this.waiters.push(() => {
@@ -385,9 +411,15 @@ export async function rawRequest(port: number, data: string | Buffer, timeoutMs 
 }
 
 /** `METHOD path HTTP/1.1` + headers + body, CRLF-framed, with a Content-Length when there is a body. */
-export function rawHttp(method: string, path: string, headers: Array<[string, string]>, body?: string | Buffer): Buffer {
+export function rawHttp(
+  method: string,
+  path: string,
+  headers: Array<[string, string]>,
+  body?: string | Buffer,
+): Buffer {
   const lines = [`${method} ${path} HTTP/1.1`, ...headers.map(([n, v]) => `${n}: ${v}`)];
   const b = body === undefined ? undefined : Buffer.isBuffer(body) ? body : Buffer.from(body);
-  if (b && !headers.some(([n]) => /^(content-length|transfer-encoding)$/i.test(n))) lines.push(`Content-Length: ${b.length}`);
+  if (b && !headers.some(([n]) => /^(content-length|transfer-encoding)$/i.test(n)))
+    lines.push(`Content-Length: ${b.length}`);
   return Buffer.concat([Buffer.from(lines.join('\r\n') + '\r\n\r\n', 'latin1'), b ?? Buffer.alloc(0)]);
 }

@@ -1,7 +1,6 @@
 // Raw Kubernetes objects (as kubectl would send them) for tests against the fake API server.
 import type { KeySecretResource } from '../../src/routing/types.js';
 
- 
 export type Obj = Record<string, any>;
 
 export const SDEP_API = 'serving.servegate.dev/v1alpha1';
@@ -23,14 +22,26 @@ export function keySecretRaw(secret: KeySecretResource): Obj {
   return {
     apiVersion: 'v1',
     kind: 'Secret',
-    metadata: { name: secret.metadata.name, namespace: secret.metadata.namespace, labels: { 'serving.servegate.dev/api-key': 'true' } },
+    metadata: {
+      name: secret.metadata.name,
+      namespace: secret.metadata.namespace,
+      labels: { 'serving.servegate.dev/api-key': 'true' },
+    },
     stringData: { ...secret.data },
   };
 }
 
-export function serviceRaw(ref: string, ports: Array<{ port: number; name?: string; targetPort?: number | string }>): Obj {
+export function serviceRaw(
+  ref: string,
+  ports: Array<{ port: number; name?: string; targetPort?: number | string }>,
+): Obj {
   const [namespace, name] = ref.split('/');
-  return { apiVersion: 'v1', kind: 'Service', metadata: { name, namespace }, spec: { ports: ports.map((p) => ({ protocol: 'TCP', ...p })) } };
+  return {
+    apiVersion: 'v1',
+    kind: 'Service',
+    metadata: { name, namespace },
+    spec: { ports: ports.map((p) => ({ protocol: 'TCP', ...p })) },
+  };
 }
 
 export function sliceRaw(
@@ -46,11 +57,19 @@ export function sliceRaw(
     metadata: { name, namespace, labels: { 'kubernetes.io/service-name': service } },
     addressType: 'IPv4',
     ports: ports.map((p) => ({ protocol: 'TCP', name: p.name ?? '', port: p.port })),
-    endpoints: endpoints.map((e) => ({ addresses: [e.ip], conditions: e.ready === undefined ? {} : { ready: e.ready } })),
+    endpoints: endpoints.map((e) => ({
+      addresses: [e.ip],
+      conditions: e.ready === undefined ? {} : { ready: e.ready },
+    })),
   };
 }
 
 export function isvcRaw(ref: string, format = 'sklearn'): Obj {
   const [namespace, name] = ref.split('/');
-  return { apiVersion: ISVC_API, kind: 'InferenceService', metadata: { name, namespace }, spec: { predictor: { model: { modelFormat: { name: format } } } } };
+  return {
+    apiVersion: ISVC_API,
+    kind: 'InferenceService',
+    metadata: { name, namespace },
+    spec: { predictor: { model: { modelFormat: { name: format } } } },
+  };
 }

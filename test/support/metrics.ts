@@ -13,7 +13,8 @@ export function samples(exposition: string, name: string): Array<{ labels: Recor
     const labels: Record<string, string> = {};
     if (brace >= 0 && brace < space) {
       const body = line.slice(brace + 1, line.lastIndexOf('}'));
-      for (const m of body.matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[m[1]] = m[2].replace(/\\(.)/g, (_, c: string) => (c === 'n' ? '\n' : c));
+      for (const m of body.matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g))
+        labels[m[1]] = m[2].replace(/\\(.)/g, (_, c: string) => (c === 'n' ? '\n' : c));
     }
     out.push({ labels, value: Number(line.slice(space + 1)) });
   }

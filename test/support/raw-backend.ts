@@ -84,7 +84,8 @@ export class RawBackend {
   async waitForRequests(n: number, timeoutMs = 3000): Promise<RawRequest[]> {
     const deadline = Date.now() + timeoutMs;
     while (this.requests.length < n) {
-      if (Date.now() > deadline) throw new Error(`raw backend :${this.port} saw ${this.requests.length} requests, wanted ${n}`);
+      if (Date.now() > deadline)
+        throw new Error(`raw backend :${this.port} saw ${this.requests.length} requests, wanted ${n}`);
       await new Promise((r) => setTimeout(r, 10));
     }
     return this.requests;
@@ -133,7 +134,14 @@ function parseRequest(buf: Buffer): { req: Omit<RawRequest, 'seq' | 'socket'>; u
 
 /** The body of a plain answer with a Content-Length. */
 export function plainAnswer(status: number, body: string, extra: string[] = []): string {
-  return [`HTTP/1.1 ${status} X`, `Content-Length: ${Buffer.byteLength(body)}`, 'Content-Type: text/plain', ...extra, '', body].join('\r\n');
+  return [
+    `HTTP/1.1 ${status} X`,
+    `Content-Length: ${Buffer.byteLength(body)}`,
+    'Content-Type: text/plain',
+    ...extra,
+    '',
+    body,
+  ].join('\r\n');
 }
 
 /** A client TCP connection that keeps every byte received and records how the connection ended. */
@@ -189,7 +197,9 @@ export class Conn {
     while (!check(this)) {
       const left = deadline - Date.now();
       if (left <= 0) {
-        throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}; closed: ${this.closedBy ?? 'no'}; got: ${JSON.stringify(this.text.slice(0, 600))}`);
+        throw new Error(
+          `timed out after ${timeoutMs} ms waiting for ${what}; closed: ${this.closedBy ?? 'no'}; got: ${JSON.stringify(this.text.slice(0, 600))}`,
+        );
       }
       await new Promise<void>((resolve) => {
         const t = setTimeout(resolve, left);
@@ -214,9 +224,16 @@ export class Conn {
   async response(opts: { index?: number; headRequests?: number[]; timeoutMs?: number } = {}): Promise<ParsedResponse> {
     const index = opts.index ?? 0;
     const pick = () => responsesOf(this, opts.headRequests ?? [])[index];
-    await this.until(() => this.closedBy !== undefined || pick()?.complete === true, opts.timeoutMs ?? 5000, `response #${index}`);
+    await this.until(
+      () => this.closedBy !== undefined || pick()?.complete === true,
+      opts.timeoutMs ?? 5000,
+      `response #${index}`,
+    );
     const r = pick();
-    if (!r) throw new Error(`no response #${index}; closed: ${this.closedBy}; got: ${JSON.stringify(this.text.slice(0, 600))}`);
+    if (!r)
+      throw new Error(
+        `no response #${index}; closed: ${this.closedBy}; got: ${JSON.stringify(this.text.slice(0, 600))}`,
+      );
     return r;
   }
 
@@ -260,7 +277,15 @@ export function parseResponses(
     const head = data.subarray(pos, end).toString('latin1');
     const [statusLine, ...lines] = head.split('\r\n');
     const m = /^HTTP\/1\.[01] (\d{3})(?: .*)?$/.exec(statusLine);
-    const r: ParsedResponse = { status: m ? Number(m[1]) : 0, headers: {}, rawHeaders: [], framing: 'none', body: Buffer.alloc(0), trailers: [], complete: false };
+    const r: ParsedResponse = {
+      status: m ? Number(m[1]) : 0,
+      headers: {},
+      rawHeaders: [],
+      framing: 'none',
+      body: Buffer.alloc(0),
+      trailers: [],
+      complete: false,
+    };
     out.push(r);
     if (!m) {
       r.error = `bad status line ${JSON.stringify(statusLine.slice(0, 80))}`;
@@ -275,7 +300,11 @@ export function parseResponses(
       r.headers[k] = r.headers[k] !== undefined ? `${r.headers[k]}, ${value}` : value;
     }
     pos = end + 4;
-    const noBody = (r.status >= 100 && r.status < 200) || r.status === 204 || r.status === 304 || opts.headRequests?.includes(out.length - 1);
+    const noBody =
+      (r.status >= 100 && r.status < 200) ||
+      r.status === 204 ||
+      r.status === 304 ||
+      opts.headRequests?.includes(out.length - 1);
     if (noBody) {
       r.complete = true;
       continue;
@@ -359,7 +388,13 @@ export function responsesOf(c: Conn, headRequests: number[] = []): ParsedRespons
  * The URLs a backend saw since `before`, once a marker request sent afterwards has been answered: whatever an earlier
  * attack made the gateway forward has arrived by then.
  */
-export async function backendSawSince(gatewayUrl: string, key: string, backend: RecordingBackend, before: number, markerPath: string): Promise<string[]> {
+export async function backendSawSince(
+  gatewayUrl: string,
+  key: string,
+  backend: RecordingBackend,
+  before: number,
+  markerPath: string,
+): Promise<string[]> {
   const r = await send(`${gatewayUrl}${markerPath}`, { headers: { authorization: `ApiKey ${key}` } });
   expect(r.status, `marker ${markerPath}: ${r.text}`).toBe(200);
   return backend.requests.slice(before).map((q) => q.url);

@@ -3,32 +3,68 @@ import { describe, expect, test } from '@jest/globals';
 import { deploymentsPage, snippets } from '../../src/gateway/admin-page.js';
 import type { DeploymentStatus, Route } from '../../src/routing/types.js';
 
-const base = { namespace: 'demo', resourceKind: 'ServingDeployment' as const, verbs: [], backend: { kind: 'url' as const, url: 'http://x' }, timeoutMs: 1000 };
-const llm: Route = { ...base, id: 'demo/chat', name: 'chat', project: 'demo', deployment: 'chat', kind: 'llm', modelServer: 'llm' };
-const iris: Route = { ...base, id: 'demo/iris', name: 'iris', project: 'demo', deployment: 'iris', kind: 'predictive', modelServer: 'sklearn', modelName: 'iris', verbs: ['predict'] };
+const base = {
+  namespace: 'demo',
+  resourceKind: 'ServingDeployment' as const,
+  verbs: [],
+  backend: { kind: 'url' as const, url: 'http://x' },
+  timeoutMs: 1000,
+};
+const llm: Route = {
+  ...base,
+  id: 'demo/chat',
+  name: 'chat',
+  project: 'demo',
+  deployment: 'chat',
+  kind: 'llm',
+  modelServer: 'llm',
+};
+const iris: Route = {
+  ...base,
+  id: 'demo/iris',
+  name: 'iris',
+  project: 'demo',
+  deployment: 'iris',
+  kind: 'predictive',
+  modelServer: 'sklearn',
+  modelName: 'iris',
+  verbs: ['predict'],
+};
 const status = (r: Route, extra: Partial<DeploymentStatus>): DeploymentStatus => ({
-  id: r.id, namespace: r.namespace, name: r.name, resourceKind: 'ServingDeployment', ready: true, reason: 'Routed', message: '', ...extra,
+  id: r.id,
+  namespace: r.namespace,
+  name: r.name,
+  resourceKind: 'ServingDeployment',
+  ready: true,
+  reason: 'Routed',
+  message: '',
+  ...extra,
 });
 
 describe('snippets', () => {
   test('LLM: streamed chat completion with curl, Python requests and the OpenAI SDK on the openai base URL', () => {
-    const s = snippets(llm, status(llm, { openaiUrl: "https://m.example.com/v1/demo/chat/v1" }))!;
+    const s = snippets(llm, status(llm, { openaiUrl: 'https://m.example.com/v1/demo/chat/v1' }))!;
     expect(s.curl).toBe(
       `curl -sN 'https://m.example.com/v1/demo/chat/v1/chat/completions' \\\n  -H "authorization: ApiKey $SERVEGATE_KEY" \\\n  -H 'content-type: application/json' \\\n` +
         `  -d '{"model":"chat","messages":[{"role":"user","content":"Hello!"}],"stream":true}'`,
     );
-    expect(s.openai).toContain('OpenAI(base_url="https://m.example.com/v1/demo/chat/v1", api_key=os.environ["SERVEGATE_KEY"])');
+    expect(s.openai).toContain(
+      'OpenAI(base_url="https://m.example.com/v1/demo/chat/v1", api_key=os.environ["SERVEGATE_KEY"])',
+    );
     expect(s.python).toContain('requests.post("https://m.example.com/v1/demo/chat/v1/chat/completions"');
   });
 
   test('predictive: a V1 predict call; no OpenAI snippet', () => {
-    const s = snippets(iris, status(iris, { inferenceUrl: 'https://m.example.com/v1/demo/iris/v1/models/iris:predict' }))!;
+    const s = snippets(
+      iris,
+      status(iris, { inferenceUrl: 'https://m.example.com/v1/demo/iris/v1/models/iris:predict' }),
+    )!;
     expect(s.curl).toMatch(/^curl -s 'https:\/\/m\.example\.com\/v1\/demo\/iris\/v1\/models\/iris:predict' \\\n/);
     expect(s.curl).toContain(`-d '{"instances": [[1.0, 2.0, 3.0, 4.0]]}'`);
     expect(s.openai).toBeUndefined();
   });
 
-  test("a quote in a URL cannot break out of the shell word", () => {
+  test('a quote in a URL cannot break out of the shell word', () => {
     const s = snippets(iris, status(iris, { inferenceUrl: "https://m/it's" }))!;
     expect(s.curl).toContain(`'https://m/it'\\''s'`);
   });
@@ -37,7 +73,13 @@ describe('snippets', () => {
 describe('deploymentsPage', () => {
   test('names, reasons and messages are escaped; not-ready deployments get no snippet', () => {
     const bad = status(iris, { ready: false, reason: 'InvalidSpec', message: '<script>alert(1)</script>' });
-    const html = deploymentsPage({ statuses: [bad], routes: new Map([[iris.id, iris]]), synced: true, stalenessMs: 0, problems: [] });
+    const html = deploymentsPage({
+      statuses: [bad],
+      routes: new Map([[iris.id, iris]]),
+      synced: true,
+      stalenessMs: 0,
+      problems: [],
+    });
     expect(html).toContain('&lt;script&gt;alert(1)&lt;/script&gt;');
     expect(html).not.toContain('<script>alert(1)');
     expect(html).not.toContain('<details>');

@@ -66,7 +66,12 @@ describe('defaults', () => {
         serverlessDomain: 'serving.example.com',
         cors: { allowedOrigins: ['https://app.example.com', 'https://*.example.com'], maxAgeSeconds: 600 },
         auth: { keysNamespace: '' },
-        limits: { maxRequestBodyBytes: 33554432, requestTimeoutSeconds: 60, streamIdleTimeoutSeconds: 300, headersTimeoutSeconds: 30 },
+        limits: {
+          maxRequestBodyBytes: 33554432,
+          requestTimeoutSeconds: 60,
+          streamIdleTimeoutSeconds: 300,
+          headersTimeoutSeconds: 30,
+        },
       },
       runtime,
     );
@@ -143,7 +148,10 @@ describe('loadConfigFile', () => {
   });
 
   test('a YAML file is read', () => {
-    const c = loadConfigFile(file('ok.yaml', 'publicUrl: https://m.example.com\ncors:\n  allowedOrigins: ["*"]\n'), runtime);
+    const c = loadConfigFile(
+      file('ok.yaml', 'publicUrl: https://m.example.com\ncors:\n  allowedOrigins: ["*"]\n'),
+      runtime,
+    );
     expect(c.publicUrl).toBe('https://m.example.com');
     expect(c.cors.allowedOrigins).toEqual(['*']);
   });

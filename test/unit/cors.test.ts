@@ -1,7 +1,13 @@
 // CORS decisions (SPEC §5): which origins are allowed and which headers preflights and responses carry.
 import { describe, expect, test } from '@jest/globals';
 import { parseConfig } from '../../src/config/load.js';
-import { allowedOrigin, corsPolicy, isPreflight, preflightHeaders, responseCorsHeaders } from '../../src/gateway/cors.js';
+import {
+  allowedOrigin,
+  corsPolicy,
+  isPreflight,
+  preflightHeaders,
+  responseCorsHeaders,
+} from '../../src/gateway/cors.js';
 import { runtime } from './helpers.js';
 
 const policy = (allowedOrigins: string[], extra: Record<string, unknown> = {}) =>
@@ -81,13 +87,17 @@ describe('preflight headers', () => {
 
   test('configured allowedHeaders replace the echo but keep authorization and content-type', () => {
     const p = policy(['https://app.example.com'], { allowedHeaders: ['X-Team'] });
-    const allowed = preflightHeaders(p, 'https://app.example.com', 'x-other')['access-control-allow-headers'].split(/,\s*/);
+    const allowed = preflightHeaders(p, 'https://app.example.com', 'x-other')['access-control-allow-headers'].split(
+      /,\s*/,
+    );
     expect(allowed).toEqual(expect.arrayContaining(['authorization', 'content-type', 'x-team']));
     expect(allowed).not.toContain('x-other');
   });
 
   test('the configured max age is sent', () => {
-    expect(preflightHeaders(policy(['*'], { maxAgeSeconds: 120 }), 'https://a.test', undefined)['access-control-max-age']).toBe('120');
+    expect(
+      preflightHeaders(policy(['*'], { maxAgeSeconds: 120 }), 'https://a.test', undefined)['access-control-max-age'],
+    ).toBe('120');
   });
 
   test('"*": answered with "*" and no credentials', () => {
@@ -151,7 +161,9 @@ describe('actual response headers', () => {
   });
 
   test('a browser can read the request id and the auth challenge of a gateway error', () => {
-    const exposed = responseCorsHeaders(listed, 'https://app.example.com')!['access-control-expose-headers'].split(/,\s*/);
+    const exposed = responseCorsHeaders(listed, 'https://app.example.com')!['access-control-expose-headers'].split(
+      /,\s*/,
+    );
     expect(exposed).toEqual(expect.arrayContaining(['x-request-id', 'www-authenticate']));
   });
 });

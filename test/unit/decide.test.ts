@@ -25,7 +25,10 @@ const { table } = build({
 const NOW = Date.parse('2026-01-01T00:00:00Z');
 const FRAUD_HOST = 'fraud.fraud-detection.serving.example.com';
 
-function req(url: string, opts: { key?: KeyName; auth?: string; method?: string; host?: string; contentType?: string } = {}): RequestFacts {
+function req(
+  url: string,
+  opts: { key?: KeyName; auth?: string; method?: string; host?: string; contentType?: string } = {},
+): RequestFacts {
   return {
     method: opts.method ?? 'POST',
     url,
@@ -54,18 +57,66 @@ describe('401 → 403 → 404, in that order (SPEC §4)', () => {
     ['Basic credentials', PREDICT, { auth: 'Basic dXNlcjpwYXNz' }, 401, 'invalid_api_key'],
     ['a key that is not <prefix>.<secret>', PREDICT, { auth: 'ApiKey sk-not-a-servegate-key' }, 401, 'invalid_api_key'],
     ['an unknown key', PREDICT, { auth: `ApiKey ${apiKey('x', '*').key}` }, 401, 'invalid_api_key'],
-    ['a known prefix with a wrong secret', PREDICT, { auth: `ApiKey ${keys.all.key.slice(0, 17)}${'z'.repeat(40)}` }, 401, 'invalid_api_key'],
+    [
+      'a known prefix with a wrong secret',
+      PREDICT,
+      { auth: `ApiKey ${keys.all.key.slice(0, 17)}${'z'.repeat(40)}` },
+      401,
+      'invalid_api_key',
+    ],
     ['an expired key', PREDICT, { key: 'old' as KeyName }, 401, 'expired_api_key'],
-    ['an expired key on an unknown deployment', '/v1/fraud_detection/nope/x', { key: 'old' as KeyName }, 401, 'expired_api_key'],
+    [
+      'an expired key on an unknown deployment',
+      '/v1/fraud_detection/nope/x',
+      { key: 'old' as KeyName },
+      401,
+      'expired_api_key',
+    ],
     ['a key for project A on project B', CHAT, { key: 'fraud' as KeyName }, 403, 'project_forbidden'],
-    ['a key for project A on an unknown deployment of project B', '/v1/demo/nope/v1/chat/completions', { key: 'fraud' as KeyName }, 403, 'project_forbidden'],
-    ['a key for project A on an unknown project', '/v1/other/x/y', { key: 'fraud' as KeyName }, 403, 'project_forbidden'],
-    ['a granted project, unknown deployment', '/v1/fraud_detection/nope/v1/models/nope:predict', { key: 'fraud' as KeyName }, 404, 'not_found'],
-    ['a granted project in namespace form, unknown deployment', '/v1/fraud-detection/nope/x', { key: 'fraud' as KeyName }, 404, 'not_found'],
+    [
+      'a key for project A on an unknown deployment of project B',
+      '/v1/demo/nope/v1/chat/completions',
+      { key: 'fraud' as KeyName },
+      403,
+      'project_forbidden',
+    ],
+    [
+      'a key for project A on an unknown project',
+      '/v1/other/x/y',
+      { key: 'fraud' as KeyName },
+      403,
+      'project_forbidden',
+    ],
+    [
+      'a granted project, unknown deployment',
+      '/v1/fraud_detection/nope/v1/models/nope:predict',
+      { key: 'fraud' as KeyName },
+      404,
+      'not_found',
+    ],
+    [
+      'a granted project in namespace form, unknown deployment',
+      '/v1/fraud-detection/nope/x',
+      { key: 'fraud' as KeyName },
+      404,
+      'not_found',
+    ],
     ['a "*" key, unknown project', '/v1/other/x/y', { key: 'all' as KeyName }, 404, 'not_found'],
-    ['a valid key on a path outside /v1/<project>/<deployment>', '/healthz', { key: 'all' as KeyName }, 404, 'not_found'],
+    [
+      'a valid key on a path outside /v1/<project>/<deployment>',
+      '/healthz',
+      { key: 'all' as KeyName },
+      404,
+      'not_found',
+    ],
     ['a valid key on /v1/<project> only', '/v1/fraud_detection', { key: 'all' as KeyName }, 404, 'not_found'],
-    ['a granted deployment, verb not offered', '/v1/fraud_detection/fraud/v1/models/fraud:classify', { key: 'fraud' as KeyName }, 404, 'unknown_verb'],
+    [
+      'a granted deployment, verb not offered',
+      '/v1/fraud_detection/fraud/v1/models/fraud:classify',
+      { key: 'fraud' as KeyName },
+      404,
+      'unknown_verb',
+    ],
   ])('%s → %i %s', (_what, url, opts, status, code) => {
     const d = run(url, opts);
     expect(d.ok).toBe(false);
@@ -107,7 +158,12 @@ describe('401 → 403 → 404, in that order (SPEC §4)', () => {
 describe('accepted requests', () => {
   test.each([
     ['ApiKey, project as written', PREDICT, 'fraud', 'fraud_detection'],
-    ['ApiKey, project in namespace form', '/v1/fraud-detection/fraud/v1/models/fraud:predict', 'fraud', 'fraud-detection'],
+    [
+      'ApiKey, project in namespace form',
+      '/v1/fraud-detection/fraud/v1/models/fraud:predict',
+      'fraud',
+      'fraud-detection',
+    ],
     ['a "*" key', PREDICT, 'all', 'fraud_detection'],
     ['a "*" key on another project', CHAT, 'all', 'demo'],
   ] as const)('%s', (_what, url, key, project) => {
@@ -142,7 +198,8 @@ describe('accepted requests', () => {
   });
 
   test('a python deployment accepts any method', () => {
-    for (const method of ['GET', 'PUT', 'DELETE', 'PATCH']) expect(run('/v1/demo/echo/items/1', { key: 'demo', method }).ok).toBe(true);
+    for (const method of ['GET', 'PUT', 'DELETE', 'PATCH'])
+      expect(run('/v1/demo/echo/items/1', { key: 'demo', method }).ok).toBe(true);
   });
 
   test('GET on :predict is refused with 405', () => {
@@ -181,19 +238,17 @@ describe('paths that could reach another deployment are refused before routing',
 });
 
 describe('legacy host routing (SPEC §3)', () => {
-  test.each([
-    [FRAUD_HOST],
-    [`${FRAUD_HOST}:8080`],
-    ['FRAUD.Fraud-Detection.Serving.Example.COM'],
-    [`${FRAUD_HOST}.`],
-  ])('Host %s routes /v1/models/fraud:predict to the deployment, path as given', (host) => {
-    const d = run('/v1/models/fraud:predict?x=1', { key: 'fraud', host });
-    expect(d.ok).toBe(true);
-    if (!d.ok) return;
-    expect(d.route.id).toBe('fraud-detection/fraud');
-    expect(d.upstreamPath).toBe('/v1/models/fraud:predict?x=1');
-    expect(d.project).toBe('fraud_detection');
-  });
+  test.each([[FRAUD_HOST], [`${FRAUD_HOST}:8080`], ['FRAUD.Fraud-Detection.Serving.Example.COM'], [`${FRAUD_HOST}.`]])(
+    'Host %s routes /v1/models/fraud:predict to the deployment, path as given',
+    (host) => {
+      const d = run('/v1/models/fraud:predict?x=1', { key: 'fraud', host });
+      expect(d.ok).toBe(true);
+      if (!d.ok) return;
+      expect(d.route.id).toBe('fraud-detection/fraud');
+      expect(d.upstreamPath).toBe('/v1/models/fraud:predict?x=1');
+      expect(d.project).toBe('fraud_detection');
+    },
+  );
 
   test('the Host route takes precedence over a /v1/<project>/<deployment> path', () => {
     const d = run(CHAT, { key: 'all', host: FRAUD_HOST });
@@ -251,9 +306,19 @@ describe('error dialect (SPEC §6)', () => {
     ['401 on an LLM route', CHAT, {}, 'openai'],
     ['403 on an LLM route', CHAT, { key: 'fraud' as KeyName }, 'openai'],
     ['404 on an LLM route (suffix)', '/v1/demo/chat/chat/completions', { key: 'demo' as KeyName }, 'openai'],
-    ['404, unknown deployment with an OpenAI suffix', '/v1/demo/nope/v1/chat/completions', { key: 'demo' as KeyName }, 'openai'],
+    [
+      '404, unknown deployment with an OpenAI suffix',
+      '/v1/demo/nope/v1/chat/completions',
+      { key: 'demo' as KeyName },
+      'openai',
+    ],
     ['401 on a predictive route', PREDICT, {}, 'kserve'],
-    ['404 verb on a predictive route', '/v1/fraud_detection/fraud/v1/models/fraud:regress', { key: 'fraud' as KeyName }, 'kserve'],
+    [
+      '404 verb on a predictive route',
+      '/v1/fraud_detection/fraud/v1/models/fraud:regress',
+      { key: 'fraud' as KeyName },
+      'kserve',
+    ],
     ['401 on a python route', '/v1/demo/echo/v1/chat/completions', {}, 'kserve'],
     ['400 bad path', '/v1/demo/chat/../x', { key: 'all' as KeyName }, 'kserve'],
   ])('%s → %s', (_what, url, opts, dialect) => {

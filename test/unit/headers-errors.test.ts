@@ -2,7 +2,12 @@
 import type { IncomingMessage } from 'node:http';
 import { describe, expect, test } from '@jest/globals';
 import { gatewayError, renderError, type ErrorCode } from '../../src/gateway/errors.js';
-import { clientRequestId, downstreamHeaders, upstreamHeaders, type UpstreamContext } from '../../src/gateway/headers.js';
+import {
+  clientRequestId,
+  downstreamHeaders,
+  upstreamHeaders,
+  type UpstreamContext,
+} from '../../src/gateway/headers.js';
 import { readHead } from '../../src/gateway/request-head.js';
 import { RateLimiter } from '../../src/gateway/ratelimit.js';
 
@@ -19,12 +24,18 @@ const ctx: Omit<UpstreamContext, 'trustForwarded'> = {
 type Lines = Record<string, string | string[]>;
 
 /** Header lines as a client sends them → the header object the backend gets (repeated names as arrays). */
-function up(h: Lines, over: Partial<UpstreamContext> & { forwardUnderscore?: boolean; url?: string } = {}): Record<string, string | string[]> {
+function up(
+  h: Lines,
+  over: Partial<UpstreamContext> & { forwardUnderscore?: boolean; url?: string } = {},
+): Record<string, string | string[]> {
   const rawHeaders: string[] = [];
   if (!('host' in h)) rawHeaders.push('Host', 'models.example.com');
   for (const [k, v] of Object.entries(h)) for (const one of Array.isArray(v) ? v : [v]) rawHeaders.push(k, one);
   const trustForwarded = over.trustForwarded ?? false;
-  const head = readHead({ method: 'POST', url: over.url ?? '/', rawHeaders } as unknown as IncomingMessage, { trustForwarded, forwardUnderscore: over.forwardUnderscore ?? false });
+  const head = readHead({ method: 'POST', url: over.url ?? '/', rawHeaders } as unknown as IncomingMessage, {
+    trustForwarded,
+    forwardUnderscore: over.forwardUnderscore ?? false,
+  });
   return toObject(upstreamHeaders(head, { ...ctx, trustForwarded, ...over }));
 }
 
@@ -55,7 +66,12 @@ describe('upstream headers', () => {
   });
 
   test('headers named in Connection are removed too', () => {
-    const out = up({ connection: 'keep-alive, X-Hop-One,x-hop-two', 'x-hop-one': '1', 'x-hop-two': '2', 'x-kept': '3' });
+    const out = up({
+      connection: 'keep-alive, X-Hop-One,x-hop-two',
+      'x-hop-one': '1',
+      'x-hop-two': '2',
+      'x-kept': '3',
+    });
     expect(out['x-hop-one']).toBeUndefined();
     expect(out['x-hop-two']).toBeUndefined();
     expect(out['x-kept']).toBe('3');
@@ -71,20 +87,36 @@ describe('upstream headers', () => {
   });
 
   test('an absolute-form target names the authority: it is X-Forwarded-Host, not the Host header', () => {
-    expect(up({ host: 'other.example' }, { url: 'http://models.example.com/v1/x' })['x-forwarded-host']).toBe('models.example.com');
+    expect(up({ host: 'other.example' }, { url: 'http://models.example.com/v1/x' })['x-forwarded-host']).toBe(
+      'models.example.com',
+    );
   });
 
-  test.each(['X_Servegate_Key', 'x_servegate_project', 'X_Forwarded_For', 'x_real_ip', 'X_Custom_Thing', 'Proxy_Authorization', 'x_request_id'])(
-    'a header with "_" in its name (%s) is dropped by default',
-    (name) => {
-      const out = up({ [name]: 'evil' });
-      expect(Object.keys(out).filter((k) => k.includes('_'))).toEqual([]);
-      expect(JSON.stringify(out)).not.toContain('evil');
-    },
-  );
+  test.each([
+    'X_Servegate_Key',
+    'x_servegate_project',
+    'X_Forwarded_For',
+    'x_real_ip',
+    'X_Custom_Thing',
+    'Proxy_Authorization',
+    'x_request_id',
+  ])('a header with "_" in its name (%s) is dropped by default', (name) => {
+    const out = up({ [name]: 'evil' });
+    expect(Object.keys(out).filter((k) => k.includes('_'))).toEqual([]);
+    expect(JSON.stringify(out)).not.toContain('evil');
+  });
 
   test('forwardUnderscoreHeaders passes "_" names on, except look-alikes of gateway-owned, forwarding and hop-by-hop headers', () => {
-    const out = up({ X_Custom_Thing: 'a', X_Servegate_Key: 'evil', x_forwarded_for: 'evil', Proxy_Authorization: 'evil', x_request_id: 'evil' }, { forwardUnderscore: true });
+    const out = up(
+      {
+        X_Custom_Thing: 'a',
+        X_Servegate_Key: 'evil',
+        x_forwarded_for: 'evil',
+        Proxy_Authorization: 'evil',
+        x_request_id: 'evil',
+      },
+      { forwardUnderscore: true },
+    );
     expect(out.x_custom_thing).toBe('a');
     expect(JSON.stringify(out)).not.toContain('evil');
   });
@@ -131,7 +163,10 @@ describe('upstream headers', () => {
   });
 
   test('trusted X-Forwarded-For is appended to; trusted proto and host are kept', () => {
-    const out = up({ 'x-forwarded-for': '1.1.1.1, 2.2.2.2', 'x-forwarded-proto': 'https', 'x-forwarded-host': 'public.example.com' }, { trustForwarded: true });
+    const out = up(
+      { 'x-forwarded-for': '1.1.1.1, 2.2.2.2', 'x-forwarded-proto': 'https', 'x-forwarded-host': 'public.example.com' },
+      { trustForwarded: true },
+    );
     expect(out['x-forwarded-for']).toBe('1.1.1.1, 2.2.2.2, 10.1.2.3');
     expect(out['x-forwarded-proto']).toBe('https');
     expect(out['x-forwarded-host']).toBe('public.example.com');
@@ -144,11 +179,23 @@ describe('upstream headers', () => {
   });
 
   test('end-to-end headers pass unchanged, repeated ones included', () => {
-    const out = up({ 'content-type': 'application/json', accept: 'text/event-stream', 'user-agent': 'openai/6', cookie: 'a=1', 'x-custom': ['a', 'b'] });
-    expect(out).toMatchObject({ 'content-type': 'application/json', accept: 'text/event-stream', 'user-agent': 'openai/6', cookie: 'a=1', 'x-custom': ['a', 'b'] });
+    const out = up({
+      'content-type': 'application/json',
+      accept: 'text/event-stream',
+      'user-agent': 'openai/6',
+      cookie: 'a=1',
+      'x-custom': ['a', 'b'],
+    });
+    expect(out).toMatchObject({
+      'content-type': 'application/json',
+      accept: 'text/event-stream',
+      'user-agent': 'openai/6',
+      cookie: 'a=1',
+      'x-custom': ['a', 'b'],
+    });
   });
 
-  test('content-length is the gateway\'s own when it knows it', () => {
+  test("content-length is the gateway's own when it knows it", () => {
     expect(up({ 'content-length': '999' }, { contentLength: 12 })['content-length']).toBe('12');
     expect(up({ 'content-length': '999' })['content-length']).toBeUndefined();
   });
@@ -164,28 +211,45 @@ describe('upstream headers', () => {
 describe('downstream headers', () => {
   // As undici hands them over: [name, value, ...] in the backend's spelling.
   const backend = [
-    'Content-Type', 'text/event-stream',
-    'Connection', 'keep-alive, x-hop',
-    'Keep-Alive', 'timeout=5',
-    'Transfer-Encoding', 'chunked',
-    'X-Hop', '1',
-    'Set-Cookie', 'a=1',
-    'Set-Cookie', 'b=2',
-    'Access-Control-Allow-Origin', '*',
-    'Access-Control-Allow-Credentials', 'true',
-    'X-Model', 'iris',
-    'X-Request-Id', 'the-backends-own',
+    'Content-Type',
+    'text/event-stream',
+    'Connection',
+    'keep-alive, x-hop',
+    'Keep-Alive',
+    'timeout=5',
+    'Transfer-Encoding',
+    'chunked',
+    'X-Hop',
+    '1',
+    'Set-Cookie',
+    'a=1',
+    'Set-Cookie',
+    'b=2',
+    'Access-Control-Allow-Origin',
+    '*',
+    'Access-Control-Allow-Credentials',
+    'true',
+    'X-Model',
+    'iris',
+    'X-Request-Id',
+    'the-backends-own',
   ].map((s) => Buffer.from(s));
 
-  test('hop-by-hop headers (and those named in Connection) and the backend\'s x-request-id are stripped; framing is reported', () => {
+  test("hop-by-hop headers (and those named in Connection) and the backend's x-request-id are stripped; framing is reported", () => {
     const out = downstreamHeaders(backend, false);
     expect(out.list).toEqual([
-      'content-type', 'text/event-stream',
-      'set-cookie', 'a=1',
-      'set-cookie', 'b=2',
-      'access-control-allow-origin', '*',
-      'access-control-allow-credentials', 'true',
-      'x-model', 'iris',
+      'content-type',
+      'text/event-stream',
+      'set-cookie',
+      'a=1',
+      'set-cookie',
+      'b=2',
+      'access-control-allow-origin',
+      '*',
+      'access-control-allow-credentials',
+      'true',
+      'x-model',
+      'iris',
     ]);
     expect(out).toMatchObject({ contentType: 'text/event-stream', cacheControl: false, chunked: true, length: false });
   });
@@ -237,7 +301,9 @@ describe('errors (SPEC §6)', () => {
   });
 
   test('KServe dialect: {"error": "<message>"}', () => {
-    expect(JSON.parse(renderError(gatewayError('not_found', 'deployment "x" not found'), 'kserve'))).toEqual({ error: 'deployment "x" not found' });
+    expect(JSON.parse(renderError(gatewayError('not_found', 'deployment "x" not found'), 'kserve'))).toEqual({
+      error: 'deployment "x" not found',
+    });
   });
 
   test.each<[ErrorCode, string]>([
@@ -254,7 +320,9 @@ describe('errors (SPEC §6)', () => {
   });
 
   test('extra headers travel with the error', () => {
-    expect(gatewayError('no_ready_endpoint', 'no endpoint', { 'retry-after': '1' }).headers).toEqual({ 'retry-after': '1' });
+    expect(gatewayError('no_ready_endpoint', 'no endpoint', { 'retry-after': '1' }).headers).toEqual({
+      'retry-after': '1',
+    });
   });
 });
 
@@ -298,6 +366,10 @@ describe('RateLimiter', () => {
   test('an idle key never saves more than the burst', () => {
     const l = new RateLimiter(10, 2);
     l.take('k', 0);
-    expect([l.take('k', 3_600_000), l.take('k', 3_600_000), l.take('k', 3_600_000)].map((x) => x === 0)).toEqual([true, true, false]);
+    expect([l.take('k', 3_600_000), l.take('k', 3_600_000), l.take('k', 3_600_000)].map((x) => x === 0)).toEqual([
+      true,
+      true,
+      false,
+    ]);
   });
 });

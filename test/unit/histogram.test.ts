@@ -14,11 +14,21 @@ const observations: Array<[string, string, number]> = [
   ['we"ird\\pro\nject', 'x', 3],
 ];
 
-const lines = (text: string) => text.split('\n').filter((l) => l && !l.startsWith('#')).sort();
+const lines = (text: string) =>
+  text
+    .split('\n')
+    .filter((l) => l && !l.startsWith('#'))
+    .sort();
 
 test('renders the same series, buckets, sums and counts as prom-client', async () => {
   const registry = new Registry();
-  const reference = new Histogram({ name: 'h_seconds', help: 'h', labelNames: ['project', 'deployment'], buckets: BUCKETS, registers: [registry] });
+  const reference = new Histogram({
+    name: 'h_seconds',
+    help: 'h',
+    labelNames: ['project', 'deployment'],
+    buckets: BUCKETS,
+    registers: [registry],
+  });
   const compact = new CompactHistogram('h_seconds', 'h', ['project', 'deployment'], BUCKETS);
   for (const [p, d, v] of observations) {
     reference.labels(p, d).observe(v);

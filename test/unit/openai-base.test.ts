@@ -27,14 +27,28 @@ const { table } = build({
 const record = (name: keyof typeof keys): ApiKeyRecord => table.keys.get(keys[name].key.split('.')[0])![0];
 
 function base(url: string, key: keyof typeof keys = 'genai', method = 'POST'): ByModel {
-  const d = decide({ method, url, host: 'models.example.com', authorization: `Bearer ${keys[key].key}`, contentType: 'application/json', now: Date.now() }, table);
+  const d = decide(
+    {
+      method,
+      url,
+      host: 'models.example.com',
+      authorization: `Bearer ${keys[key].key}`,
+      contentType: 'application/json',
+      now: Date.now(),
+    },
+    table,
+  );
   if (!d.ok || !d.byModel) throw new Error(`${url}: not the base URL: ${JSON.stringify(d)}`);
   return d;
 }
 
 describe('decide() on /openai/v1', () => {
   test('the OpenAI path as a deployment URL would forward it, the query kept', () => {
-    expect(base('/openai/v1/chat/completions?x=1')).toMatchObject({ rest: '/v1/chat/completions', search: '?x=1', dialect: 'openai' });
+    expect(base('/openai/v1/chat/completions?x=1')).toMatchObject({
+      rest: '/v1/chat/completions',
+      search: '?x=1',
+      dialect: 'openai',
+    });
   });
 
   test('/models/<id> with an encoded "/" is read (answered by the gateway, never forwarded); /models/ is the list', () => {
@@ -43,13 +57,33 @@ describe('decide() on /openai/v1', () => {
   });
 
   test('the key is checked first: 401 in the OpenAI dialect', () => {
-    const d = decide({ method: 'POST', url: '/openai/v1/chat/completions', host: 'h', authorization: undefined, contentType: undefined, now: 0 }, table);
+    const d = decide(
+      {
+        method: 'POST',
+        url: '/openai/v1/chat/completions',
+        host: 'h',
+        authorization: undefined,
+        contentType: undefined,
+        now: 0,
+      },
+      table,
+    );
     expect(d.ok).toBe(false);
     if (!d.ok) expect([d.error.status, d.dialect]).toEqual([401, 'openai']);
   });
 
   test('other paths still refuse encoded slashes', () => {
-    const d = decide({ method: 'POST', url: '/openai/v1/chat%2Fcompletions', host: 'h', authorization: `Bearer ${keys.genai.key}`, contentType: undefined, now: 0 }, table);
+    const d = decide(
+      {
+        method: 'POST',
+        url: '/openai/v1/chat%2Fcompletions',
+        host: 'h',
+        authorization: `Bearer ${keys.genai.key}`,
+        contentType: undefined,
+        now: 0,
+      },
+      table,
+    );
     expect(d.ok).toBe(false);
     if (!d.ok) expect(d.error.code).toBe('bad_path');
   });
@@ -87,8 +121,16 @@ describe('selectModel', () => {
   });
 
   test('the list has what the key may use, oldest first, as <project>/<deployment>', () => {
-    expect(JSON.parse(modelsList(table, record('both'))).data.map((m: { id: string }) => m.id).sort()).toEqual(['genai/llama', 'genai/mistral', 'research_lab/llama']);
-    expect(JSON.parse(modelsList(table, record('team'))).data.map((m: { id: string }) => m.id).sort()).toEqual(['genai/llama', 'genai/mistral']);
+    expect(
+      JSON.parse(modelsList(table, record('both')))
+        .data.map((m: { id: string }) => m.id)
+        .sort(),
+    ).toEqual(['genai/llama', 'genai/mistral', 'research_lab/llama']);
+    expect(
+      JSON.parse(modelsList(table, record('team')))
+        .data.map((m: { id: string }) => m.id)
+        .sort(),
+    ).toEqual(['genai/llama', 'genai/mistral']);
   });
 });
 
@@ -100,27 +142,60 @@ describe('prepareBody: only the bytes that must change', () => {
   };
 
   test('model rewritten in place; an escaped member name is read as JSON.parse reads it; a repeated one is refused', () => {
-    expect(prep('{"model":"genai/llama","x":[1,2]}').body).toBe('{"model":"meta-llama/Llama-3.1-8B-Instruct","x":[1,2]}');
+    expect(prep('{"model":"genai/llama","x":[1,2]}').body).toBe(
+      '{"model":"meta-llama/Llama-3.1-8B-Instruct","x":[1,2]}',
+    );
     expect(prep('{"mod\\u0065l" : "genai/mistral" }').body).toBe('{"mod\\u0065l" : "mistral" }');
     // Two "model" members (one spelled with an escape): the gateway and a backend could read different ones.
     expect(() => prep('{"model":"nope","model":"genai/mistral"}')).toThrow('more than one "model" member');
     expect(() => prep('{"mod\\u0065l":"genai/llama","model":"genai/mistral"}')).toThrow('more than one "model" member');
-    expect(prep('{"meta":{"model":"genai/llama"},"model":"mistral"}').body).toBe('{"meta":{"model":"genai/llama"},"model":"mistral"}');
+    expect(prep('{"meta":{"model":"genai/llama"},"model":"mistral"}').body).toBe(
+      '{"meta":{"model":"genai/llama"},"model":"mistral"}',
+    );
   });
 
   test.each([
-    ['no stream_options', '{"model":"mistral","stream":true}', '{"model":"mistral","stream":true,"stream_options":{"include_usage":true}}', true],
-    ['stream_options null', '{"model":"mistral","stream":true,"stream_options":null}', '{"model":"mistral","stream":true,"stream_options":{"include_usage":true}}', true],
-    ['other stream options kept', '{"model":"mistral","stream":true,"stream_options":{"continuous_usage_stats":false,"include_usage":false}}', '{"model":"mistral","stream":true,"stream_options":{"continuous_usage_stats":false,"include_usage":true}}', true],
-    ['usage already asked for', '{"model":"mistral","stream":true,"stream_options":{"include_usage":true}}', '{"model":"mistral","stream":true,"stream_options":{"include_usage":true}}', false],
+    [
+      'no stream_options',
+      '{"model":"mistral","stream":true}',
+      '{"model":"mistral","stream":true,"stream_options":{"include_usage":true}}',
+      true,
+    ],
+    [
+      'stream_options null',
+      '{"model":"mistral","stream":true,"stream_options":null}',
+      '{"model":"mistral","stream":true,"stream_options":{"include_usage":true}}',
+      true,
+    ],
+    [
+      'other stream options kept',
+      '{"model":"mistral","stream":true,"stream_options":{"continuous_usage_stats":false,"include_usage":false}}',
+      '{"model":"mistral","stream":true,"stream_options":{"continuous_usage_stats":false,"include_usage":true}}',
+      true,
+    ],
+    [
+      'usage already asked for',
+      '{"model":"mistral","stream":true,"stream_options":{"include_usage":true}}',
+      '{"model":"mistral","stream":true,"stream_options":{"include_usage":true}}',
+      false,
+    ],
     ['not streamed', '{"model":"mistral","stream":false}', '{"model":"mistral","stream":false}', false],
-    ['stream_options of the wrong type: the backend says so', '{"model":"mistral","stream":true,"stream_options":"x"}', '{"model":"mistral","stream":true,"stream_options":"x"}', false],
+    [
+      'stream_options of the wrong type: the backend says so',
+      '{"model":"mistral","stream":true,"stream_options":"x"}',
+      '{"model":"mistral","stream":true,"stream_options":"x"}',
+      false,
+    ],
   ])('streamed chat, %s', (_what, body, forwarded, strip) => {
     expect(prep(body)).toEqual({ body: forwarded, strip, route: 'genai/mistral' });
   });
 
   test('routes whose streams report usage anyway are not touched', () => {
-    expect(prep('{"model":"mistral","stream":true}', '/openai/v1/responses')).toEqual({ body: '{"model":"mistral","stream":true}', strip: false, route: 'genai/mistral' });
+    expect(prep('{"model":"mistral","stream":true}', '/openai/v1/responses')).toEqual({
+      body: '{"model":"mistral","stream":true}',
+      strip: false,
+      route: 'genai/mistral',
+    });
   });
 
   test('the layout scanner finds top-level members only, with their exact value spans', () => {

@@ -54,7 +54,11 @@ describe('parseTarget refuses ambiguous paths with bad_path (400)', () => {
 describe('parseTarget keeps normal paths as sent', () => {
   test.each([
     ['/', [''], ''],
-    ['/v1/fraud_detection/fraud/v1/models/fraud:predict', ['v1', 'fraud_detection', 'fraud', 'v1', 'models', 'fraud:predict'], ''],
+    [
+      '/v1/fraud_detection/fraud/v1/models/fraud:predict',
+      ['v1', 'fraud_detection', 'fraud', 'v1', 'models', 'fraud:predict'],
+      '',
+    ],
     ['/v1/a/b/', ['v1', 'a', 'b', ''], ''],
     ['/v1/a/b?x=1&y=%2F', ['v1', 'a', 'b'], '?x=1&y=%2F'],
     ['/v1/a/b/?', ['v1', 'a', 'b', ''], '?'],
@@ -127,7 +131,11 @@ describe('verifyKey', () => {
   test.each([
     ['an unknown prefix', () => apiKey('other', 'demo').key, 'unknown'],
     ['a known prefix with the wrong secret', () => `${prefix}.${'x'.repeat(43)}`, 'mismatch'],
-    ['the key with one character changed', () => good.key.slice(0, -1) + (good.key.endsWith('A') ? 'B' : 'A'), 'mismatch'],
+    [
+      'the key with one character changed',
+      () => good.key.slice(0, -1) + (good.key.endsWith('A') ? 'B' : 'A'),
+      'mismatch',
+    ],
     ['no dot', () => prefix + 'x'.repeat(40), 'malformed'],
     ['a 15-character prefix', () => `${prefix.slice(1)}.${'x'.repeat(40)}`, 'malformed'],
     ['a 31-character secret', () => `${prefix}.${'x'.repeat(31)}`, 'malformed'],
@@ -182,7 +190,13 @@ describe('grantsProject', () => {
     ['"*" on any project', rec('*'), 'anything', undefined, true],
     ['a scoped key on a route in its namespace', rec(['demo'], 'demo'), 'demo', 'demo', true],
     ['a scoped key on a route in another namespace', rec(['demo'], 'demo'), 'demo', 'other', false],
-    ['a scoped "*" key on a route in another namespace', rec('*', 'team-a'), 'fraud_detection', 'fraud-detection', false],
+    [
+      'a scoped "*" key on a route in another namespace',
+      rec('*', 'team-a'),
+      'fraud_detection',
+      'fraud-detection',
+      false,
+    ],
     ['a scoped "*" key on a route in its namespace', rec('*', 'team-a'), 'team-a', 'team-a', true],
     ['a scoped key, no route, the project of its namespace', rec(['team-a'], 'team-a'), 'team_a', undefined, true],
     ['a scoped "*" key, no route, another project', rec('*', 'team-a'), 'other', undefined, false],

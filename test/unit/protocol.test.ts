@@ -75,23 +75,23 @@ describe('checkSuffix: refused by the gateway', () => {
     expect(e.headers.allow).toBe('POST');
   });
 
-  test.each([
-    ['/predict'],
-    ['/'],
-    ['/v1/models'],
-    ['/v1/models/iris:predict/extra'],
-    ['/v2/models/iris/infer'],
-  ])('sklearn %s → 404 telling the accepted suffix', (rest) => {
-    const e = refusal(checkSuffix(sklearn, 'POST', rest, 'application/json'));
-    expect(e.status).toBe(404);
-    expect(e.message).toContain('/v1/models/iris:');
-  });
+  test.each([['/predict'], ['/'], ['/v1/models'], ['/v1/models/iris:predict/extra'], ['/v2/models/iris/infer']])(
+    'sklearn %s → 404 telling the accepted suffix',
+    (rest) => {
+      const e = refusal(checkSuffix(sklearn, 'POST', rest, 'application/json'));
+      expect(e.status).toBe(404);
+      expect(e.message).toContain('/v1/models/iris:');
+    },
+  );
 
-  test.each([['/chat/completions'], ['/'], ['/v1'], ['/v2/chat/completions'], ['/models']])('llm %s → 404 (OpenAI routes start with /v1/)', (rest) => {
-    const e = refusal(checkSuffix(llm, 'POST', rest, 'application/json'));
-    expect(e.status).toBe(404);
-    expect(e.message).toContain('/v1/');
-  });
+  test.each([['/chat/completions'], ['/'], ['/v1'], ['/v2/chat/completions'], ['/models']])(
+    'llm %s → 404 (OpenAI routes start with /v1/)',
+    (rest) => {
+      const e = refusal(checkSuffix(llm, 'POST', rest, 'application/json'));
+      expect(e.status).toBe(404);
+      expect(e.message).toContain('/v1/');
+    },
+  );
 });
 
 describe('validateBody', () => {

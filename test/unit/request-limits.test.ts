@@ -32,7 +32,12 @@ describe('RequestLimits.specs', () => {
       { id: 'key:servegate/ci-bot:rpm', limit: 60, cost: 1 },
       { id: 'key:servegate/ci-bot:tpm', limit: 1000, cost: 0 },
     ]);
-    expect(l.specs({ ...route, limits: { requestsPerMinute: 5 } }, { ...key, limits: { requestsPerMinute: 0, tokensPerMinute: 50 } })).toEqual([
+    expect(
+      l.specs(
+        { ...route, limits: { requestsPerMinute: 5 } },
+        { ...key, limits: { requestsPerMinute: 0, tokensPerMinute: 50 } },
+      ),
+    ).toEqual([
       { id: 'key:servegate/ci-bot:tpm', limit: 50, cost: 0 },
       { id: 'deployment:demo/chat:rpm', limit: 5, cost: 1 },
     ]);
@@ -43,7 +48,10 @@ describe('RequestLimits.decide', () => {
   test('admitted requests carry the tightest remaining budget; the refusal is a 429 naming the limit, with Retry-After', () => {
     const c = clock();
     const l = new RequestLimits(new MemoryLimitStore(c.now), { requestsPerMinute: 0, tokensPerMinute: 0 });
-    const specs = l.specs({ ...route, limits: { requestsPerMinute: 2, tokensPerMinute: 100 } }, { ...key, limits: { requestsPerMinute: 10 } });
+    const specs = l.specs(
+      { ...route, limits: { requestsPerMinute: 2, tokensPerMinute: 100 } },
+      { ...key, limits: { requestsPerMinute: 10 } },
+    );
     const first = sync(l.decide(specs));
     expect(first).toMatchObject({
       ok: true,
@@ -61,9 +69,18 @@ describe('RequestLimits.decide', () => {
     const refused = sync(l.decide(specs));
     if (refused.ok) throw new Error('third request admitted');
     expect(refused.error.status).toBe(429);
-    expect(refused.error.headers).toMatchObject({ 'retry-after': '30', 'x-ratelimit-remaining-requests': '0', 'x-ratelimit-limit-requests': '2' });
-    expect(refused.error.message).toBe('rate limit exceeded: 2 requests per minute for deployment demo/chat; retry after 30 s');
-    expect(JSON.parse(renderError(refused.error, 'openai')).error).toMatchObject({ code: 'rate_limit_exceeded', type: 'rate_limit_error' });
+    expect(refused.error.headers).toMatchObject({
+      'retry-after': '30',
+      'x-ratelimit-remaining-requests': '0',
+      'x-ratelimit-limit-requests': '2',
+    });
+    expect(refused.error.message).toBe(
+      'rate limit exceeded: 2 requests per minute for deployment demo/chat; retry after 30 s',
+    );
+    expect(JSON.parse(renderError(refused.error, 'openai')).error).toMatchObject({
+      code: 'rate_limit_exceeded',
+      type: 'rate_limit_error',
+    });
   });
 
   test('tokens reported by a response are charged to every token bucket the request passed', () => {
@@ -84,7 +101,12 @@ describe('RequestLimits.decide', () => {
 
   test('a store that cannot be asked: fail-open admits without figures, fail-closed is a 503 with Retry-After', async () => {
     const down = (allowed: boolean): LimitStore => ({
-      admit: async (): Promise<Admission> => ({ allowed, buckets: [], retryAfterMs: 5_000, unavailable: 'redis: connection refused' }),
+      admit: async (): Promise<Admission> => ({
+        allowed,
+        buckets: [],
+        retryAfterMs: 5_000,
+        unavailable: 'redis: connection refused',
+      }),
       charge: async () => {},
       problem: () => 'redis: connection refused',
       close: async () => {},

@@ -15,17 +15,40 @@ function statusOf(r: ReturnType<typeof build>, id: string) {
 
 function isvc(ref: string, spec: unknown, created = '2025-06-01T00:00:00Z'): InferenceServiceResource {
   const [namespace, name] = ref.split('/');
-  return { apiVersion: 'serving.kserve.io/v1beta1', kind: 'InferenceService', metadata: { namespace, name, creationTimestamp: created, generation: 1 }, spec };
+  return {
+    apiVersion: 'serving.kserve.io/v1beta1',
+    kind: 'InferenceService',
+    metadata: { namespace, name, creationTimestamp: created, generation: 1 },
+    spec,
+  };
 }
-const modelFormat = (name: string, runtime?: string) => ({ predictor: { model: { modelFormat: { name }, ...(runtime ? { runtime } : {}) } } });
+const modelFormat = (name: string, runtime?: string) => ({
+  predictor: { model: { modelFormat: { name }, ...(runtime ? { runtime } : {}) } },
+});
 
 describe('deployment URLs (SPEC §2 status)', () => {
   test.each([
-    ['sklearn', sdep('fraud-detection/fraud').project('fraud_detection').sklearn(), { url: BASE, inferenceUrl: `${BASE}/v1/models/fraud:predict` }],
-    ['python model server', sdep('fraud-detection/fraud').project('fraud_detection').pythonModel(), { url: BASE, inferenceUrl: `${BASE}/v1/models/fraud:predict` }],
-    ['tensorflow with its own model name', sdep('fraud-detection/fraud').project('fraud_detection').tensorflow().modelName('flowers'), { url: BASE, inferenceUrl: `${BASE}/v1/models/flowers:predict` }],
+    [
+      'sklearn',
+      sdep('fraud-detection/fraud').project('fraud_detection').sklearn(),
+      { url: BASE, inferenceUrl: `${BASE}/v1/models/fraud:predict` },
+    ],
+    [
+      'python model server',
+      sdep('fraud-detection/fraud').project('fraud_detection').pythonModel(),
+      { url: BASE, inferenceUrl: `${BASE}/v1/models/fraud:predict` },
+    ],
+    [
+      'tensorflow with its own model name',
+      sdep('fraud-detection/fraud').project('fraud_detection').tensorflow().modelName('flowers'),
+      { url: BASE, inferenceUrl: `${BASE}/v1/models/flowers:predict` },
+    ],
     ['llm', sdep('fraud-detection/fraud').project('fraud_detection').llm(), { url: BASE, openaiUrl: `${BASE}/v1` }],
-    ['python deployment', sdep('fraud-detection/fraud').project('fraud_detection').python(), { url: BASE, endpointUrl: BASE }],
+    [
+      'python deployment',
+      sdep('fraud-detection/fraud').project('fraud_detection').python(),
+      { url: BASE, endpointUrl: BASE },
+    ],
   ])('a %s deployment gets exactly its URLs', (_what, b, urls) => {
     const s = build({ deployments: [b.build()] }).statuses[0];
     expect(s.ready).toBe(true);
@@ -54,7 +77,9 @@ describe('deployment URLs (SPEC §2 status)', () => {
   });
 
   test('an LLM keeps the name its server serves (a Hugging Face id may have "/"), and none when unset', () => {
-    expect(routeOf(sdep('demo/chat').llm().modelName('meta-llama/Llama-3.1-8B-Instruct')).modelName).toBe('meta-llama/Llama-3.1-8B-Instruct');
+    expect(routeOf(sdep('demo/chat').llm().modelName('meta-llama/Llama-3.1-8B-Instruct')).modelName).toBe(
+      'meta-llama/Llama-3.1-8B-Instruct',
+    );
     expect(routeOf(sdep('demo/chat').llm()).modelName).toBeUndefined();
   });
 
@@ -88,7 +113,10 @@ describe('route fields', () => {
   });
 
   test('backend.url is accepted in the files source, trailing slash dropped', () => {
-    expect(routeOf(sdep('demo/a').url('http://127.0.0.1:8081/prefix/')).backend).toEqual({ kind: 'url', url: 'http://127.0.0.1:8081/prefix' });
+    expect(routeOf(sdep('demo/a').url('http://127.0.0.1:8081/prefix/')).backend).toEqual({
+      kind: 'url',
+      url: 'http://127.0.0.1:8081/prefix',
+    });
   });
 
   test('a Service backend without a Service list is routed as written', () => {
@@ -100,10 +128,22 @@ describe('route fields', () => {
     const r = build({
       source: 'kubernetes',
       deployments: [sdep('demo/a').backend('svc', 8080).build()],
-      services: [service('demo/svc', [{ port: 9000, name: 'metrics' }, { port: 8080, name: 'http', targetPort: 'web' }])],
+      services: [
+        service('demo/svc', [
+          { port: 9000, name: 'metrics' },
+          { port: 8080, name: 'http', targetPort: 'web' },
+        ]),
+      ],
     });
     expect(r.statuses[0].reason).toBe('Routed');
-    expect(r.table.routes[0].backend).toEqual({ kind: 'service', namespace: 'demo', service: 'svc', port: 8080, portName: 'http', targetPort: 'web' });
+    expect(r.table.routes[0].backend).toEqual({
+      kind: 'service',
+      namespace: 'demo',
+      service: 'svc',
+      port: 8080,
+      portName: 'http',
+      targetPort: 'web',
+    });
   });
 });
 
@@ -151,7 +191,10 @@ describe('legacy hostnames (SPEC §3)', () => {
 
   test('a hostname that cannot be formed is left out, says why, and the route still serves by path', () => {
     const longDomain = `${'d'.repeat(60)}.${'d'.repeat(60)}.${'d'.repeat(60)}.${'d'.repeat(60)}`;
-    const r = build({ deployments: [sdep('demo/iris').project('p'.repeat(20)).build()] }, { ...buildOptions, serverlessDomain: longDomain });
+    const r = build(
+      { deployments: [sdep('demo/iris').project('p'.repeat(20)).build()] },
+      { ...buildOptions, serverlessDomain: longDomain },
+    );
     const s = r.statuses[0];
     expect(s.ready).toBe(true);
     expect(s.hostname).toBeUndefined();
@@ -196,7 +239,10 @@ describe('conflicts: the oldest wins (SPEC §2)', () => {
     ['a_b', 'A-B'],
   ])('projects %s and %s meet in one form: the younger resource gets Conflict naming the winner', (older, younger) => {
     const r = build({
-      deployments: [sdep('ns1/x').project(older).created('2024-01-01T00:00:00Z').build(), sdep('ns2/y').project(younger).created('2025-01-01T00:00:00Z').build()],
+      deployments: [
+        sdep('ns1/x').project(older).created('2024-01-01T00:00:00Z').build(),
+        sdep('ns2/y').project(younger).created('2025-01-01T00:00:00Z').build(),
+      ],
     });
     expect(statusOf(r, 'ns1/x').reason).toBe('Routed');
     const lost = statusOf(r, 'ns2/y');
@@ -219,7 +265,10 @@ describe('conflicts: the oldest wins (SPEC §2)', () => {
 
   test('a hostname shared by two projects goes to the oldest only', () => {
     const r = build({
-      deployments: [sdep('ns2/x').project('Demo').created('2025-01-01T00:00:00Z').build(), sdep('ns1/x').project('demo').created('2024-01-01T00:00:00Z').build()],
+      deployments: [
+        sdep('ns2/x').project('Demo').created('2025-01-01T00:00:00Z').build(),
+        sdep('ns1/x').project('demo').created('2024-01-01T00:00:00Z').build(),
+      ],
     });
     expect(r.table.byHost.get('x.demo.serving.example.com')?.id).toBe('ns1/x');
     expect(r.table.byHost.size).toBe(1);
@@ -263,7 +312,11 @@ describe('InvalidSpec: one bad resource is reported and skipped (SPEC §2)', () 
     ['no type', sdep('demo/a').set('type', undefined).build(), /spec\.type/],
     ['type model without modelServer', sdep('demo/a').set('modelServer', undefined).build(), /spec\.modelServer/],
     ['modelServer pytorch', sdep('demo/a').set('modelServer', 'pytorch').build(), /spec\.modelServer/],
-    ['type python with a modelServer', sdep('demo/a').python().set('modelServer', 'sklearn').build(), /spec\.modelServer/],
+    [
+      'type python with a modelServer',
+      sdep('demo/a').python().set('modelServer', 'sklearn').build(),
+      /spec\.modelServer/,
+    ],
     ['type python with a modelName', sdep('demo/a').python().modelName('m').build(), /spec\.modelName/],
     ['a model name with a slash', sdep('demo/a').modelName('a/b').build(), /spec\.modelName/],
     ['a model name with a colon', sdep('demo/a').modelName('a:b').build(), /spec\.modelName/],
@@ -273,9 +326,17 @@ describe('InvalidSpec: one bad resource is reported and skipped (SPEC §2)', () 
     ['port 0', sdep('demo/a').backend('svc', 0).build(), /spec\.backend\.port/],
     ['port 65536', sdep('demo/a').backend('svc', 65536).build(), /spec\.backend\.port/],
     ['port 80.5', sdep('demo/a').backend('svc', 80.5).build(), /spec\.backend\.port/],
-    ['port as a string', sdep('demo/a').set('backend', { service: 'svc', port: '8080' }).build(), /spec\.backend\.port/],
+    [
+      'port as a string',
+      sdep('demo/a').set('backend', { service: 'svc', port: '8080' }).build(),
+      /spec\.backend\.port/,
+    ],
     ['a Service name with upper case', sdep('demo/a').backend('Svc', 80).build(), /spec\.backend\.service/],
-    ['a backend with url and service', sdep('demo/a').set('backend', { url: 'http://127.0.0.1:1', service: 'svc', port: 80 }).build(), /either url or service/],
+    [
+      'a backend with url and service',
+      sdep('demo/a').set('backend', { url: 'http://127.0.0.1:1', service: 'svc', port: 80 }).build(),
+      /either url or service/,
+    ],
     ['a backend url that is not a URL', sdep('demo/a').url('not a url').build(), /backend\.url/],
     ['a backend url with ftp', sdep('demo/a').url('ftp://127.0.0.1:21').build(), /backend\.url/],
     ['a backend url with a query', sdep('demo/a').url('http://127.0.0.1:1/?a=b').build(), /backend\.url/],
@@ -303,7 +364,8 @@ describe('InvalidSpec: one bad resource is reported and skipped (SPEC §2)', () 
   });
 
   test('backend.url is refused in the kubernetes source', () => {
-    const s = build({ source: 'kubernetes', deployments: [sdep('demo/a').url('http://127.0.0.1:8081').build()] }).statuses[0];
+    const s = build({ source: 'kubernetes', deployments: [sdep('demo/a').url('http://127.0.0.1:8081').build()] })
+      .statuses[0];
     expect(s).toMatchObject({ ready: false, reason: 'InvalidSpec' });
     expect(s.message).toMatch(/backend\.url/);
   });
@@ -404,22 +466,30 @@ describe('deterministic output', () => {
     sdep('demo/echo').python().timeout(3).build(),
     sdep('fraud-detection/fraud').project('fraud_detection').tensorflow().build(),
   ];
-  const keySecrets = [apiKey('k1', 'demo').secret, apiKey('k2', '*').secret, apiKey('k3', 'p', { namespace: 'a' }).secret, apiKey('bad', '').secret];
+  const keySecrets = [
+    apiKey('k1', 'demo').secret,
+    apiKey('k2', '*').secret,
+    apiKey('k3', 'p', { namespace: 'a' }).secret,
+    apiKey('bad', '').secret,
+  ];
   const inferenceServices = [isvc('kserve/flowers', modelFormat('sklearn')), isvc('kserve/chat', modelFormat('vllm'))];
   const reference = build({ deployments, keySecrets, inferenceServices });
 
-  test.each([1, 2, 3, 4, 5, 6, 7, 8])('shuffled input (seed %i) gives the same hash, routes, statuses and key problems', (seed) => {
-    const r = build({
-      deployments: shuffled(deployments, seed),
-      keySecrets: shuffled(keySecrets, seed + 100),
-      inferenceServices: shuffled(inferenceServices, seed + 200),
-    });
-    expect(r.table.hash).toBe(reference.table.hash);
-    expect(r.table.routes).toEqual(reference.table.routes);
-    expect(r.statuses).toEqual(reference.statuses);
-    expect(r.keyProblems).toEqual(reference.keyProblems);
-    expect(new Map(r.table.byPath)).toEqual(new Map(reference.table.byPath));
-  });
+  test.each([1, 2, 3, 4, 5, 6, 7, 8])(
+    'shuffled input (seed %i) gives the same hash, routes, statuses and key problems',
+    (seed) => {
+      const r = build({
+        deployments: shuffled(deployments, seed),
+        keySecrets: shuffled(keySecrets, seed + 100),
+        inferenceServices: shuffled(inferenceServices, seed + 200),
+      });
+      expect(r.table.hash).toBe(reference.table.hash);
+      expect(r.table.routes).toEqual(reference.table.routes);
+      expect(r.statuses).toEqual(reference.statuses);
+      expect(r.keyProblems).toEqual(reference.keyProblems);
+      expect(new Map(r.table.byPath)).toEqual(new Map(reference.table.byPath));
+    },
+  );
 
   test('routes come oldest first (creationTimestamp, then namespace/name); rejected statuses follow, sorted', () => {
     const age = (id: string) => {
@@ -428,7 +498,9 @@ describe('deterministic output', () => {
     };
     const ids = reference.table.routes.map((r) => r.id);
     expect(ids.map(age)).toEqual([...ids.map(age)].sort());
-    const rejected = reference.statuses.filter((s) => !s.ready && s.reason !== 'Conflict').map((s) => `${s.resourceKind}/${s.id}`);
+    const rejected = reference.statuses
+      .filter((s) => !s.ready && s.reason !== 'Conflict')
+      .map((s) => `${s.resourceKind}/${s.id}`);
     expect(rejected).toEqual([...rejected].sort());
   });
 
@@ -443,7 +515,9 @@ describe('deterministic output', () => {
 
   test('the hash changes when a key is added', () => {
     const deps = [sdep('demo/a').build()];
-    expect(build({ deployments: deps, keySecrets: [apiKey('k', 'demo').secret] }).table.hash).not.toBe(build({ deployments: deps }).table.hash);
+    expect(build({ deployments: deps, keySecrets: [apiKey('k', 'demo').secret] }).table.hash).not.toBe(
+      build({ deployments: deps }).table.hash,
+    );
   });
 
   test('buildRouteTable does not modify its input', () => {
@@ -456,7 +530,9 @@ describe('deterministic output', () => {
 
 describe('limits (SPEC §9)', () => {
   test('spec.limits: whole numbers 0 or more; 0 means none; anything else is InvalidSpec naming the field', () => {
-    expect(routeOf(sdep('demo/a').python().set('limits', { requestsPerMinute: 60, tokensPerMinute: 0 })).limits).toEqual({ requestsPerMinute: 60 });
+    expect(
+      routeOf(sdep('demo/a').python().set('limits', { requestsPerMinute: 60, tokensPerMinute: 0 })).limits,
+    ).toEqual({ requestsPerMinute: 60 });
     expect(routeOf(sdep('demo/b').python()).limits).toBeUndefined();
     for (const [limits, message] of [
       [{ requestsPerMinute: -1 }, 'spec.limits.requestsPerMinute must be a whole number 0 or more, got -1'],
@@ -476,7 +552,11 @@ describe('limits (SPEC §9)', () => {
     const bad = apiKey('apikey-bad', 'demo');
     bad.secret.data.tpm = 'lots';
     const r = build({ keySecrets: [good.secret, bad.secret] });
-    expect([...r.table.keys.values()].flat().map((k) => [k.name, k.limits])).toEqual([['apikey-l', { requestsPerMinute: 120, tokensPerMinute: 5000 }]]);
-    expect(r.keyProblems.map((p) => p.message)).toEqual(['tpm must be a whole number 0 or more (per minute), got "lots"']);
+    expect([...r.table.keys.values()].flat().map((k) => [k.name, k.limits])).toEqual([
+      ['apikey-l', { requestsPerMinute: 120, tokensPerMinute: 5000 }],
+    ]);
+    expect(r.keyProblems.map((p) => p.message)).toEqual([
+      'tpm must be a whole number 0 or more (per minute), got "lots"',
+    ]);
   });
 });

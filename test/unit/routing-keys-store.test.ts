@@ -1,7 +1,13 @@
 // Name rules (names.ts), API-key Secrets (buildKeys) and the route store's swap rules (store.ts).
 import { describe, expect, test } from '@jest/globals';
 import { buildKeys } from '../../src/routing/build.js';
-import { deploymentUrls, isDnsLabel, legacyHostname, projectHostLabel, projectNamespaceForm } from '../../src/routing/names.js';
+import {
+  deploymentUrls,
+  isDnsLabel,
+  legacyHostname,
+  projectHostLabel,
+  projectNamespaceForm,
+} from '../../src/routing/names.js';
 import { RouteStore } from '../../src/routing/store.js';
 import type { KeySecretResource } from '../../src/routing/types.js';
 import { apiKey, buildOptions, sdep, snapshot } from '../support/fixtures.js';
@@ -52,7 +58,12 @@ describe('names', () => {
     ['a project with a dot', 'fraud.detection', 'x', 'serving.example.com'],
     ['a project ending in _', 'fraud_', 'x', 'serving.example.com'],
     ['a project of 64 characters', 'p'.repeat(64), 'x', 'serving.example.com'],
-    ['a hostname over 253 characters', 'p', 'x', `${'d'.repeat(63)}.${'d'.repeat(63)}.${'d'.repeat(63)}.${'d'.repeat(60)}`],
+    [
+      'a hostname over 253 characters',
+      'p',
+      'x',
+      `${'d'.repeat(63)}.${'d'.repeat(63)}.${'d'.repeat(63)}.${'d'.repeat(60)}`,
+    ],
   ])('%s gets no hostname and a reason', (_what, project, dep, domain) => {
     const r = legacyHostname(project, dep, domain);
     expect('error' in r && r.error.length > 0).toBe(true);
@@ -60,7 +71,10 @@ describe('names', () => {
 
   test('deploymentUrls of each kind', () => {
     const base = 'https://m.example.com/v1/p/d';
-    expect(deploymentUrls('https://m.example.com/', 'p', 'd', 'predictive', 'm')).toEqual({ url: base, inferenceUrl: `${base}/v1/models/m:predict` });
+    expect(deploymentUrls('https://m.example.com/', 'p', 'd', 'predictive', 'm')).toEqual({
+      url: base,
+      inferenceUrl: `${base}/v1/models/m:predict`,
+    });
     expect(deploymentUrls('https://m.example.com', 'p', 'd', 'llm')).toEqual({ url: base, openaiUrl: `${base}/v1` });
     expect(deploymentUrls('https://m.example.com', 'p', 'd', 'python')).toEqual({ url: base, endpointUrl: base });
   });
@@ -74,7 +88,10 @@ const GOOD = { prefix: 'Rc0uebjeAbSzEyRH', sha256: 'a'.repeat(64), projects: 'fr
 
 describe('API-key Secrets (SPEC §4)', () => {
   test('a good Secret becomes a key record: projects in namespace form, sha256 as bytes', () => {
-    const { keys, problems } = buildKeys([keySecret({ ...GOOD, expiresAt: '2027-01-01T00:00:00Z' }, 'servegate/apikey-ci-bot')], 'servegate');
+    const { keys, problems } = buildKeys(
+      [keySecret({ ...GOOD, expiresAt: '2027-01-01T00:00:00Z' }, 'servegate/apikey-ci-bot')],
+      'servegate',
+    );
     expect(problems).toEqual([]);
     const [rec] = keys.get(GOOD.prefix)!;
     expect(rec.name).toBe('apikey-ci-bot');
@@ -96,7 +113,10 @@ describe('API-key Secrets (SPEC §4)', () => {
   });
 
   test('an upper-case sha256 and padded fields are accepted', () => {
-    const { keys, problems } = buildKeys([keySecret({ prefix: ` ${GOOD.prefix}\n`, sha256: `${'AB'.repeat(32)}\n`, projects: 'demo' })], 'servegate');
+    const { keys, problems } = buildKeys(
+      [keySecret({ prefix: ` ${GOOD.prefix}\n`, sha256: `${'AB'.repeat(32)}\n`, projects: 'demo' })],
+      'servegate',
+    );
     expect(problems).toEqual([]);
     expect(keys.get(GOOD.prefix)![0].sha256.toString('hex')).toBe('ab'.repeat(32));
   });
@@ -117,7 +137,10 @@ describe('API-key Secrets (SPEC §4)', () => {
     ['nothing at all', {}, /prefix/],
   ])('%s is reported in keyProblems, never thrown', (_what, data, message) => {
     const good = apiKey('good', 'demo').secret;
-    const { keys, problems } = buildKeys([keySecret(data as Record<string, string>, 'servegate/bad'), good], 'servegate');
+    const { keys, problems } = buildKeys(
+      [keySecret(data as Record<string, string>, 'servegate/bad'), good],
+      'servegate',
+    );
     expect(problems).toHaveLength(1);
     expect(problems[0]).toMatchObject({ id: 'servegate/bad', origin: 'keys.yaml#bad' });
     expect(problems[0].message).toMatch(message);
@@ -147,7 +170,10 @@ describe('API-key Secrets (SPEC §4)', () => {
   });
 
   test('two Secrets with the same prefix are both kept, in namespace/name order', () => {
-    const { keys } = buildKeys([keySecret(GOOD, 'servegate/b'), keySecret({ ...GOOD, sha256: 'b'.repeat(64) }, 'servegate/a')], 'servegate');
+    const { keys } = buildKeys(
+      [keySecret(GOOD, 'servegate/b'), keySecret({ ...GOOD, sha256: 'b'.repeat(64) }, 'servegate/a')],
+      'servegate',
+    );
     expect(keys.get(GOOD.prefix)!.map((k) => k.name)).toEqual(['a', 'b']);
   });
 });

@@ -10,7 +10,11 @@ import { ApiStatusError } from '../../src/sources/kubernetes/http.js';
 describe('API key format (SPEC §4): one rule for the gateway and the CLI', () => {
   test.each([
     ['a generated key (base64url secret)', generateKey().key, true],
-    ['a secret with punctuation (made elsewhere; the CLI copy used to refuse it)', `AbCdEfGhIjKlMnOp.${'x!#$%&*+/=?^~'.repeat(3)}`, true],
+    [
+      'a secret with punctuation (made elsewhere; the CLI copy used to refuse it)',
+      `AbCdEfGhIjKlMnOp.${'x!#$%&*+/=?^~'.repeat(3)}`,
+      true,
+    ],
     ['a 32-character secret', `AbCdEfGhIjKlMnOp.${'a'.repeat(32)}`, true],
     ['a 31-character secret', `AbCdEfGhIjKlMnOp.${'a'.repeat(31)}`, false],
     ['a 15-character prefix', `AbCdEfGhIjKlMnO.${'a'.repeat(40)}`, false],
@@ -51,19 +55,45 @@ test('model servers are listed once', () => {
 describe('Kubernetes object helpers', () => {
   test('isObject: mappings only (a YAML timestamp is a Date, not a mapping)', () => {
     expect([{}, { a: 1 }].map(isObject)).toEqual([true, true]);
-    expect([null, [], new Date(0), 'x', 1, undefined].map(isObject)).toEqual([false, false, false, false, false, false]);
+    expect([null, [], new Date(0), 'x', 1, undefined].map(isObject)).toEqual([
+      false,
+      false,
+      false,
+      false,
+      false,
+      false,
+    ]);
   });
 
   test('readMeta: name and namespace required for namespaced kinds; timestamps as text; label values as strings', () => {
     expect(readMeta({ metadata: { name: 'x' } })).toBeUndefined();
     expect(readMeta({ metadata: { name: 'x' } }, false)).toEqual({ name: 'x', namespace: '' });
     expect(
-      readMeta({ metadata: { name: 'x', namespace: 'demo', generation: 3, creationTimestamp: new Date('2026-01-02T03:04:05Z'), labels: { tier: 1, on: true, a: 'b', bad: {} } } }),
-    ).toEqual({ name: 'x', namespace: 'demo', generation: 3, creationTimestamp: '2026-01-02T03:04:05.000Z', labels: { tier: '1', on: 'true', a: 'b' } });
+      readMeta({
+        metadata: {
+          name: 'x',
+          namespace: 'demo',
+          generation: 3,
+          creationTimestamp: new Date('2026-01-02T03:04:05Z'),
+          labels: { tier: 1, on: true, a: 'b', bad: {} },
+        },
+      }),
+    ).toEqual({
+      name: 'x',
+      namespace: 'demo',
+      generation: 3,
+      creationTimestamp: '2026-01-02T03:04:05.000Z',
+      labels: { tier: '1', on: 'true', a: 'b' },
+    });
   });
 
   test('secretData: data is base64-decoded, stringData wins', () => {
-    expect(secretData({ data: { a: Buffer.from('from-data').toString('base64'), b: Buffer.from('x').toString('base64') }, stringData: { b: 'from-stringData' } })).toEqual({
+    expect(
+      secretData({
+        data: { a: Buffer.from('from-data').toString('base64'), b: Buffer.from('x').toString('base64') },
+        stringData: { b: 'from-stringData' },
+      }),
+    ).toEqual({
       a: 'from-data',
       b: 'from-stringData',
     });

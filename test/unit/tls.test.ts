@@ -4,7 +4,12 @@ import { afterAll, describe, expect, test } from '@jest/globals';
 import { copyFileSync, mkdirSync, mkdtempSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { CertificateReloader, loadCertificatePair, type CertificateError, type CertificatePair } from '../../src/gateway/tls.js';
+import {
+  CertificateReloader,
+  loadCertificatePair,
+  type CertificateError,
+  type CertificatePair,
+} from '../../src/gateway/tls.js';
 import { makeCert } from '../support/certs.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'servegate-tls-'));
@@ -20,10 +25,30 @@ describe('loadCertificatePair', () => {
   });
 
   test.each([
-    ['a missing certificate', () => ({ certFile: join(dir, 'nope.crt'), keyFile: a.keyFile }), /^tls\.certFile .*nope\.crt: cannot read \(ENOENT\)$/, 'tls.certFile'],
-    ['a key that is not the certificate’s', () => ({ certFile: a.certFile, keyFile: b.keyFile }), /^tls\.keyFile .*b\.key is not the private key of the certificate in tls\.certFile .*a\.crt$/, 'tls.keyFile'],
-    ['a certificate that is not PEM', () => ({ certFile: write('junk.crt', 'hello'), keyFile: a.keyFile }), /^tls\.certFile .*junk\.crt: not a PEM certificate/, 'tls.certFile'],
-    ['a key that is not PEM', () => ({ certFile: a.certFile, keyFile: write('junk.key', 'hello') }), /^tls\.keyFile .*junk\.key: not a PEM private key/, 'tls.keyFile'],
+    [
+      'a missing certificate',
+      () => ({ certFile: join(dir, 'nope.crt'), keyFile: a.keyFile }),
+      /^tls\.certFile .*nope\.crt: cannot read \(ENOENT\)$/,
+      'tls.certFile',
+    ],
+    [
+      'a key that is not the certificate’s',
+      () => ({ certFile: a.certFile, keyFile: b.keyFile }),
+      /^tls\.keyFile .*b\.key is not the private key of the certificate in tls\.certFile .*a\.crt$/,
+      'tls.keyFile',
+    ],
+    [
+      'a certificate that is not PEM',
+      () => ({ certFile: write('junk.crt', 'hello'), keyFile: a.keyFile }),
+      /^tls\.certFile .*junk\.crt: not a PEM certificate/,
+      'tls.certFile',
+    ],
+    [
+      'a key that is not PEM',
+      () => ({ certFile: a.certFile, keyFile: write('junk.key', 'hello') }),
+      /^tls\.keyFile .*junk\.key: not a PEM private key/,
+      'tls.keyFile',
+    ],
   ])('%s is refused naming the file and its key', (_what, files, message, key) => {
     let err: CertificateError | undefined;
     try {
@@ -106,6 +131,12 @@ describe('CertificateReloader', () => {
   });
 
   test('a bad pair at start throws', () => {
-    expect(() => new CertificateReloader({ certFile: a.certFile, keyFile: b.keyFile }, { onReload: () => {}, onError: () => {} })).toThrow(/tls\.keyFile/);
+    expect(
+      () =>
+        new CertificateReloader(
+          { certFile: a.certFile, keyFile: b.keyFile },
+          { onReload: () => {}, onError: () => {} },
+        ),
+    ).toThrow(/tls\.keyFile/);
   });
 });

@@ -23,7 +23,13 @@ function setup(sampleRatio = 1) {
 describe('Tracing', () => {
   test("a sampled client trace is continued: same trace id, the client's span as parent, ours sent upstream", () => {
     const { tracing, exporter } = setup(0); // the ratio only applies to traces the gateway starts
-    const t = tracing.start('POST', '/v1/demo/chat/v1/chat/completions', `00-${CLIENT_TRACE}-${CLIENT_SPAN}-01`, 'vendor=abc', '10.0.0.9');
+    const t = tracing.start(
+      'POST',
+      '/v1/demo/chat/v1/chat/completions',
+      `00-${CLIENT_TRACE}-${CLIENT_SPAN}-01`,
+      'vendor=abc',
+      '10.0.0.9',
+    );
     t.route('demo', 'chat');
     t.end(200);
     const [, traceId, spanId, flags] = TP.exec(t.traceparent)!;
@@ -34,14 +40,23 @@ describe('Tracing', () => {
     expect(span.spanContext().spanId).toBe(spanId);
     expect(span.parentSpanContext?.spanId).toBe(CLIENT_SPAN);
     expect(span.name).toBe('POST /v1/demo/chat');
-    expect(span.attributes).toMatchObject({ 'servegate.project': 'demo', 'servegate.deployment': 'chat', 'http.response.status_code': 200, 'client.address': '10.0.0.9' });
+    expect(span.attributes).toMatchObject({
+      'servegate.project': 'demo',
+      'servegate.deployment': 'chat',
+      'http.response.status_code': 200,
+      'client.address': '10.0.0.9',
+    });
   });
 
   test("a client's unsampled flag is respected: nothing recorded, the trace id and flag 00 go upstream", () => {
     const { tracing, exporter } = setup(1);
     const t = tracing.start('GET', '/v1/demo/x', `00-${CLIENT_TRACE}-${CLIENT_SPAN}-00`, undefined, '10.0.0.9');
     t.end(200);
-    expect(TP.exec(t.traceparent)!.slice(1, 4).filter((_, i) => i !== 1)).toEqual([CLIENT_TRACE, '00']);
+    expect(
+      TP.exec(t.traceparent)!
+        .slice(1, 4)
+        .filter((_, i) => i !== 1),
+    ).toEqual([CLIENT_TRACE, '00']);
     expect(exporter.getFinishedSpans()).toHaveLength(0);
   });
 

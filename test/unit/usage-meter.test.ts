@@ -4,7 +4,12 @@ import { describe, expect, test } from '@jest/globals';
 import { JsonUsageMeter, SseUsageMeter, type UsageMeter } from '../../src/gateway/usage.js';
 
 const event = (o: unknown) => `data: ${JSON.stringify(o)}\n\n`;
-const chunk = (i: number, extra: Record<string, unknown> = {}) => ({ id: 'c', object: 'chat.completion.chunk', choices: [{ index: 0, delta: { content: `tok${i}` }, finish_reason: null }], ...extra });
+const chunk = (i: number, extra: Record<string, unknown> = {}) => ({
+  id: 'c',
+  object: 'chat.completion.chunk',
+  choices: [{ index: 0, delta: { content: `tok${i}` }, finish_reason: null }],
+  ...extra,
+});
 const usage = { prompt_tokens: 12, completion_tokens: 34, total_tokens: 46 };
 const usageEvent = event({ id: 'c', object: 'chat.completion.chunk', choices: [], usage });
 
@@ -77,7 +82,10 @@ describe('event streams', () => {
   });
 
   test('the Responses API reports usage inside response.completed', () => {
-    const s = event({ type: 'response.completed', response: { id: 'r', usage: { input_tokens: 5, output_tokens: 9, total_tokens: 14 } } });
+    const s = event({
+      type: 'response.completed',
+      response: { id: 'r', usage: { input_tokens: 5, output_tokens: 9, total_tokens: 14 } },
+    });
     const m = new SseUsageMeter(false);
     expect(run(m, s, [10])).toBe(s);
     expect(m.usage).toEqual({ prompt: 5, completion: 9 });
@@ -148,7 +156,11 @@ describe('JSON answers', () => {
   });
 
   test('an embedding answer of several MB: prompt tokens found at its end', () => {
-    const s = JSON.stringify({ object: 'list', data: [{ embedding: Array.from({ length: 300_000 }, (_, i) => i / 7) }], usage: { prompt_tokens: 8, total_tokens: 8 } });
+    const s = JSON.stringify({
+      object: 'list',
+      data: [{ embedding: Array.from({ length: 300_000 }, (_, i) => i / 7) }],
+      usage: { prompt_tokens: 8, total_tokens: 8 },
+    });
     const m = new JsonUsageMeter();
     const cuts = Array.from({ length: Math.floor(s.length / 16_384) }, (_, i) => (i + 1) * 16_384);
     expect(run(m, s, cuts).length).toBe(s.length);

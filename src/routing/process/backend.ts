@@ -14,7 +14,9 @@ export function parseBackend(
   if (!isObject(raw)) return invalid('spec.backend is required: {service, port} (or {url} in the files source)');
   if (raw.url !== undefined) {
     if (source !== 'files') {
-      return invalid('spec.backend.url is refused in the kubernetes source: name a Service in the same namespace with backend.service and backend.port');
+      return invalid(
+        'spec.backend.url is refused in the kubernetes source: name a Service in the same namespace with backend.service and backend.port',
+      );
     }
     if (raw.service !== undefined) return invalid('spec.backend takes either url or service/port, not both');
     if (typeof raw.url !== 'string') return invalid('spec.backend.url must be a string');
@@ -25,13 +27,17 @@ export function parseBackend(
       return invalid(`spec.backend.url "${raw.url}" is not a URL`);
     }
     if (u.protocol !== 'http:' || u.search || u.hash || u.username) {
-      return invalid(`spec.backend.url "${raw.url}" must be a plain http://host:port URL (optionally with a path prefix)`);
+      return invalid(
+        `spec.backend.url "${raw.url}" must be a plain http://host:port URL (optionally with a path prefix)`,
+      );
     }
     return { kind: 'url', url: `${u.origin}${u.pathname.replace(/\/+$/, '')}` };
   }
   const { service, port } = raw;
   if (typeof service !== 'string' || !isDnsLabel(service)) {
-    return invalid(`spec.backend.service must be the name of a Service in namespace ${namespace} (a DNS-1123 label), got ${JSON.stringify(service)}`);
+    return invalid(
+      `spec.backend.service must be the name of a Service in namespace ${namespace} (a DNS-1123 label), got ${JSON.stringify(service)}`,
+    );
   }
   if (typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535) {
     return invalid(`spec.backend.port must be a port number 1-65535, got ${JSON.stringify(port)}`);
@@ -51,7 +57,10 @@ export function serviceBackend(
   const p = svc.ports.find((sp) => sp.port === port);
   if (!p) {
     const offered = svc.ports.map((sp) => sp.port).join(', ') || 'none';
-    return { reason: 'BackendNotFound', message: `Service ${namespace}/${service} has no port ${port} (ports: ${offered})` };
+    return {
+      reason: 'BackendNotFound',
+      message: `Service ${namespace}/${service} has no port ${port} (ports: ${offered})`,
+    };
   }
   return { kind: 'service', namespace, service, port, portName: p.name, targetPort: p.targetPort };
 }

@@ -93,14 +93,18 @@ export function resolve(candidates: Candidate[], rejections: Rejection[]): Resol
     }
     for (const k of pathKeys) {
       const other = byPath.get(k);
-      if (!conflict && other) conflict = `${route.project}/${route.deployment} is already served by ${other.resourceKind} ${other.id}, which is older`;
+      if (!conflict && other)
+        conflict = `${route.project}/${route.deployment} is already served by ${other.resourceKind} ${other.id}, which is older`;
     }
     if (!conflict && route.hostname) {
       const other = byHost.get(route.hostname);
-      if (other) conflict = `hostname ${route.hostname} is already served by ${other.resourceKind} ${other.id}, which is older`;
+      if (other)
+        conflict = `hostname ${route.hostname} is already served by ${other.resourceKind} ${other.id}, which is older`;
     }
     if (conflict) {
-      statuses.push(rejectedStatus({ meta: c.meta, resourceKind: route.resourceKind, reason: 'Conflict', message: conflict }));
+      statuses.push(
+        rejectedStatus({ meta: c.meta, resourceKind: route.resourceKind, reason: 'Conflict', message: conflict }),
+      );
       continue;
     }
     if (!projectForms.has(form)) projectForms.set(form, route);
@@ -112,7 +116,9 @@ export function resolve(candidates: Candidate[], rejections: Rejection[]): Resol
   }
   // Candidates come oldest first (a total order), so routes and their statuses need no further sort; the few
   // rejected resources are sorted by kind and name.
-  rejections.sort((a, b) => cmp(`${a.resourceKind}/${a.meta.namespace}/${a.meta.name}`, `${b.resourceKind}/${b.meta.namespace}/${b.meta.name}`));
+  rejections.sort((a, b) =>
+    cmp(`${a.resourceKind}/${a.meta.namespace}/${a.meta.name}`, `${b.resourceKind}/${b.meta.namespace}/${b.meta.name}`),
+  );
   for (const r of rejections) statuses.push(rejectedStatus(r));
   return { byPath, byHost, routes, statuses, digests };
 }

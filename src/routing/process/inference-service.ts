@@ -43,7 +43,10 @@ export function inferenceServiceRoute(
   const { name, namespace } = res.metadata;
   if (!isDnsLabel(name)) return invalid(`metadata.name "${name}" must be a DNS-1123 label`);
   const modelServer = kserveModelServer(res.spec);
-  if (!modelServer) return invalid('spec.predictor has no model format servegate knows (sklearn, tensorflow, huggingface, vllm, xgboost, ...)');
+  if (!modelServer)
+    return invalid(
+      'spec.predictor has no model format servegate knows (sklearn, tensorflow, huggingface, vllm, xgboost, ...)',
+    );
   if (!PROJECT_NAME.test(namespace)) return invalid(`namespace "${namespace}" cannot be a project name`);
   const backend = serviceBackend(namespace, `${name}-predictor`, 80, services);
   if ('reason' in backend) return backend;

@@ -19,14 +19,17 @@ export function buildKeys(
 export type KeysResult = ReturnType<typeof buildKeysWithDigests>;
 
 /** Sources hand over the same array while no key changed: then the key index is reused as it is. */
-export function buildKeysCached(secrets: readonly KeySecretResource[], keysNamespace: string, cache: BuildCache): KeysResult {
+export function buildKeysCached(
+  secrets: readonly KeySecretResource[],
+  keysNamespace: string,
+  cache: BuildCache,
+): KeysResult {
   const hit = cache.keysByArray.get(secrets);
   if (hit && hit.keysNamespace === keysNamespace) return hit.result;
   const result = buildKeysWithDigests(secrets, keysNamespace, cache);
   cache.keysByArray.set(secrets, { keysNamespace, result });
   return result;
 }
-
 
 function buildKeysWithDigests(
   secrets: readonly KeySecretResource[],
@@ -44,7 +47,18 @@ function buildKeysWithDigests(
         typeof value === 'string'
           ? ''
           : createHash('sha1')
-              .update(JSON.stringify([value.name, value.namespace, value.prefix, value.sha256.toString('hex'), value.projects === '*' ? '*' : [...value.projects].sort(), value.expiresAt ?? null, value.scopeNamespace ?? null, value.limits ?? null]))
+              .update(
+                JSON.stringify([
+                  value.name,
+                  value.namespace,
+                  value.prefix,
+                  value.sha256.toString('hex'),
+                  value.projects === '*' ? '*' : [...value.projects].sort(),
+                  value.expiresAt ?? null,
+                  value.scopeNamespace ?? null,
+                  value.limits ?? null,
+                ]),
+              )
               .digest('base64');
       p = { keysNamespace, id: `${s.metadata.namespace}/${s.metadata.name}`, value, digest };
       cache.parsedKeys.set(s, p);
@@ -77,9 +91,13 @@ function parseKeySecret(s: KeySecretResource, keysNamespace: string): ApiKeyReco
   let projects: '*' | Set<string>;
   if (projectsRaw === '*') projects = '*';
   else {
-    const list = projectsRaw.split(',').map((p) => p.trim()).filter(Boolean);
+    const list = projectsRaw
+      .split(',')
+      .map((p) => p.trim())
+      .filter(Boolean);
     const bad = list.find((p) => !PROJECT_NAME.test(p));
-    if (bad !== undefined || list.length === 0) return `projects has an invalid project name ${JSON.stringify(bad ?? projectsRaw)}`;
+    if (bad !== undefined || list.length === 0)
+      return `projects has an invalid project name ${JSON.stringify(bad ?? projectsRaw)}`;
     projects = new Set(list.map(projectNamespaceForm));
   }
   let expiresAt: number | undefined;
@@ -94,7 +112,8 @@ function parseKeySecret(s: KeySecretResource, keysNamespace: string): ApiKeyReco
   ] as const) {
     const raw = d[field]?.trim();
     if (raw === undefined || raw === '') continue;
-    if (!/^\d+$/.test(raw) || !Number.isSafeInteger(Number(raw))) return `${field} must be a whole number 0 or more (per minute), got "${d[field]}"`;
+    if (!/^\d+$/.test(raw) || !Number.isSafeInteger(Number(raw)))
+      return `${field} must be a whole number 0 or more (per minute), got "${d[field]}"`;
     limits[name] = Number(raw);
   }
   const scoped = s.metadata.namespace !== keysNamespace;

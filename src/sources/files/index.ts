@@ -157,7 +157,10 @@ export class FilesSource implements RouteSource {
       } catch (err) {
         if ((err as NodeJS.ErrnoException).code === 'ENOENT') continue; // gone already; the next scan decides
         this.unwatchable.add(dir);
-        this.log.warn({ err: (err as Error).message, dir }, `cannot watch folder; changes in it are seen by the ${this.pollMs} ms poll`);
+        this.log.warn(
+          { err: (err as Error).message, dir },
+          `cannot watch folder; changes in it are seen by the ${this.pollMs} ms poll`,
+        );
       }
     }
   }
@@ -235,7 +238,8 @@ export class FilesSource implements RouteSource {
     try {
       st = await stat(this.abs);
     } catch (err) {
-      const why = (err as NodeJS.ErrnoException).code === 'ENOENT' ? 'the path does not exist any more' : (err as Error).message;
+      const why =
+        (err as NodeJS.ErrnoException).code === 'ENOENT' ? 'the path does not exist any more' : (err as Error).message;
       this.rootProblem = `${why}; nothing is served from it`;
       return [];
     }
@@ -278,11 +282,22 @@ export class FilesSource implements RouteSource {
     // Unchanged stat is trusted, unless the file was modified so close to our last read that the clock could not tell.
     if (prev && !force && prev.sig === sig && st.mtimeMs < prev.readAtMs - 20) return;
 
-    const state: FileState = prev ?? { origin: f.origin, sig: '', mtimeMs: 0, readAtMs: 0, hash: '', good: emptyResources(), docErrors: [] };
+    const state: FileState = prev ?? {
+      origin: f.origin,
+      sig: '',
+      mtimeMs: 0,
+      readAtMs: 0,
+      hash: '',
+      good: emptyResources(),
+      docErrors: [],
+    };
     state.origin = f.origin;
     if (st.size > MAX_FILE_BYTES) {
       state.sig = sig;
-      state.readError = { origin: f.origin, message: `file is larger than ${MAX_FILE_BYTES} bytes; not read (its last good documents stay in use)` };
+      state.readError = {
+        origin: f.origin,
+        message: `file is larger than ${MAX_FILE_BYTES} bytes; not read (its last good documents stay in use)`,
+      };
       this.files.set(f.abs, state);
       return;
     }
@@ -309,12 +324,18 @@ export class FilesSource implements RouteSource {
       state.syntaxError = {
         origin: parsed.syntaxError.origin,
         message: `${parsed.syntaxError.message}; ${
-          kept > 0 ? `its last good version (${kept} resource${kept === 1 ? '' : 's'}) stays in use` : 'nothing from this file is used until it parses'
+          kept > 0
+            ? `its last good version (${kept} resource${kept === 1 ? '' : 's'}) stays in use`
+            : 'nothing from this file is used until it parses'
         }`,
       };
     } else {
       state.syntaxError = undefined;
-      state.good = { deployments: parsed.deployments, inferenceServices: parsed.inferenceServices, keySecrets: parsed.keySecrets };
+      state.good = {
+        deployments: parsed.deployments,
+        inferenceServices: parsed.inferenceServices,
+        keySecrets: parsed.keySecrets,
+      };
       state.docErrors = parsed.errors;
     }
     this.files.set(f.abs, state);
@@ -370,7 +391,8 @@ export class FilesSource implements RouteSource {
     const before = new Set(this.problems);
     const after = new Set(next);
     for (const e of errors) {
-      if (!before.has(`${e.origin}: ${e.message}`)) this.log.warn({ origin: e.origin, ...placeOf(e.origin), reason: e.message }, 'manifest problem');
+      if (!before.has(`${e.origin}: ${e.message}`))
+        this.log.warn({ origin: e.origin, ...placeOf(e.origin), reason: e.message }, 'manifest problem');
     }
     for (const p of this.problems) if (!after.has(p)) this.log.info({ problem: p }, 'manifest problem resolved');
     this.problems = next;

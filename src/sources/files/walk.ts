@@ -1,7 +1,14 @@
 // Lists the manifest files of a folder tree: the file rules of ignore.ts, symlinks followed (ConfigMap volumes), loops cut.
 import { readdir, readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { IGNORE_FILE, isManifestName, isWalkedDirName, NO_IGNORES, parseIgnoreFile, type IgnoreRules } from './ignore.js';
+import {
+  IGNORE_FILE,
+  isManifestName,
+  isWalkedDirName,
+  NO_IGNORES,
+  parseIgnoreFile,
+  type IgnoreRules,
+} from './ignore.js';
 
 export const MAX_DEPTH = 32;
 

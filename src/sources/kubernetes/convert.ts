@@ -21,7 +21,13 @@ export function toServingDeployment(raw: unknown): ServingDeploymentResource | u
   const metadata = metaOf(raw);
   if (!metadata) return undefined;
   const r = raw as Raw;
-  const res: ServingDeploymentResource = { apiVersion: API_VERSION, kind: KIND, metadata, spec: r.spec, origin: ORIGIN };
+  const res: ServingDeploymentResource = {
+    apiVersion: API_VERSION,
+    kind: KIND,
+    metadata,
+    spec: r.spec,
+    origin: ORIGIN,
+  };
   if (r.status !== undefined) res.status = r.status;
   return res;
 }
@@ -29,7 +35,13 @@ export function toServingDeployment(raw: unknown): ServingDeploymentResource | u
 export function toInferenceService(raw: unknown): InferenceServiceResource | undefined {
   const metadata = metaOf(raw);
   if (!metadata) return undefined;
-  return { apiVersion: 'serving.kserve.io/v1beta1', kind: 'InferenceService', metadata, spec: (raw as Raw).spec, origin: ORIGIN };
+  return {
+    apiVersion: 'serving.kserve.io/v1beta1',
+    kind: 'InferenceService',
+    metadata,
+    spec: (raw as Raw).spec,
+    origin: ORIGIN,
+  };
 }
 
 /** A key Secret: `data` base64-decoded, then `stringData` (if an API server ever sends it) on top. */
@@ -50,12 +62,21 @@ export function toService(raw: unknown): ServiceResource | undefined {
       if (!isObj(p) || typeof p.port !== 'number') continue;
       const port: ServicePortInfo = { port: p.port };
       if (typeof p.name === 'string' && p.name !== '') port.name = p.name;
-      if (typeof p.targetPort === 'number' || (typeof p.targetPort === 'string' && p.targetPort !== '')) port.targetPort = p.targetPort;
+      if (typeof p.targetPort === 'number' || (typeof p.targetPort === 'string' && p.targetPort !== ''))
+        port.targetPort = p.targetPort;
       if (typeof p.protocol === 'string') port.protocol = p.protocol;
       ports.push(port);
     }
   }
-  return { metadata: { name: metadata.name, namespace: metadata.namespace, uid: metadata.uid, resourceVersion: metadata.resourceVersion }, ports };
+  return {
+    metadata: {
+      name: metadata.name,
+      namespace: metadata.namespace,
+      uid: metadata.uid,
+      resourceVersion: metadata.resourceVersion,
+    },
+    ports,
+  };
 }
 
 export interface SlicePort {
@@ -100,5 +121,11 @@ export function toSlice(raw: unknown): ParsedSlice | undefined {
       for (const a of ep.addresses) if (typeof a === 'string' && a !== '') readyAddresses.push(a);
     }
   }
-  return { namespace: metadata.namespace, name: metadata.name, service: metadata.labels?.[SERVICE_NAME_LABEL], ports, readyAddresses };
+  return {
+    namespace: metadata.namespace,
+    name: metadata.name,
+    service: metadata.labels?.[SERVICE_NAME_LABEL],
+    ports,
+    readyAddresses,
+  };
 }

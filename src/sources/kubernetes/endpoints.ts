@@ -71,7 +71,8 @@ export class EndpointIndex {
     const hit = perService?.get(portKey);
     if (hit && hit.version === version) return hit.addresses;
     const fresh = this.compute(svcKey, backend);
-    const addresses = hit && sameAddresses(hit.addresses, fresh) ? hit.addresses : fresh.length === 0 ? EMPTY : Object.freeze(fresh);
+    const addresses =
+      hit && sameAddresses(hit.addresses, fresh) ? hit.addresses : fresh.length === 0 ? EMPTY : Object.freeze(fresh);
     if (!perService) {
       perService = new Map();
       this.cache.set(svcKey, perService);
@@ -88,7 +89,9 @@ export class EndpointIndex {
     let portName = backend.portName;
     let targetPort = backend.targetPort;
     if (svc) {
-      const sp = svc.ports.find((p) => p.port === backend.port) ?? (portName ? svc.ports.find((p) => p.name === portName) : undefined);
+      const sp =
+        svc.ports.find((p) => p.port === backend.port) ??
+        (portName ? svc.ports.find((p) => p.name === portName) : undefined);
       if (sp) {
         portName = sp.name;
         targetPort = sp.targetPort;

@@ -79,11 +79,11 @@ export function errorText(err: unknown): string {
   if (err instanceof ApiStatusError) return err.message;
   if (err && typeof err === 'object') {
     const e = err as { statusCode?: unknown; code?: unknown; message?: unknown };
-    if (typeof e.statusCode === 'number') return `${e.statusCode} ${typeof e.message === 'string' ? e.message : ''}`.trim();
-    if (typeof e.code === 'string' && typeof e.message === 'string') return e.message.includes(e.code) ? e.message : `${e.code}: ${e.message}`;
+    if (typeof e.statusCode === 'number')
+      return `${e.statusCode} ${typeof e.message === 'string' ? e.message : ''}`.trim();
+    if (typeof e.code === 'string' && typeof e.message === 'string')
+      return e.message.includes(e.code) ? e.message : `${e.code}: ${e.message}`;
     if (typeof e.message === 'string' && e.message) return e.message;
   }
   return String(err);
 }
-
-

@@ -105,7 +105,10 @@ export class KubernetesSource implements RouteSource, EndpointResolver {
           new Reflector({
             kc: this.kc,
             kind: w.kind,
-            path: ns === undefined ? `${w.prefix}/${w.plural}` : `${w.prefix}/namespaces/${encodeURIComponent(ns)}/${w.plural}`,
+            path:
+              ns === undefined
+                ? `${w.prefix}/${w.plural}`
+                : `${w.prefix}/namespaces/${encodeURIComponent(ns)}/${w.plural}`,
             scope: ns === undefined ? 'in all namespaces' : `in namespace ${ns}`,
             labelSelector: w.labelSelector,
             optional: w.optional,
@@ -124,7 +127,10 @@ export class KubernetesSource implements RouteSource, EndpointResolver {
     if (this.stopped) throw new Error('KubernetesSource stopped before the first full list');
     this.synced = true;
     this.dirty = true; // the first snapshot is delivered even when everything is empty
-    this.logger.info({ watches: this.reflectors.length, deployments: this.deployments.size, keys: this.keySecrets.size }, 'kubernetes source synced');
+    this.logger.info(
+      { watches: this.reflectors.length, deployments: this.deployments.size, keys: this.keySecrets.size },
+      'kubernetes source synced',
+    );
     this.flush();
   }
 
@@ -178,14 +184,22 @@ export class KubernetesSource implements RouteSource, EndpointResolver {
         plural: 'secrets',
         labelSelector: KEY_SELECTOR,
         namespaces: keyScopes,
-        handler: this.partHandler('keySecrets', this.keySecrets, toKeySecret, undefined, (obj) => obj.metadata.labels?.[KEY_LABEL] === 'true'),
+        handler: this.partHandler(
+          'keySecrets',
+          this.keySecrets,
+          toKeySecret,
+          undefined,
+          (obj) => obj.metadata.labels?.[KEY_LABEL] === 'true',
+        ),
       },
       {
         kind: 'services',
         prefix: '/api/v1',
         plural: 'services',
         namespaces: projectScopes,
-        handler: this.partHandler('services', this.services, toService, (ns, name) => this.index.serviceChanged(ns, name)),
+        handler: this.partHandler('services', this.services, toService, (ns, name) =>
+          this.index.serviceChanged(ns, name),
+        ),
       },
       {
         kind: 'endpointslices',
@@ -199,7 +213,8 @@ export class KubernetesSource implements RouteSource, EndpointResolver {
             this.index.upsertSlice(slice);
           },
           delete: (obj) => {
-            if (typeof obj.metadata.namespace === 'string') this.index.deleteSlice(obj.metadata.namespace, obj.metadata.name);
+            if (typeof obj.metadata.namespace === 'string')
+              this.index.deleteSlice(obj.metadata.namespace, obj.metadata.name);
           },
         },
       },
@@ -237,7 +252,11 @@ export class KubernetesSource implements RouteSource, EndpointResolver {
         const before = map.get(key);
         map.set(key, res);
         after?.(String(obj.metadata.namespace ?? ''), obj.metadata.name);
-        if (part === 'deployments' && before !== undefined && onlyStatusChanged(before as unknown as ServingDeploymentResource, res as unknown as ServingDeploymentResource)) {
+        if (
+          part === 'deployments' &&
+          before !== undefined &&
+          onlyStatusChanged(before as unknown as ServingDeploymentResource, res as unknown as ServingDeploymentResource)
+        ) {
           // A status write (ours, mostly) changes nothing that routes: keep the fresh object for the next snapshot,
           // but do not rebuild for it — at 10k deployments a rebuild per status write would grow with n².
           delete this.arrays[part];

@@ -146,7 +146,11 @@ export class Reflector {
       }
       const delay = this.delay(attempt++);
       const why = out.kind === 'closed' ? 'closed by the API server' : errorText(out.err);
-      this.fail(out.kind === 'closed' ? 'closed' : 'error', `watch ${this.name}: ${why}; retrying in ${fmt(delay)}`, out.err);
+      this.fail(
+        out.kind === 'closed' ? 'closed' : 'error',
+        `watch ${this.name}: ${why}; retrying in ${fmt(delay)}`,
+        out.err,
+      );
       await this.sleep(delay);
     }
   }
@@ -216,7 +220,8 @@ export class Reflector {
       }
       if (this.stopped) return;
       const p = page as { metadata?: { resourceVersion?: unknown; continue?: unknown }; items?: unknown };
-      if (!p || typeof p !== 'object' || !Array.isArray(p.items)) throw new Error(`list ${this.name}: the answer has no items array`);
+      if (!p || typeof p !== 'object' || !Array.isArray(p.items))
+        throw new Error(`list ${this.name}: the answer has no items array`);
       if (cont === undefined) rv = typeof p.metadata?.resourceVersion === 'string' ? p.metadata.resourceVersion : '';
       for (const it of p.items as unknown[]) {
         if (isRaw(it)) items.push(it);
@@ -258,7 +263,10 @@ export class Reflector {
       this.o.handler[op](obj);
     } catch (err) {
       this.o.onMalformed(this.o.kind, `handler failed: ${errorText(err)}`);
-      this.o.logger.warn({ watch: this.name, err: errorText(err), object: keyOf(obj) }, 'handling a watched object failed; skipped');
+      this.o.logger.warn(
+        { watch: this.name, err: errorText(err), object: keyOf(obj) },
+        'handling a watched object failed; skipped',
+      );
     }
   }
 
@@ -361,7 +369,12 @@ export class Reflector {
 function isRaw(v: unknown): v is RawObject {
   if (!v || typeof v !== 'object') return false;
   const m = (v as { metadata?: unknown }).metadata;
-  return !!m && typeof m === 'object' && typeof (m as { name?: unknown }).name === 'string' && (m as { name: string }).name !== '';
+  return (
+    !!m &&
+    typeof m === 'object' &&
+    typeof (m as { name?: unknown }).name === 'string' &&
+    (m as { name: string }).name !== ''
+  );
 }
 
 function resourceVersionOf(v: unknown): string | undefined {
