@@ -13,6 +13,7 @@ import type { LimitStore } from './limits/buckets.js';
 import { ConfigError } from './config/load.js';
 import { silentLogger, type Logger } from './log.js';
 import { RouteStore } from './routing/store.js';
+import { buildOptionsOf } from './routing/build.js';
 import type { EndpointResolver, RouteSource } from './sources/types.js';
 
 export interface ServeOptions {
@@ -51,12 +52,7 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
   const { config, source } = opts;
   const logger = opts.logger ?? silentLogger;
   const metrics = new Metrics(opts.processMetrics ?? true);
-  const store = new RouteStore({
-    publicUrl: config.publicUrl,
-    serverlessDomain: config.serverlessDomain,
-    keysNamespace: config.auth.keysNamespace,
-    defaultTimeoutMs: config.limits.requestTimeoutSeconds * 1000,
-  });
+  const store = new RouteStore(buildOptionsOf(config));
   observeBuilds(store, metrics, logger);
   const drain = new Drain();
 

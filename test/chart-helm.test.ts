@@ -118,6 +118,63 @@ describe('the chart, rendered by helm', () => {
     expect(dep.spec.template.spec.terminationGracePeriodSeconds).toBeGreaterThan(config.shutdown.drainSeconds);
   });
 
+  describe('Secret access (rbac.projectNamespaceKeys, SPEC §11)', () => {
+    type Rbac = Doc & { metadata: { name: string; namespace?: string }; rules?: { resources: string[] }[] };
+    /** "Kind name@namespace" of every (Cluster)Role that grants anything on secrets. */
+    const secretGrants = (docs: Doc[]) =>
+      (docs as Rbac[])
+        .filter(
+          (d) =>
+            (d.kind === 'Role' || d.kind === 'ClusterRole') && d.rules?.some((r) => r.resources.includes('secrets')),
+        )
+        .map((d) => `${d.kind} ${d.metadata.name}@${d.metadata.namespace ?? ''}`)
+        .sort();
+    const gatewayConfig = (docs: Doc[]) => {
+      const cm = docs.find((d) => d.kind === 'ConfigMap') as Doc & { data: Record<string, string> };
+      return parseConfig(parseAllDocuments(Object.values(cm.data)[0])[0].toJSON(), {
+        port: 8080,
+        namespace: 'servegate',
+      });
+    };
+
+    test('by default Secrets are readable in the keys namespace only, and the gateway reads keys there only', () => {
+      const docs = render();
+      expect(secretGrants(docs)).toEqual(['Role servegate-keys@servegate']);
+      expect(gatewayConfig(docs).auth.projectNamespaceKeys).toBe(false);
+      const keysNs = render('--set', 'gateway.auth.keysNamespace=platform-keys');
+      expect(secretGrants(keysNs)).toEqual(['Role servegate-keys@platform-keys']);
+    });
+
+    test('rbac.projectNamespaceKeys sets auth.projectNamespaceKeys and grants Secrets where deployments are watched', () => {
+      const docs = render('--set', 'rbac.projectNamespaceKeys=true');
+      expect(secretGrants(docs)).toEqual(['ClusterRole servegate@']);
+      expect(gatewayConfig(docs).auth.projectNamespaceKeys).toBe(true);
+      const scoped = render('--set', 'rbac.projectNamespaceKeys=true', '--set', 'gateway.kubernetes.namespaces={a,b}');
+      expect(secretGrants(scoped)).toEqual(['Role servegate@a', 'Role servegate@b', 'Role servegate@servegate']);
+    });
+
+    test('watched namespaces without the opt-in: Secrets only in the keys namespace', () => {
+      const docs = render('--set', 'gateway.kubernetes.namespaces={a,servegate}');
+      expect(secretGrants(docs)).toEqual(['Role servegate@servegate']);
+      const roleA = (docs as Rbac[]).find((d) => d.kind === 'Role' && d.metadata.namespace === 'a')!;
+      expect(roleA.rules!.flatMap((r) => r.resources)).not.toContain('secrets');
+    });
+
+    test('gateway.auth.projectNamespaceKeys alone fails the install, naming the value to set', () => {
+      const r = run(
+        'template',
+        'servegate',
+        CHART,
+        '-n',
+        'servegate',
+        '--set',
+        'gateway.auth.projectNamespaceKeys=true',
+      );
+      expect(r.status).not.toBe(0);
+      expect(r.output).toContain('set rbac.projectNamespaceKeys: true');
+    });
+  });
+
   test('CORS origins set in values reach the config, and change the pod template so helm upgrade rolls the pods', () => {
     const annotations = (docs: Doc[]) =>
       JSON.stringify(

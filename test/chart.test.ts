@@ -400,14 +400,23 @@ describe('RBAC equals docs/rbac.md', () => {
     expect(flat(definedRules('servegate.rbac.leaderElectionRules'))).toEqual(flat(documented));
   });
 
-  test('the keys-namespace Role grants only a subset of the watch rules', () => {
+  test('the keys-namespace Role is the keys-namespace table, a subset of the watch rules', () => {
     const watch = new Set(flat(definedRules('servegate.rbac.watchRules')));
     const keys = flat(definedRules('servegate.rbac.keyRules'));
     expect(keys).toEqual(['|secrets|list|', '|secrets|watch|']);
+    const documented = docTable('Role in the keys namespace').map((r) => ({
+      apiGroups: [group(r[0])],
+      resources: ticks(r[1]),
+      verbs: ticks(r[2]),
+    }));
+    expect(keys).toEqual(flat(documented));
     for (const k of keys) expect(watch.has(k)).toBe(true);
   });
 
-  test('the kserve rule is granted only when gateway.kubernetes.kserve.enabled, leader election only when enabled', () => {
+  test('project-namespace Secrets only with rbac.projectNamespaceKeys, kserve only when enabled, leader election only when enabled', () => {
+    expect(templates['_rbac.tpl']).toMatch(
+      /\{\{- if \.Values\.rbac\.projectNamespaceKeys \}\}\n- apiGroups: \[""\]\n {2}resources: \[secrets\]/,
+    );
     expect(templates['_rbac.tpl']).toMatch(
       /\{\{- if \.Values\.gateway\.kubernetes\.kserve\.enabled \}\}\n- apiGroups: \[serving\.kserve\.io\]/,
     );
@@ -420,6 +429,7 @@ describe('RBAC equals docs/rbac.md', () => {
     const rbac = templates['rbac.yaml'];
     expect(rbac).not.toMatch(/^\s*- apiGroups:/m);
     expect([...rbac.matchAll(/include "(servegate\.rbac\.[A-Za-z]+)"/g)].map((m) => m[1]).sort()).toEqual([
+      'servegate.rbac.keyRules',
       'servegate.rbac.keyRules',
       'servegate.rbac.leaderElectionRules',
       'servegate.rbac.watchRules',

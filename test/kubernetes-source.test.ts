@@ -185,7 +185,7 @@ describe('changes are reflected', () => {
     const h = startSource();
     await h.started;
     expect(keyNames(h.last())).toEqual(['servegate/ci']);
-    expect(fake.requests.find((r) => r.path === '/api/v1/secrets' && !r.watch)?.query).toContain(
+    expect(fake.requests.find((r) => r.path === '/api/v1/namespaces/servegate/secrets' && !r.watch)?.query).toContain(
       'labelSelector=serving.servegate.dev%2Fapi-key%3Dtrue',
     );
     fake.update({ ...k, metadata: { ...k.metadata, labels: {} } });
@@ -245,14 +245,41 @@ describe('changes are reflected', () => {
 });
 
 describe('namespaces and kserve', () => {
-  test('with namespaces configured only those are watched; keys from the keys namespace and project namespaces', async () => {
+  test('key Secrets are read in the keys namespace only by default (auth.projectNamespaceKeys off)', async () => {
+    fake.create(keySecretRaw(apiKey('global', '*').secret));
+    fake.create(keySecretRaw(apiKey('proj', 'a', { namespace: 'a' }).secret));
+    for (const namespaces of [[], ['a', 'b']]) {
+      const before = fake.requests.length;
+      const h = startSource({ namespaces });
+      await h.started;
+      expect(keyNames(h.last())).toEqual(['servegate/global']);
+      const secretPaths = new Set(
+        fake.requests
+          .slice(before)
+          .map((r) => r.path)
+          .filter((p) => p.endsWith('/secrets')),
+      );
+      expect([...secretPaths]).toEqual(['/api/v1/namespaces/servegate/secrets']);
+    }
+  });
+
+  test('with auth.projectNamespaceKeys, key Secrets are read in every namespace', async () => {
+    fake.create(keySecretRaw(apiKey('global', '*').secret));
+    fake.create(keySecretRaw(apiKey('proj', 'a', { namespace: 'a' }).secret));
+    const h = startSource({ projectNamespaceKeys: true });
+    await h.started;
+    expect(keyNames(h.last())).toEqual(['a/proj', 'servegate/global']);
+    expect(fake.requests.some((r) => r.path === '/api/v1/secrets')).toBe(true);
+  });
+
+  test('with namespaces configured only those are watched; with auth.projectNamespaceKeys, keys from the keys namespace and those namespaces', async () => {
     fake.create(sdepRaw('a/one'));
     fake.create(sdepRaw('b/two'));
     fake.create(sdepRaw('c/three'));
     fake.create(keySecretRaw(apiKey('global', '*').secret));
     fake.create(keySecretRaw(apiKey('proj', 'a', { namespace: 'a' }).secret));
     fake.create(keySecretRaw(apiKey('elsewhere', 'c', { namespace: 'c' }).secret));
-    const h = startSource({ namespaces: ['a', 'b'] });
+    const h = startSource({ namespaces: ['a', 'b'], projectNamespaceKeys: true });
     await h.started;
     expect(names(h.last())).toEqual(['a/one', 'b/two']);
     expect(keyNames(h.last())).toEqual(['a/proj', 'servegate/global']);
@@ -609,6 +636,7 @@ test('the source options follow the configuration', () => {
   );
   expect(kubernetesSourceOptions(config)).toEqual({
     keysNamespace: 'keys',
+    projectNamespaceKeys: false,
     namespaces: ['a', 'b'],
     kserve: true,
     watchIdleTimeoutMs: 120_000,

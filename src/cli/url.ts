@@ -4,7 +4,7 @@ import { stringify } from 'yaml';
 import { readMeta } from '../kube/objects.js';
 import { loadConfigFile, ownNamespace } from '../config/load.js';
 import type { Config } from '../config/schema.js';
-import { buildRouteTable } from '../routing/build.js';
+import { buildOptionsOf, buildRouteTable } from '../routing/build.js';
 import { deploymentUrls, projectNamespaceForm } from '../routing/names.js';
 import type {
   DeploymentStatus,
@@ -129,15 +129,6 @@ function loadConfig(file: string | undefined, publicUrl: string | undefined, env
   return config;
 }
 
-function buildOptions(config: Config) {
-  return {
-    publicUrl: config.publicUrl,
-    serverlessDomain: config.serverlessDomain,
-    keysNamespace: config.auth.keysNamespace,
-    defaultTimeoutMs: Math.round(config.limits.requestTimeoutSeconds * 1000),
-  };
-}
-
 /** Files mode: the same reading (FilesSource) and build as `servegate serve --manifests`. */
 async function fromManifests(path: string, project: string, deployment: string, config: Config): Promise<UrlResult> {
   const source = new FilesSource(path, { keysNamespace: config.auth.keysNamespace, watch: false });
@@ -154,7 +145,7 @@ async function fromManifests(path: string, project: string, deployment: string, 
 }
 
 function resolve(snapshot: Snapshot, project: string, deployment: string, config: Config, where: string): UrlResult {
-  const { table, statuses } = buildRouteTable(snapshot, buildOptions(config));
+  const { table, statuses } = buildRouteTable(snapshot, buildOptionsOf(config));
   const route =
     table.byPath.get(`${project}/${deployment}`) ?? table.byPath.get(`${projectNamespaceForm(project)}/${deployment}`);
   if (route) {

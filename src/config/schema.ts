@@ -34,6 +34,8 @@ export const configSchema = z
     auth: z
       .object({
         keysNamespace: z.string().default(''),
+        /** true: a key Secret in a project's namespace may grant that project (SPEC §4); false: keys namespace only. */
+        projectNamespaceKeys: z.boolean().default(false),
         /** A client address with more than maxFailures failed authentications in windowSeconds gets 429 (0 = off). */
         failureLimit: z
           .object({
@@ -44,7 +46,11 @@ export const configSchema = z
           .default({ maxFailures: 100, windowSeconds: 60 }),
       })
       .strict()
-      .default({ keysNamespace: '', failureLimit: { maxFailures: 100, windowSeconds: 60 } }),
+      .default({
+        keysNamespace: '',
+        projectNamespaceKeys: false,
+        failureLimit: { maxFailures: 100, windowSeconds: 60 },
+      }),
     limits: z
       .object({
         maxRequestBodyBytes: positiveInt.default(33_554_432),

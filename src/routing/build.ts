@@ -5,6 +5,7 @@
 // A BuildCache (the RouteStore keeps one) lets a rebuild after one event re-evaluate one resource, not ten thousand,
 // with exactly the output a fresh build would give.
 import { createHash } from 'node:crypto';
+import type { Config } from '../config/schema.js';
 import { BuildCache } from './cache.js';
 import { candidate, resolve, type Candidate, type Rejection } from './process/conflicts.js';
 import { inferenceServiceRoute } from './process/inference-service.js';
@@ -28,8 +29,23 @@ export interface BuildOptions {
   publicUrl: string;
   serverlessDomain: string;
   keysNamespace: string;
+  /** auth.projectNamespaceKeys: a key Secret in a project's namespace may grant that project (default false). */
+  projectNamespaceKeys?: boolean;
   /** Default upstream time to response headers. */
   defaultTimeoutMs: number;
+}
+
+/** The build options that follow from the configuration: one home for the gateway and `servegate url`. */
+export function buildOptionsOf(
+  config: Pick<Config, 'publicUrl' | 'serverlessDomain' | 'auth' | 'limits'>,
+): Required<BuildOptions> {
+  return {
+    publicUrl: config.publicUrl,
+    serverlessDomain: config.serverlessDomain,
+    keysNamespace: config.auth.keysNamespace,
+    projectNamespaceKeys: config.auth.projectNamespaceKeys,
+    defaultTimeoutMs: Math.round(config.limits.requestTimeoutSeconds * 1000),
+  };
 }
 
 export function buildRouteTable(
@@ -72,7 +88,11 @@ export function buildRouteTable(
   }
 
   const { byPath, byHost, routes, statuses, digests } = resolve(candidates, rejections);
-  const { keys, problems, digests: keyDigests } = buildKeysCached(snapshot.keySecrets, options.keysNamespace, cache);
+  const {
+    keys,
+    problems,
+    digests: keyDigests,
+  } = buildKeysCached(snapshot.keySecrets, options.keysNamespace, cache, options.projectNamespaceKeys ?? false);
   const table: RouteTable = {
     byPath,
     byHost,

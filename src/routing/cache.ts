@@ -9,11 +9,11 @@ import type { ApiKeyRecord, KeySecretResource, ServiceResource } from './types.j
 /** One resource's evaluation, valid while the options, the source kind and its backend Service object are the same. */
 export type Evaluated = { deps: string; service: ServiceResource | undefined | null; value: Candidate | Rejection };
 
-export type ParsedKey = { keysNamespace: string; id: string; value: ApiKeyRecord | string; digest: string };
+export type ParsedKey = { scope: string; id: string; value: ApiKeyRecord | string; digest: string };
 
 export class BuildCache {
   readonly evaluated = new WeakMap<object, Evaluated>();
   readonly parsedKeys = new WeakMap<KeySecretResource, ParsedKey>();
-  readonly keysByArray = new WeakMap<readonly KeySecretResource[], { keysNamespace: string; result: KeysResult }>();
+  readonly keysByArray = new WeakMap<readonly KeySecretResource[], { scope: string; result: KeysResult }>();
   readonly servicesByArray = new WeakMap<readonly ServiceResource[], Map<string, ServiceResource>>();
 }

@@ -12,6 +12,8 @@ const secretOf = (key: string) => key.slice(key.indexOf('.') + 1);
 beforeAll(async () => {
   py = await startPythonBackend();
   gw = await startGateway({
+    // Keys in project namespaces (apikey-scoped*) are read: the opt-in of SPEC §11. The default is tested below.
+    config: { auth: { projectNamespaceKeys: true } },
     deployments: [
       { namespace: 'demo', name: 'app', type: 'python', url: py.url },
       { namespace: 'other', name: 'app', type: 'python', url: py.url },
@@ -277,10 +279,51 @@ describe('a configured keys namespace (auth.keysNamespace)', () => {
     expect((await call('apikey-default-ns')).status).toBe(200);
   });
 
-  test('a key Secret in another namespace cannot grant a project outside that namespace', async () => {
+  test('a key Secret in another namespace is not read (auth.projectNamespaceKeys is off): 401, never forwarded', async () => {
     const before = py.requests.length;
-    expect([401, 403]).toContain((await call('apikey-elsewhere')).status);
+    expect((await call('apikey-elsewhere')).status).toBe(401);
     expect(py.requests.length).toBe(before);
+  });
+});
+
+describe('key Secrets outside the keys namespace (auth.projectNamespaceKeys, SPEC §11)', () => {
+  let off: Gateway;
+  beforeAll(async () => {
+    off = await startGateway({
+      deployments: [{ namespace: 'demo', name: 'app', type: 'python', url: py.url }],
+      keys: [
+        { name: 'apikey-home', projects: 'demo' },
+        { name: 'apikey-in-project', projects: 'demo', namespace: 'demo' },
+      ],
+    });
+  });
+  afterAll(async () => {
+    await off?.close();
+  });
+
+  test('off by default: a key Secret in a project namespace grants nothing (401, never forwarded)', async () => {
+    const before = py.requests.length;
+    const r = await send(`${off.url}/v1/demo/app/pnk`, {
+      headers: { authorization: `ApiKey ${off.keys['apikey-in-project']}` },
+    });
+    expect(r.status).toBe(401);
+    expect(py.requests.length).toBe(before);
+    expect(
+      (await send(`${off.url}/v1/demo/app/pnk`, { headers: { authorization: `ApiKey ${off.keys['apikey-home']}` } }))
+        .status,
+    ).toBe(200);
+  });
+
+  test('the ignored Secret is listed as a key problem that names the setting', async () => {
+    const body = (await send(`${off.adminUrl}/deployments`)).json() as {
+      keyProblems: { id: string; message: string }[];
+    };
+    expect(body.keyProblems).toEqual([
+      expect.objectContaining({
+        id: 'demo/apikey-in-project',
+        message: expect.stringContaining('auth.projectNamespaceKeys: true'),
+      }),
+    ]);
   });
 });
 

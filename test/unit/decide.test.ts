@@ -1,7 +1,7 @@
 // decide(): the whole pre-forwarding decision — path, route, 401 → 403 → 404 (SPEC §4), suffix, error dialect.
 import { describe, expect, test } from '@jest/globals';
 import { decide, hostOnly, type RequestFacts } from '../../src/gateway/decide.js';
-import { apiKey, sdep } from '../support/fixtures.js';
+import { apiKey, sdep, buildOptions } from '../support/fixtures.js';
 import { build } from './helpers.js';
 
 const keys = {
@@ -13,15 +13,19 @@ const keys = {
 };
 type KeyName = keyof typeof keys;
 
-const { table } = build({
-  deployments: [
-    sdep('fraud-detection/fraud').project('fraud_detection').sklearn().build(),
-    sdep('demo/chat').llm().build(),
-    sdep('demo/echo').python().build(),
-    sdep('demo/flowers').tensorflow().build(),
-  ],
-  keySecrets: Object.values(keys).map((k) => k.secret),
-});
+const { table } = build(
+  {
+    deployments: [
+      sdep('fraud-detection/fraud').project('fraud_detection').sklearn().build(),
+      sdep('demo/chat').llm().build(),
+      sdep('demo/echo').python().build(),
+      sdep('demo/flowers').tensorflow().build(),
+    ],
+    keySecrets: Object.values(keys).map((k) => k.secret),
+  },
+  // Some keys live in project namespaces (scoped keys): the opt-in of SPEC §11.
+  { ...buildOptions, projectNamespaceKeys: true },
+);
 const NOW = Date.parse('2026-01-01T00:00:00Z');
 const FRAUD_HOST = 'fraud.fraud-detection.serving.example.com';
 

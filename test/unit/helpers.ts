@@ -1,11 +1,12 @@
 // Shared helpers for the unit tests: one-line routes and tables built with the real builder.
 import { buildRouteTable } from '../../src/routing/build.js';
+import type { BuildOptions } from '../../src/routing/build.js';
 import type { BuildResult, Route, Snapshot } from '../../src/routing/types.js';
 import { buildOptions, snapshot, type SdepBuilder } from '../support/fixtures.js';
 
 export const runtime = { port: 8080, namespace: 'servegate' };
 
-export function build(parts: Partial<Snapshot> = {}, options = buildOptions): BuildResult {
+export function build(parts: Partial<Snapshot> = {}, options: BuildOptions = buildOptions): BuildResult {
   return buildRouteTable(snapshot(parts), options);
 }
 

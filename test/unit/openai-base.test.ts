@@ -6,7 +6,7 @@ import { GatewayError } from '../../src/gateway/errors.js';
 import { objectLayout, memberSpan } from '../../src/gateway/json-members.js';
 import { modelsList, prepareBody, selectModel } from '../../src/gateway/openai-base.js';
 import type { ApiKeyRecord } from '../../src/routing/types.js';
-import { apiKey, sdep } from '../support/fixtures.js';
+import { apiKey, sdep, buildOptions } from '../support/fixtures.js';
 import { build } from './helpers.js';
 
 const keys = {
@@ -14,16 +14,20 @@ const keys = {
   both: apiKey('key-both', 'genai,research_lab'),
   team: apiKey('key-team', '*', { namespace: 'genai' }),
 };
-const { table } = build({
-  deployments: [
-    sdep('genai/llama').llm().modelName('meta-llama/Llama-3.1-8B-Instruct').build(),
-    sdep('genai/mistral').llm().build(),
-    sdep('genai/iris').sklearn().build(),
-    sdep('research-lab/llama').project('research_lab').llm().build(),
-    sdep('secret/gpt').llm().build(),
-  ],
-  keySecrets: Object.values(keys).map((k) => k.secret),
-});
+const { table } = build(
+  {
+    deployments: [
+      sdep('genai/llama').llm().modelName('meta-llama/Llama-3.1-8B-Instruct').build(),
+      sdep('genai/mistral').llm().build(),
+      sdep('genai/iris').sklearn().build(),
+      sdep('research-lab/llama').project('research_lab').llm().build(),
+      sdep('secret/gpt').llm().build(),
+    ],
+    keySecrets: Object.values(keys).map((k) => k.secret),
+  },
+  // Some keys live in project namespaces (scoped keys): the opt-in of SPEC §11.
+  { ...buildOptions, projectNamespaceKeys: true },
+);
 const record = (name: keyof typeof keys): ApiKeyRecord => table.keys.get(keys[name].key.split('.')[0])![0];
 
 function base(url: string, key: keyof typeof keys = 'genai', method = 'POST'): ByModel {

@@ -113,7 +113,7 @@ describe('parseAuthorization', () => {
 });
 
 function keyIndex(...secrets: KeySecretResource[]) {
-  return buildKeys(secrets, 'servegate').keys;
+  return buildKeys(secrets, 'servegate', undefined, true).keys;
 }
 
 describe('verifyKey', () => {

@@ -4,7 +4,10 @@
 import { describe, expect, test } from '@jest/globals';
 import { BuildCache, buildRouteTable } from '../../src/routing/build.js';
 import type { InferenceServiceResource, KeySecretResource, Snapshot } from '../../src/routing/types.js';
-import { buildOptions, sdep, service } from '../support/fixtures.js';
+import { buildOptions as defaults, sdep, service } from '../support/fixtures.js';
+
+// One key lives in a project namespace (apikey-team in demo): the opt-in of SPEC §11.
+const buildOptions = { ...defaults, projectNamespaceKeys: true };
 
 const at = (n: number) => `2026-02-01T00:00:0${n}Z`;
 const P1 = 'AAAAAAAAAAAAAAA1';

@@ -159,14 +159,31 @@ describe('API-key Secrets (SPEC §4)', () => {
   test.each([
     ['servegate', undefined],
     ['fraud-detection', 'fraud-detection'],
-  ])('a key Secret in namespace %s has scope %s', (ns, scope) => {
-    const { keys } = buildKeys([keySecret(GOOD, `${ns}/k`)], 'servegate');
+  ])('with projectNamespaceKeys, a key Secret in namespace %s has scope %s', (ns, scope) => {
+    const { keys } = buildKeys([keySecret(GOOD, `${ns}/k`)], 'servegate', undefined, true);
     expect(keys.get(GOOD.prefix)![0].scopeNamespace).toBe(scope);
   });
 
   test('the keys namespace is the one configured, not a fixed name', () => {
-    const { keys } = buildKeys([keySecret(GOOD, 'servegate/k')], 'platform');
+    const { keys } = buildKeys([keySecret(GOOD, 'servegate/k')], 'platform', undefined, true);
     expect(keys.get(GOOD.prefix)![0].scopeNamespace).toBe('servegate');
+  });
+
+  test('without projectNamespaceKeys (the default), a key Secret outside the keys namespace is a problem naming it', () => {
+    const { keys, problems } = buildKeys(
+      [keySecret(GOOD, 'fraud-detection/k'), keySecret({ ...GOOD, prefix: 'B'.repeat(16) }, 'platform/home')],
+      'platform',
+    );
+    expect([...keys.keys()]).toEqual(['B'.repeat(16)]);
+    expect(problems).toEqual([
+      {
+        id: 'fraud-detection/k',
+        origin: expect.anything(),
+        message: expect.stringMatching(
+          /^ignored: it is in namespace "fraud-detection", not the keys namespace "platform" .*auth\.projectNamespaceKeys: true/,
+        ),
+      },
+    ]);
   });
 
   test('two Secrets with the same prefix are both kept, in namespace/name order', () => {

@@ -65,6 +65,11 @@ app.kubernetes.io/part-of: servegate
 {{- $_ := set $g.tls "keyFile" "/etc/servegate-tls/tls.key" }}
 {{- end }}
 {{- $_ := unset $g.tls "secretName" }}
+{{- if .Values.rbac.projectNamespaceKeys }}
+{{- $_ := set $g.auth "projectNamespaceKeys" true }}
+{{- else if and $g.auth.projectNamespaceKeys .Values.rbac.create }}
+{{- fail "gateway.auth.projectNamespaceKeys needs Secret access in the project namespaces: set rbac.projectNamespaceKeys: true instead (it sets both)" }}
+{{- end }}
 {{ toYaml $g }}
 {{- end }}
 

@@ -12,8 +12,13 @@ Keep each rule as plain YAML here; rbac.yaml only places them in (Cluster)Roles.
   resources: [servingdeployments/status]
   verbs: [patch]
 - apiGroups: [""]
-  resources: [services, secrets]
+  resources: [services]
   verbs: [list, watch]
+{{- if .Values.rbac.projectNamespaceKeys }}
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [list, watch]
+{{- end }}
 - apiGroups: [discovery.k8s.io]
   resources: [endpointslices]
   verbs: [list, watch]
@@ -24,7 +29,7 @@ Keep each rule as plain YAML here; rbac.yaml only places them in (Cluster)Roles.
 {{- end }}
 {{- end }}
 
-{{/* The keys namespace when it is not one of gateway.kubernetes.namespaces: key Secrets only. */}}
+{{/* The keys namespace: key Secrets (unless the watch rules there already grant them). */}}
 {{- define "servegate.rbac.keyRules" -}}
 - apiGroups: [""]
   resources: [secrets]

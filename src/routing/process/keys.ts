@@ -11,8 +11,9 @@ export function buildKeys(
   secrets: readonly KeySecretResource[],
   keysNamespace: string,
   cache: BuildCache = new BuildCache(),
+  projectNamespaceKeys = false,
 ): { keys: Map<string, ApiKeyRecord[]>; problems: KeyProblem[] } {
-  const { keys, problems } = buildKeysWithDigests(secrets, keysNamespace, cache);
+  const { keys, problems } = buildKeysWithDigests(secrets, scopeOf(keysNamespace, projectNamespaceKeys), cache);
   return { keys, problems };
 }
 
@@ -23,17 +24,27 @@ export function buildKeysCached(
   secrets: readonly KeySecretResource[],
   keysNamespace: string,
   cache: BuildCache,
+  projectNamespaceKeys = false,
 ): KeysResult {
+  const scope = scopeOf(keysNamespace, projectNamespaceKeys);
   const hit = cache.keysByArray.get(secrets);
-  if (hit && hit.keysNamespace === keysNamespace) return hit.result;
-  const result = buildKeysWithDigests(secrets, keysNamespace, cache);
-  cache.keysByArray.set(secrets, { keysNamespace, result });
+  if (hit && hit.scope === scope) return hit.result;
+  const result = buildKeysWithDigests(secrets, scope, cache);
+  cache.keysByArray.set(secrets, { scope, result });
   return result;
+}
+
+/**
+ * Where keys may live, as one string (it keys the caches): the keys namespace, and whether a key Secret in a project's
+ * namespace may grant that project (auth.projectNamespaceKeys, SPEC §11; off by default).
+ */
+function scopeOf(keysNamespace: string, projectNamespaceKeys: boolean): string {
+  return `${projectNamespaceKeys ? '+' : '-'}${keysNamespace}`;
 }
 
 function buildKeysWithDigests(
   secrets: readonly KeySecretResource[],
-  keysNamespace: string,
+  scope: string,
   cache: BuildCache,
 ): { keys: Map<string, ApiKeyRecord[]>; problems: KeyProblem[]; digests: string[] } {
   const keys = new Map<string, ApiKeyRecord[]>();
@@ -41,8 +52,8 @@ function buildKeysWithDigests(
   const parsed: Array<{ s: KeySecretResource; p: ParsedKey }> = [];
   for (const s of secrets) {
     let p = cache.parsedKeys.get(s);
-    if (!p || p.keysNamespace !== keysNamespace) {
-      const value = parseKeySecret(s, keysNamespace);
+    if (!p || p.scope !== scope) {
+      const value = parseKeySecret(s, scope.slice(1), scope.startsWith('+'));
       const digest =
         typeof value === 'string'
           ? ''
@@ -60,7 +71,7 @@ function buildKeysWithDigests(
                 ]),
               )
               .digest('base64');
-      p = { keysNamespace, id: `${s.metadata.namespace}/${s.metadata.name}`, value, digest };
+      p = { scope, id: `${s.metadata.namespace}/${s.metadata.name}`, value, digest };
       cache.parsedKeys.set(s, p);
     }
     parsed.push({ s, p });
@@ -80,7 +91,17 @@ function buildKeysWithDigests(
   return { keys, problems, digests };
 }
 
-function parseKeySecret(s: KeySecretResource, keysNamespace: string): ApiKeyRecord | string {
+function parseKeySecret(
+  s: KeySecretResource,
+  keysNamespace: string,
+  projectNamespaceKeys: boolean,
+): ApiKeyRecord | string {
+  const scoped = s.metadata.namespace !== keysNamespace;
+  if (scoped && !projectNamespaceKeys)
+    return (
+      `ignored: it is in namespace "${s.metadata.namespace}", not the keys namespace "${keysNamespace}" ` +
+      '(set auth.projectNamespaceKeys: true to let a key Secret in a project namespace grant that project)'
+    );
   const d = s.data;
   const prefix = (d.prefix ?? '').trim();
   if (!KEY_PREFIX.test(prefix)) return 'prefix must be 16 characters [A-Za-z0-9]';
@@ -116,7 +137,6 @@ function parseKeySecret(s: KeySecretResource, keysNamespace: string): ApiKeyReco
       return `${field} must be a whole number 0 or more (per minute), got "${d[field]}"`;
     limits[name] = Number(raw);
   }
-  const scoped = s.metadata.namespace !== keysNamespace;
   return {
     name: s.metadata.name,
     namespace: s.metadata.namespace,

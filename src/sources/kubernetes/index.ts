@@ -22,6 +22,11 @@ export type { RestartReason } from './reflector.js';
 export interface KubernetesSourceOptions {
   /** Where API-key Secrets live (auth.keysNamespace). */
   keysNamespace: string;
+  /**
+   * auth.projectNamespaceKeys: also watch key Secrets in the project namespaces. Off (the default), Secrets are read in
+   * the keys namespace only, so the gateway needs no Secret access anywhere else (SPEC §11).
+   */
+  projectNamespaceKeys?: boolean;
   /** Namespaces to watch for ServingDeployments, Services, EndpointSlices and project keys; [] = all namespaces. */
   namespaces: string[];
   /** Also read serving.kserve.io/v1beta1 InferenceServices. */
@@ -44,6 +49,7 @@ export function kubernetesSourceOptions(
 ): KubernetesSourceOptions {
   return {
     keysNamespace: config.auth.keysNamespace,
+    projectNamespaceKeys: config.auth.projectNamespaceKeys,
     namespaces: config.kubernetes.namespaces,
     kserve: config.kubernetes.kserve.enabled,
     watchIdleTimeoutMs: config.kubernetes.watchIdleTimeoutSeconds * 1000,
@@ -166,10 +172,14 @@ export class KubernetesSource implements RouteSource, EndpointResolver {
   // ---------- what is watched ----------
 
   private watched(): Watched[] {
-    const { namespaces, keysNamespace, kserve } = this.opts;
+    const { namespaces, keysNamespace, kserve, projectNamespaceKeys } = this.opts;
     const all = namespaces.length === 0;
     const projectScopes: (string | undefined)[] = all ? [undefined] : [...new Set(namespaces)];
-    const keyScopes: (string | undefined)[] = all ? [undefined] : [...new Set([keysNamespace, ...namespaces])];
+    const keyScopes: (string | undefined)[] = !projectNamespaceKeys
+      ? [keysNamespace]
+      : all
+        ? [undefined]
+        : [...new Set([keysNamespace, ...namespaces])];
     const list: Watched[] = [
       {
         kind: 'servingdeployments',
