@@ -1,5 +1,5 @@
 // The admin listener: /healthz, /readyz, /metrics and a read-only page of deployments and their URLs.
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import express, { type Express, type NextFunction, type Request, type Response } from 'express';
 import type { RouteStore } from '../routing/store.js';
 import type { DeploymentStatus } from '../routing/types.js';
 import type { RouteSource } from '../sources/types.js';
@@ -18,59 +18,64 @@ export interface AdminDeps {
   problems?: () => string[];
 }
 
-export function adminHandler(deps: AdminDeps): (req: IncomingMessage, res: ServerResponse) => void {
+/**
+ * The admin surface as an express app (the design names express; it is off the data path, where docs/decisions.md
+ * keeps node:http). Routing is exact (case-sensitive, no trailing-slash aliases); GET and HEAD only; every answer is
+ * `cache-control: no-store` without an ETag, since every figure is live.
+ */
+export function adminHandler(deps: AdminDeps): Express {
   const live = new LiveStats(deps.metrics);
-  return (req, res) => {
-    const path = (req.url ?? '/').split('?', 1)[0];
-    if (req.method !== 'GET' && req.method !== 'HEAD')
-      return send(res, 405, 'application/json', JSON.stringify({ error: 'method not allowed' }));
-    switch (path) {
-      case '/healthz':
-        return send(res, 200, 'application/json', JSON.stringify({ status: 'ok' }));
-      case '/readyz': {
-        const r = readiness(deps);
-        return send(res, r.ready ? 200 : 503, 'application/json', JSON.stringify(r));
-      }
-      case '/metrics':
-        deps.metrics.render().then(
-          (text) => send(res, 200, deps.metrics.registry.contentType, text),
-          (err: Error) => send(res, 500, 'text/plain', err.message),
-        );
-        return;
-      case '/deployments':
-      case '/api/deployments':
-        return send(res, 200, 'application/json', JSON.stringify(deploymentsView(deps), null, 2));
-      case '/api/stats':
-        return send(
-          res,
-          200,
-          'application/json',
-          JSON.stringify({ windowSeconds: 60, deployments: Object.fromEntries(live.read()) }),
-        );
-      case '/': {
-        live.read(); // the first sample, so the page's first poll already has a window
-        const h = deps.source.health();
-        const routes = new Map(deps.store.current().routes.map((r) => [r.id, r]));
-        const page = deploymentsPage({
-          statuses: byName(deps),
-          routes,
-          synced: h.synced,
-          stalenessMs: h.stalenessMs,
-          problems: h.problems,
-        });
-        return send(res, 200, 'text/html; charset=utf-8', page);
-      }
-      default:
-        return send(
-          res,
-          404,
-          'application/json',
-          JSON.stringify({
-            error: `no admin page at ${path}; try /, /healthz, /readyz, /metrics, /deployments, /api/stats`,
-          }),
-        );
+  const app = express();
+  app.disable('x-powered-by');
+  app.set('etag', false);
+  app.set('case sensitive routing', true);
+  app.set('strict routing', true);
+  app.set('query parser', false);
+
+  app.use((req, res, next) => {
+    res.set('cache-control', 'no-store');
+    if (req.method !== 'GET' && req.method !== 'HEAD') {
+      res.set('allow', 'GET, HEAD');
+      return void res.status(405).json({ error: 'method not allowed' });
     }
-  };
+    next();
+  });
+  app.get('/healthz', (_req, res) => void res.json({ status: 'ok' }));
+  app.get('/readyz', (_req, res) => {
+    const r = readiness(deps);
+    res.status(r.ready ? 200 : 503).json(r);
+  });
+  app.get('/metrics', (_req, res, next) => {
+    deps.metrics.render().then((text) => void res.type(deps.metrics.registry.contentType).send(text), next);
+  });
+  app.get(['/deployments', '/api/deployments'], (_req, res) => {
+    res.type('application/json').send(JSON.stringify(deploymentsView(deps), null, 2));
+  });
+  app.get('/api/stats', (_req, res) => {
+    res.json({ windowSeconds: 60, deployments: Object.fromEntries(live.read()) });
+  });
+  app.get('/', (_req, res) => {
+    live.read(); // the first sample, so the page's first poll already has a window
+    const h = deps.source.health();
+    const routes = new Map(deps.store.current().routes.map((r) => [r.id, r]));
+    const page = deploymentsPage({
+      statuses: byName(deps),
+      routes,
+      synced: h.synced,
+      stalenessMs: h.stalenessMs,
+      problems: h.problems,
+    });
+    res.type('text/html; charset=utf-8').send(page);
+  });
+  app.use((req, res) => {
+    res.status(404).json({
+      error: `no admin page at ${req.path}; try /, /healthz, /readyz, /metrics, /deployments, /api/stats`,
+    });
+  });
+  app.use((err: Error, _req: Request, res: Response, _next: NextFunction) => {
+    res.status(500).type('text/plain').send(err.message);
+  });
+  return app;
 }
 
 export function readiness(deps: AdminDeps): {
@@ -129,13 +134,4 @@ function deploymentsView(deps: AdminDeps) {
     keyProblems: deps.store.keyProblems(),
     source: deps.source.health(),
   };
-}
-
-function send(res: ServerResponse, status: number, type: string, body: string): void {
-  res.writeHead(status, {
-    'content-type': type,
-    'content-length': Buffer.byteLength(body),
-    'cache-control': 'no-store',
-  });
-  res.end(body);
 }

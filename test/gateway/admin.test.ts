@@ -38,14 +38,31 @@ describe('admin listener', () => {
     expect((await send(`${gw.adminUrl}/readyz`)).status).toBe(200);
   });
 
-  test('the admin port does not serve deployments', async () => {
+  test('the admin port does not serve deployments: a POST is 405 naming GET and HEAD, a GET is 404', async () => {
     const before = v1.requests.length;
-    const r = await send(`${gw.adminUrl}/v1/demo/iris/v1/models/iris:predict`, {
-      headers: { authorization: `ApiKey ${key}` },
-      body: { instances: [[1]] },
-    });
-    expect([404, 405]).toContain(r.status);
+    const path = `${gw.adminUrl}/v1/demo/iris/v1/models/iris:predict`;
+    const r = await send(path, { headers: { authorization: `ApiKey ${key}` }, body: { instances: [[1]] } });
+    expect(r.status).toBe(405);
+    expect(r.headers.allow).toBe('GET, HEAD');
+    const g = await send(path, { headers: { authorization: `ApiKey ${key}` } });
+    expect(g.status).toBe(404);
+    expect(g.json().error).toMatch(/^no admin page at \/v1\/demo\/iris\/v1\/models\/iris:predict; try \/, \/healthz/);
     expect(v1.requests.length).toBe(before);
+  });
+
+  test('paths are exact (no case or trailing-slash aliases); HEAD works; answers are never cached', async () => {
+    for (const path of ['/Healthz', '/healthz/', '/metrics/x']) {
+      expect((await send(`${gw.adminUrl}${path}`)).status, path).toBe(404);
+    }
+    const head = await send(`${gw.adminUrl}/healthz`, { method: 'HEAD' });
+    expect(head.status).toBe(200);
+    expect(head.body.length).toBe(0);
+    for (const path of ['/', '/healthz', '/readyz', '/metrics', '/deployments', '/api/stats', '/nope']) {
+      const r = await send(`${gw.adminUrl}${path}`);
+      expect(r.headers['cache-control'], path).toBe('no-store');
+      expect(r.headers['x-powered-by'], path).toBeUndefined();
+      expect(r.headers.etag, path).toBeUndefined();
+    }
   });
 
   test('/metrics counts requests by project, deployment and status, and auth failures by reason', async () => {
