@@ -1,5 +1,6 @@
 // The access log (SPEC §11): one JSON line per request with the fields an operator searches by, never a key;
 // `accessLog: false` turns it off.
+import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import { startPythonBackend, type RecordingBackend } from '../support/backends.js';
 import { eventually, send, startGateway, type Gateway } from '../support/harness.js';
@@ -59,6 +60,7 @@ describe('access log', () => {
     expect(typeof line.time).toBe('string');
     const text = on.logs.join('\n');
     expect(text).not.toContain(key.split('.')[1]);
+    expect(text).not.toContain(createHash('sha256').update(key).digest('hex')); // nor its hash
     expect(text).not.toContain('secret=query');
   });
 
