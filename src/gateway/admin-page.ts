@@ -1,7 +1,7 @@
 // The admin listener's deployments page (SPEC §11): every deployment with its project, kind, server, status and
 // reason, its URLs, ready-to-run curl, Python and OpenAI-SDK snippets with copy buttons, live requests/s, share of
 // 5xx and p99 (polled from /api/stats), and a filter box. One self-contained document: no external assets.
-import type { DeploymentStatus, Route } from '../routing/types.js';
+import type { DeploymentStatus, KeyProblem, Route } from '../routing/types.js';
 
 const esc = (s: unknown): string =>
   String(s ?? '').replace(
@@ -76,6 +76,8 @@ export interface PageInput {
   synced: boolean;
   stalenessMs: number;
   problems: readonly string[];
+  /** Key Secrets that are not used, each with why (a bad field, the wrong namespace, ...). */
+  keyProblems?: readonly KeyProblem[];
 }
 
 export function deploymentsPage(input: PageInput): string {
@@ -131,6 +133,7 @@ pre{background:#f6f8fa;padding:8px;margin:2px 0;overflow-x:auto;font-size:85%}bu
 <body><h1>servegate</h1>
 <p>${served} of ${input.statuses.length} deployments served; route source ${input.synced ? 'synced' : '<b>not synced</b>'}${input.stalenessMs ? `, <b>stale for ${Math.round(input.stalenessMs / 1000)} s</b>` : ''}. Live figures cover the last minute. Snippets read the key from <code>$SERVEGATE_KEY</code>.</p>
 ${input.problems.length ? `<ul class="bad">${input.problems.map((p) => `<li>${esc(p)}</li>`).join('')}</ul>` : ''}
+${input.keyProblems?.length ? `<p class="bad" id="key-problems"><b>${input.keyProblems.length} key Secret${input.keyProblems.length === 1 ? '' : 's'} not used:</b></p><ul class="bad">${input.keyProblems.map((k) => `<li><code>${esc(k.id)}</code>: ${esc(k.message)}</li>`).join('')}</ul>` : ''}
 <input type="search" id="filter" placeholder="Filter: project, name, server, status…" aria-label="Filter deployments">
 <table><thead><tr><th>Project</th><th>Deployment</th><th>Kind</th><th>Server</th><th>Status</th><th>URLs</th><th>Req/s</th><th>5xx</th><th>p99</th></tr></thead><tbody id="rows">
 ${rows}

@@ -64,6 +64,7 @@ export function adminHandler(deps: AdminDeps): Express {
       synced: h.synced,
       stalenessMs: h.stalenessMs,
       problems: h.problems,
+      keyProblems: deps.store.keyProblems(),
     });
     res.type('text/html; charset=utf-8').send(page);
   });

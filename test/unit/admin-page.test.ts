@@ -85,5 +85,23 @@ describe('deploymentsPage', () => {
     expect(html).not.toContain('<details>');
     expect(html).toMatch(/0 of 1 deployments served/);
     expect(html).not.toMatch(/<(link|img)\b|src="http|href="http/); // no external assets
+    expect(html).not.toContain('key-problems');
+  });
+
+  test('key Secrets that are not used are listed with why, escaped', () => {
+    const html = deploymentsPage({
+      statuses: [],
+      routes: new Map(),
+      synced: true,
+      stalenessMs: 0,
+      problems: [],
+      keyProblems: [
+        { id: 'servegate/apikey-bad', message: 'prefix must be 16 characters [A-Za-z0-9]' },
+        { id: 'demo/<b>', message: 'ignored: it is in namespace "demo"' },
+      ],
+    });
+    expect(html).toContain('<b>2 key Secrets not used:</b>');
+    expect(html).toContain('<li><code>servegate/apikey-bad</code>: prefix must be 16 characters [A-Za-z0-9]</li>');
+    expect(html).toContain('<li><code>demo/&lt;b&gt;</code>: ignored: it is in namespace &quot;demo&quot;</li>');
   });
 });
