@@ -34,7 +34,7 @@ beforeAll(async () => {
   py = await startPythonBackend();
   httpPort = await freePort();
   gw = await startGateway({
-    config: { tls: { ...live, httpPort } },
+    config: { tls: { ...live, httpPort }, serverlessDomain: 'serving.example.com' },
     deployments: [{ name: 'echo', namespace: 'demo', type: 'python', url: py.url }],
     keys: [{ name: 'apikey-tls', projects: 'demo' }],
   });
@@ -52,7 +52,7 @@ interface HttpsReply {
   peer: PeerCertificate;
 }
 
-function get(path: string, ca: string[]): Promise<HttpsReply> {
+function get(path: string, ca: string[], legacyHost?: string): Promise<HttpsReply> {
   return new Promise((resolve, reject) => {
     const req = httpsRequest(
       {
@@ -61,7 +61,10 @@ function get(path: string, ca: string[]): Promise<HttpsReply> {
         path,
         ca,
         agent: false,
-        headers: { authorization: `ApiKey ${gw.keys['apikey-tls']}` },
+        // A legacy hostname: sent as SNI and Host, as a client resolving it to the gateway would (the test
+        // certificate does not name it, so only the chain is checked).
+        ...(legacyHost ? { servername: legacyHost, checkServerIdentity: () => undefined } : {}),
+        headers: { authorization: `ApiKey ${gw.keys['apikey-tls']}`, ...(legacyHost ? { host: legacyHost } : {}) },
       },
       (res) => {
         const peer = (res.socket as TLSSocket).getPeerCertificate();
@@ -84,6 +87,16 @@ describe('TLS listener', () => {
     expect(r.status).toBe(200);
     expect(r.peer.subject.CN).toBe('alpha.test');
     expect(JSON.parse(r.body).headers['x-forwarded-proto']).toBe('https');
+  });
+
+  test('legacy Host routing over https with SNI: the deployment named by the host answers', async () => {
+    const r = await get('/some/path?q=1', [readFileSync(alpha.certFile, 'utf8')], 'echo.demo.serving.example.com');
+    expect(r.status).toBe(200);
+    const seen = JSON.parse(r.body) as { path: string; headers: Record<string, string> };
+    expect(seen.path).toBe('/some/path?q=1');
+    expect(seen.headers['x-forwarded-proto']).toBe('https');
+    const unknown = await get('/x', [readFileSync(alpha.certFile, 'utf8')], 'nope.demo.serving.example.com');
+    expect(unknown.status).toBe(404);
   });
 
   test('plain http on the gateway port is not answered as HTTP; the extra plain listener serves the same routes', async () => {
