@@ -55,39 +55,19 @@ export async function runLimitsBench(ctx) {
   try {
     const backend = await startBackend(ctx, dir);
     started.push(backend.child);
-    const manifests = join(dir, 'manifests');
-    mkdirSync(manifests, { recursive: true });
-    const keyDoc = keySecretObject({ name: 'bench-key', prefix, sha256, projects: PROJECT });
-    keyDoc.stringData.rpm = String(RPM);
-    writeFileSync(
-      join(manifests, 'bench.yaml'),
-      [
-        deploymentObject({
-          namespace: PROJECT,
-          name: DEPLOYMENT,
-          backend: { url: `http://127.0.0.1:${backend.port}` },
-        }),
-        keyDoc,
-      ]
-        .map((d) => stringify(d))
-        .join('---\n'),
-    );
-    const noLimits = join(dir, 'manifests-none');
-    mkdirSync(noLimits, { recursive: true });
-    const plainKey = keySecretObject({ name: 'bench-key', prefix, sha256, projects: PROJECT });
-    writeFileSync(
-      join(noLimits, 'bench.yaml'),
-      [
-        deploymentObject({
-          namespace: PROJECT,
-          name: DEPLOYMENT,
-          backend: { url: `http://127.0.0.1:${backend.port}` },
-        }),
-        plainKey,
-      ]
-        .map((d) => stringify(d))
-        .join('---\n'),
-    );
+    /** A folder with the deployment and the key, the key with `extra` fields (e.g. its rpm). */
+    const manifestsDir = (name, extra) => {
+      const folder = join(dir, name);
+      mkdirSync(folder, { recursive: true });
+      const keyDoc = keySecretObject({ name: 'bench-key', prefix, sha256, projects: PROJECT });
+      Object.assign(keyDoc.stringData, extra);
+      const backendUrl = `http://127.0.0.1:${backend.port}`;
+      const docs = [deploymentObject({ namespace: PROJECT, name: DEPLOYMENT, backend: { url: backendUrl } }), keyDoc];
+      writeFileSync(join(folder, 'bench.yaml'), docs.map((d) => stringify(d)).join('---\n'));
+      return folder;
+    };
+    const manifests = manifestsDir('manifests', { rpm: String(RPM) });
+    const noLimits = manifestsDir('manifests-none', {});
     const redis = await startRedis(dir);
     if (redis) started.push(redis.child);
     const variants = [

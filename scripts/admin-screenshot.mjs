@@ -2,22 +2,12 @@
 // have something to show, and photographs the admin page in headless Chromium (Debian's chromium, playwright-core;
 // no browser download). Usage: npm run build && node scripts/admin-screenshot.mjs [out.png]
 import { spawn } from 'node:child_process';
-import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
+import { freePort } from '../bench/lib/procs.mjs';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const out = process.argv[2] ?? `${root}docs/admin-page.png`;
-
-const freePort = () =>
-  new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
 
 const [port, adminPort] = [await freePort(), await freePort()];
 const demo = spawn(
