@@ -86,6 +86,11 @@ export const configSchema = z
           })
           .strict()
           .default({ url: '', failOpen: true }),
+        /** Scale from zero (SPEC §10): how long a request waits for a first ready endpoint (0 = answer 503 at once). */
+        scaleFromZeroHoldSeconds: z.number().min(0).max(3600).default(0),
+        /** Held requests per deployment, and bytes of their bodies; past either, 503. */
+        scaleFromZeroMaxQueue: z.number().int().min(1).default(100),
+        scaleFromZeroMaxQueueBytes: z.number().int().min(0).default(16_777_216),
       })
       .strict()
       .default({
@@ -99,6 +104,9 @@ export const configSchema = z
         rateLimitBurst: 0,
         perKey: { requestsPerMinute: 0, tokensPerMinute: 0 },
         redis: { url: '', failOpen: true },
+        scaleFromZeroHoldSeconds: 0,
+        scaleFromZeroMaxQueue: 100,
+        scaleFromZeroMaxQueueBytes: 16_777_216,
       }),
     /** With certFile and keyFile, the gateway listener speaks https; both are re-read when they change. */
     tls: z

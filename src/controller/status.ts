@@ -70,13 +70,16 @@ export function desiredStatus(
   const status: ServingDeploymentStatus = { conditions: [] };
   if (gen !== undefined) status.observedGeneration = gen;
   if (extra.project) status.project = extra.project;
-  if (ds.ready) {
+  // A served route (Ready, ScaledToZero, or NoReadyEndpoints) carries its URLs and hostname; a refused one does not.
+  if (ds.ready || ds.routed) {
     if (ds.url) status.url = ds.url;
     if (ds.inferenceUrl) status.inferenceUrl = ds.inferenceUrl;
     if (ds.openaiUrl) status.openaiUrl = ds.openaiUrl;
     if (ds.endpointUrl) status.endpointUrl = ds.endpointUrl;
     if (ds.hostname) status.hostname = ds.hostname;
-    status.conditions.push(cond(READY, 'True', 'Routed', ds.message));
+    status.conditions.push(
+      cond(READY, ds.ready ? 'True' : 'False', ds.reason, ds.message || (ds.ready ? '' : ds.reason)),
+    );
     if (ds.hostname) {
       status.conditions.push(
         cond(

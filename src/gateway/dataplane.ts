@@ -30,6 +30,7 @@ import type { LimitStore } from '../limits/buckets.js';
 import { MemoryLimitStore } from '../limits/memory.js';
 import { RequestLimits } from './limits.js';
 import { UpgradeJob } from './upgrade.js';
+import { HoldQueues } from './hold.js';
 import { Pools, TargetPicker } from './upstream.js';
 
 export interface DataPlaneDeps {
@@ -85,10 +86,27 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
     tracing: deps.tracing,
     limits: new RequestLimits(deps.limitStore ?? new MemoryLimitStore(), limits.perKey),
     authFailures: new AuthFailureLimiter(config.auth.failureLimit),
+    holds: new HoldQueues({ maxQueue: limits.scaleFromZeroMaxQueue, maxQueueBytes: limits.scaleFromZeroMaxQueueBytes }),
     maxBody: limits.maxRequestBodyBytes,
     maxHeaders: limits.maxRequestHeaders,
     streamIdleMs: limits.streamIdleTimeoutSeconds * 1000,
     bodyIdleMs: limits.requestBodyIdleTimeoutSeconds * 1000,
+  };
+
+  // Held requests look again when endpoints change or a new table is in (an InferenceService became ready).
+  const holds = ctx.holds;
+  const unsubscribe = [
+    deps.endpoints?.onEndpointsChanged?.(() => holds.changed()),
+    deps.store.onBuild(() => holds.changed()),
+  ];
+  // servegate_pending_requests: every deployment that holds has a series (0 when nothing waits), for KEDA.
+  deps.metrics.pendingOf = () => {
+    const counts = holds.counts();
+    const out: Array<{ project: string; deployment: string; count: number }> = [];
+    for (const r of deps.store.current().routes)
+      if (r.holdMs || counts.has(r.id))
+        out.push({ project: r.project, deployment: r.deployment, count: counts.get(r.id)?.count ?? 0 });
+    return out;
   };
 
   const options: ServerOptions = {
@@ -201,6 +219,8 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
     ctx,
     async close() {
       clearInterval(sweep);
+      for (const u of unsubscribe) u?.();
+      holds.close();
       ctx.access?.flush();
       await ctx.pools.close();
     },

@@ -26,8 +26,16 @@ import { isBinaryContentType, validateBody, type BodyCheck } from './protocol.js
 import type { RateLimiter } from './ratelimit.js';
 import { sendError, sendJson, closeSocket } from './reply.js';
 import { headProblem, readHead, type HeadOptions, type RequestHead } from './request-head.js';
-import { BODY_TOO_LARGE, ClientGone, CONNECT_FAILURES, mapUpstreamError, tooLarge } from './upstream-errors.js';
-import { upstreamReset, type Pools, type Target, type TargetPicker } from './upstream.js';
+import {
+  BODY_TOO_LARGE,
+  ClientGone,
+  CONNECT_FAILURES,
+  mapUpstreamError,
+  tooLarge,
+  unavailable,
+} from './upstream-errors.js';
+import { upstreamReset, type Chosen, type Pools, type Target, type TargetPicker, type Variant } from './upstream.js';
+import type { Held, HoldQueues } from './hold.js';
 import { JsonUsageMeter, SseUsageMeter, type TokenUsage, type UsageMeter } from './usage.js';
 
 /** What every exchange shares: read-only settings and the services it calls. */
@@ -52,6 +60,8 @@ export interface PlaneContext {
   limits: RequestLimits;
   /** Failed-authentication throttling per client address. */
   authFailures: AuthFailureLimiter;
+  /** Requests waiting for a first ready endpoint (scale from zero). */
+  holds: HoldQueues;
 }
 
 /** The gateway ended the backend call itself (body timeout, a parse error in the body) and answers on its own. */
@@ -61,7 +71,7 @@ class EndedByGateway extends Error {
 
 const NO_BODY_STATUS = (s: number): boolean => s === 204 || s === 304 || (s >= 100 && s < 200);
 
-export class Exchange implements Job, Dispatcher.DispatchHandler {
+export class Exchange implements Job, Dispatcher.DispatchHandler, Held {
   private readonly started = performance.now();
   private requestId = '';
   /** Tracing on: this request's server span. */
@@ -86,6 +96,11 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
   private body: Buffer | Readable | null = null;
   private bodyLength: number | undefined;
   private target: Target | undefined;
+  /** The backend (and canary variant) this request was sent to. */
+  private chosen: Chosen | undefined;
+  private variant: Variant | undefined;
+  /** Waiting in the hold queue for a first ready endpoint. */
+  private held = false;
   private attempt = 0;
   private abortUpstream: ((err?: Error) => void) | undefined;
   private abortReason: Error | undefined;
@@ -133,12 +148,13 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
 
   drop(): void {
     this.over = true;
+    if (this.held) this.ctx.holds.remove(this);
     this.release();
   }
 
   tick(now: number): void {
     const req = this.req;
-    if (!req || this.over) return;
+    if (!req || this.over || this.held) return;
     // Idle only when the client is the slow side: data waiting in the request's buffer means we are (back-pressure).
     if (!req.complete && !this.gone && !this.answered && req.readableLength === 0) {
       const read = this.conn.socket.bytesRead;
@@ -415,19 +431,67 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
   // ---- the backend call --------------------------------------------------------------------------------------------
 
   private dispatch(avoid: string | undefined): void {
+    const { ctx, d } = this;
+    if (this.over || this.gone || this.answered || !d) return;
+    const route = d.route;
+    let chosen: Chosen | undefined;
+    if (avoid !== undefined && this.chosen) {
+      // The retry after a failed connect: the same backend (and variant), another address when it has one.
+      const target = ctx.picker.pick(this.chosen.backend, avoid);
+      chosen = target && { ...this.chosen, target };
+    } else if (!route.notReady) {
+      chosen = ctx.picker.choose(route);
+    }
+    if (chosen) return this.forward(chosen);
+    if (avoid === undefined && route.holdMs) return this.hold(route);
+    ctx.metrics.upstreamErrors.inc({ cause: route.notReady ? 'not_ready' : 'no_ready_endpoint' });
+    this.refuse(unavailable(route));
+  }
+
+  /** Scale from zero: waits in the deployment's queue until an endpoint is ready (tryForward) or the hold ends. */
+  private hold(route: Route): void {
+    const full = this.ctx.holds.add(route, this, this.bodyLength ?? 0, route.holdMs!);
+    if (full) {
+      this.ctx.metrics.upstreamErrors.inc({ cause: 'hold_queue_full' });
+      return this.refuse(unavailable(route, 'hold_full'));
+    }
+    this.held = true;
+  }
+
+  /** Held: forwards now if the deployment (as the current table has it) has a ready endpoint. */
+  tryForward(): boolean {
+    const d = this.d;
+    if (this.over || this.gone || this.answered || !d) return true;
+    const old = d.route;
+    const current = this.ctx.store.current().byPath.get(`${old.project}/${old.deployment}`);
+    const route = current && current.id === old.id ? current : old;
+    const chosen = route.notReady ? undefined : this.ctx.picker.choose(route);
+    if (!chosen) return false;
+    this.held = false;
+    d.route = this.routeOf = route;
+    this.forward(chosen);
+    return true;
+  }
+
+  /** Held as long as the deployment allows: 503 with Retry-After. */
+  expire(): void {
+    this.held = false;
+    const d = this.d;
+    if (this.over || this.gone || this.answered || !d) return;
+    this.ctx.metrics.upstreamErrors.inc({ cause: 'hold_timeout' });
+    this.refuse(unavailable(d.route, 'hold_timeout'));
+  }
+
+  private forward(chosen: Chosen): void {
     const { ctx, req, d } = this;
     if (this.over || this.gone || this.answered || !d) return;
     const route = d.route;
-    const target = ctx.picker.pick(route.backend, avoid);
-    if (!target) {
-      ctx.metrics.upstreamErrors.inc({ cause: 'no_ready_endpoint' });
-      return this.refuse(
-        gatewayError('no_ready_endpoint', `deployment ${route.project}/${route.deployment} has no ready endpoint`, {
-          'retry-after': '5',
-        }),
-      );
+    const target = (this.target = chosen.target);
+    this.chosen = chosen;
+    if (chosen.variant && !this.variant) {
+      this.variant = chosen.variant;
+      this.extra.push('x-servegate-variant', chosen.variant);
     }
-    this.target = target;
     const headers = upstreamHeaders(this.head!, {
       clientIp: this.conn.client,
       proto: this.conn.proto,
@@ -446,7 +510,7 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
     try {
       ctx.pools.get(target.origin).dispatch(
         {
-          path: target.basePath + d.upstreamPath,
+          path: target.basePath + (route.pathPrefix ?? '') + d.upstreamPath,
           method: req.method as Dispatcher.HttpMethod,
           headers,
           body: this.body,
@@ -557,7 +621,7 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
         'connect failed, retrying once',
       );
       this.attempt++;
-      const avoid = this.target?.origin.slice(7);
+      const avoid = this.target?.origin.slice(7) ?? '';
       setTimeout(() => this.dispatch(avoid), 25);
       return;
     }
@@ -636,6 +700,10 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
   private readonly onClose = (): void => {
     if (this.over) return;
     const { res, req } = this;
+    if (this.held) {
+      this.held = false;
+      this.ctx.holds.remove(this);
+    }
     if (!res.writableFinished) {
       this.gone = true;
       this.abort(new ClientGone());
@@ -670,6 +738,7 @@ export class Exchange implements Job, Dispatcher.DispatchHandler {
       bytesOut: this.bytesOut,
       error: this.error,
       llm: this.meter ? llmFigures(this.meter, this.started, this.endAt) : undefined,
+      variant: this.variant,
     });
   }
 
@@ -705,6 +774,8 @@ export interface Answer {
   error: string | undefined;
   /** LLM answers that completed: what their usage and timing said. */
   llm?: LlmFigures;
+  /** Deployments with a canary: the variant that answered (none when the gateway answered before choosing). */
+  variant?: Variant;
 }
 
 export interface LlmFigures {
@@ -736,7 +807,7 @@ export function recordAnswer(ctx: PlaneContext, a: Answer): void {
   const seconds = (performance.now() - a.started) / 1000;
   const project = a.route?.project ?? '';
   const deployment = a.route?.deployment ?? '';
-  ctx.metrics.observeRequest(project, deployment, a.status, seconds);
+  ctx.metrics.observeRequest(project, deployment, a.status, seconds, a.variant);
   const llm = a.llm;
   if (llm && (llm.tokens || llm.ttft !== undefined))
     ctx.metrics.observeLlm(project, deployment, a.keyName, llm.tokens, llm.ttft, llm.tpot);

@@ -23,12 +23,18 @@ export class CompactHistogram {
     this.le = this.bounds.map((b) => String(b));
   }
 
-  /** The series of one label set (created on first use); keep it and call observe() on it. */
+  /**
+   * The series of one label set (created on first use); keep it and call observe() on it. Trailing label names without
+   * a value are left out of the series (the request histogram's `variant` is there only for canaried deployments).
+   */
   child(...values: string[]): HistogramSeries {
     const key = values.join('\u0000');
     let e = this.series.get(key);
     if (!e) {
-      const labels = this.labelNames.map((n, i) => `${n}="${escapeLabel(values[i] ?? '')}"`).join(',');
+      const labels = this.labelNames
+        .slice(0, values.length)
+        .map((n, i) => `${n}="${escapeLabel(values[i] ?? '')}"`)
+        .join(',');
       e = { labels, s: { counts: new Float64Array(this.bounds.length), sum: 0, count: 0 } };
       this.series.set(key, e);
     }

@@ -8,22 +8,24 @@ interface RouteCounters {
   /** Answers and 5xx answers: plain numbers for the admin page's live figures. */
   total: number;
   errors: number;
-  requests: Map<number, { inc(): void }>;
-  duration: HistogramSeries;
+  /** All variants together, for the admin page (not exported: the exported series are per variant). */
+  all: HistogramSeries;
+  /** '' (no canary: no variant label) or the variant → its exported series. */
+  variants: Map<string, { requests: Map<number, { inc(): void }>; duration: HistogramSeries }>;
 }
 
 export class Metrics {
   readonly registry = new Registry();
   readonly requests = new Counter({
     name: 'servegate_requests_total',
-    help: 'Requests answered, by project, deployment and status code',
-    labelNames: ['project', 'deployment', 'status'] as const,
+    help: 'Requests answered, by project, deployment and status code (and variant, for deployments with a canary)',
+    labelNames: ['project', 'deployment', 'status', 'variant'] as const,
     registers: [this.registry],
   });
   readonly duration = new CompactHistogram(
     'servegate_request_duration_seconds',
-    'Time from request to the end of the response, by project and deployment',
-    ['project', 'deployment'],
+    'Time from request to the end of the response, by project and deployment (and variant, for deployments with a canary)',
+    ['project', 'deployment', 'variant'],
     [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
   );
   readonly upstreamErrors = new Counter({
@@ -127,8 +129,11 @@ export class Metrics {
 
   private perRoute = new Map<string, RouteCounters>();
 
-  /** Counts one answered request; label children are cached so the hot path does no label hashing. */
-  observeRequest(project: string, deployment: string, status: number, seconds: number): void {
+  /**
+   * Counts one answered request; label children are cached so the hot path does no label hashing. `variant` is set
+   * for deployments with a canary (SPEC §10): their series carry a `variant` label, the others' do not.
+   */
+  observeRequest(project: string, deployment: string, status: number, seconds: number, variant = ''): void {
     const key = `${project}\u0000${deployment}`;
     let e = this.perRoute.get(key);
     if (!e) {
@@ -138,21 +143,47 @@ export class Metrics {
         deployment,
         total: 0,
         errors: 0,
-        requests: new Map(),
-        duration: this.duration.child(project, deployment),
+        all: { counts: new Float64Array(this.duration.bounds.length), sum: 0, count: 0 },
+        variants: new Map(),
       };
       this.perRoute.set(key, e);
     }
     e.total++;
     if (status >= 500) e.errors++;
-    let c = e.requests.get(status);
+    let v = e.variants.get(variant);
+    if (!v) {
+      v = {
+        requests: new Map(),
+        duration: variant
+          ? this.duration.child(project, deployment, variant)
+          : this.duration.child(project, deployment),
+      };
+      e.variants.set(variant, v);
+    }
+    let c = v.requests.get(status);
     if (!c) {
-      c = this.requests.labels(project, deployment, String(status));
-      e.requests.set(status, c);
+      c = variant
+        ? this.requests.labels({ project, deployment, status: String(status), variant })
+        : this.requests.labels({ project, deployment, status: String(status) });
+      v.requests.set(status, c);
     }
     c.inc();
-    this.duration.observe(e.duration, seconds);
+    this.duration.observe(v.duration, seconds);
+    this.duration.observe(e.all, seconds);
   }
+
+  /** Held requests per deployment (scale from zero): read at scrape time. */
+  pendingOf: () => Iterable<{ project: string; deployment: string; count: number }> = () => [];
+  readonly pending: Gauge = new Gauge({
+    name: 'servegate_pending_requests',
+    help: 'Requests held while their deployment has no ready endpoint (scale from zero), by project and deployment',
+    labelNames: ['project', 'deployment'] as const,
+    registers: [this.registry],
+    collect: (): void => {
+      this.pending.reset();
+      for (const p of this.pendingOf()) this.pending.set({ project: p.project, deployment: p.deployment }, p.count);
+    },
+  });
 
   /** Totals per deployment since start (the admin page's live figures are differences of two of these). */
   routeTotals(): Array<{
@@ -168,8 +199,8 @@ export class Metrics {
       deployment: e.deployment,
       total: e.total,
       errors: e.errors,
-      counts: e.duration.counts.slice(),
-      count: e.duration.count,
+      counts: e.all.counts.slice(),
+      count: e.all.count,
     }));
   }
 

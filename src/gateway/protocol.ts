@@ -3,7 +3,7 @@ import type { Route } from '../routing/types.js';
 import { gatewayError, type Dialect, type GatewayError } from './errors.js';
 
 /** How the request body must be checked before it is forwarded. */
-export type BodyCheck = 'none' | 'predict' | 'classify' | 'regress' | 'json';
+export type BodyCheck = 'none' | 'predict' | 'classify' | 'regress' | 'json' | 'infer';
 
 const PREDICTIVE_VERB = /^\/v1\/models\/([^/:]+):([A-Za-z]+)$/;
 const PREDICTIVE_META = /^\/v1\/models\/([^/:]+)\/?$/;
@@ -28,6 +28,7 @@ export function checkSuffix(
       return { check: isBinaryContentType(contentType) ? 'none' : 'json' };
     }
     case 'predictive': {
+      if (route.protocol === 'v2') return checkV2(route, method, rest, contentType);
       const offered = route.verbs.map((v) => `:${v}`).join(', ');
       const server = route.modelServer ?? 'model';
       const v = PREDICTIVE_VERB.exec(rest);
@@ -64,6 +65,47 @@ export function checkSuffix(
   }
 }
 
+// The Open Inference Protocol's REST routes (SPEC §10): model paths, with an optional /versions/<v>.
+const V2_MODEL = /^\/v2\/models\/([^/]+)(?:\/versions\/([^/]+))?(\/infer|\/ready)?\/?$/;
+const V2_SERVER = /^\/v2(?:\/health\/(?:live|ready))?\/?$/;
+
+function checkV2(
+  route: Route,
+  method: string,
+  rest: string,
+  contentType: string | undefined,
+): { check: BodyCheck } | GatewayError {
+  const name = route.modelName ?? '<model>';
+  const offered = `POST /v2/models/${name}/infer, GET /v2/models/${name}, GET /v2/models/${name}/ready, GET /v2/health/live, GET /v2/health/ready`;
+  const m = V2_MODEL.exec(rest);
+  const get = method === 'GET' || method === 'HEAD';
+  if (m) {
+    const asked = safeDecode(m[1]);
+    if (route.modelName !== undefined && asked !== route.modelName) {
+      return gatewayError(
+        'not_found',
+        `model "${asked}" is not served here: this deployment serves model "${route.modelName}" (${offered})`,
+      );
+    }
+    if (m[3] === '/infer') {
+      if (method !== 'POST')
+        return gatewayError('method_not_allowed', `${method} is not allowed on /infer; use POST`, { allow: 'POST' });
+      // The binary tensor extension sends a JSON header then raw bytes (application/octet-stream): passed on as it is.
+      return { check: isBinaryContentType(contentType) ? 'none' : 'infer' };
+    }
+    if (get) return { check: 'none' };
+    return gatewayError('method_not_allowed', `${method} is not allowed on ${rest}; use GET`, { allow: 'GET, HEAD' });
+  }
+  if (V2_SERVER.test(rest)) {
+    if (get) return { check: 'none' };
+    return gatewayError('method_not_allowed', `${method} is not allowed on ${rest}; use GET`, { allow: 'GET, HEAD' });
+  }
+  return gatewayError(
+    'not_found',
+    `no route ${method} ${rest}: this deployment speaks the Open Inference Protocol (V2): ${offered}`,
+  );
+}
+
 function safeDecode(s: string): string {
   try {
     return decodeURIComponent(s);
@@ -96,6 +138,16 @@ export function validateBody(check: BodyCheck, body: Buffer): GatewayError | und
     return gatewayError('invalid_json', `request body is not valid JSON: ${(err as Error).message}`);
   }
   if (check === 'json') return undefined;
+  if (check === 'infer') {
+    if (
+      typeof doc !== 'object' ||
+      doc === null ||
+      Array.isArray(doc) ||
+      !Array.isArray((doc as { inputs?: unknown }).inputs)
+    )
+      return gatewayError('invalid_body', 'a V2 /infer body must be a JSON object with an "inputs" array');
+    return undefined;
+  }
   if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) {
     return gatewayError('invalid_body', 'request body must be a JSON object with "instances" or "inputs"');
   }

@@ -15,7 +15,7 @@ import type { RequestTrace } from './tracing.js';
 import { clientRequestId, downstreamHeaders, upstreamHeaders } from './headers.js';
 import { closeSocket, rawHead, sendRawError } from './reply.js';
 import { headProblem, readHead, type RequestHead } from './request-head.js';
-import { mapUpstreamError } from './upstream-errors.js';
+import { mapUpstreamError, unavailable } from './upstream-errors.js';
 import type { Route, RouteTable } from '../routing/types.js';
 import { acceptByModel, selectModel, servedModel } from './openai-base.js';
 
@@ -150,17 +150,14 @@ export class UpgradeJob implements Job {
         extra,
       );
     }
-    const target = ctx.picker.pick(d.route.backend);
-    if (!target) {
+    // Upgrades are not held while a deployment scales from zero: a websocket client retries on its own.
+    const chosen = d.route.notReady ? undefined : ctx.picker.choose(d.route);
+    if (!chosen) {
       ctx.metrics.upstreamErrors.inc({ cause: 'no_ready_endpoint' });
-      return this.refuse(
-        gatewayError('no_ready_endpoint', `deployment ${d.route.project}/${d.route.deployment} has no ready endpoint`, {
-          'retry-after': '5',
-        }),
-        d.dialect,
-        extra,
-      );
+      return this.refuse(unavailable(d.route), d.dialect, extra);
     }
+    const target = chosen.target;
+    if (chosen.variant) extra.push('x-servegate-variant', chosen.variant);
     const headers = upstreamHeaders(h, {
       clientIp: this.conn.client,
       proto: this.conn.proto,
@@ -179,7 +176,7 @@ export class UpgradeJob implements Job {
       host: u.hostname.replace(/^\[|\]$/g, ''),
       port: Number(u.port || 80),
       method: req.method,
-      path: target.basePath + d.upstreamPath,
+      path: target.basePath + (d.route.pathPrefix ?? '') + d.upstreamPath,
       headers,
       timeout: d.route.timeoutMs,
       agent: false,

@@ -47,3 +47,20 @@ export function mapUpstreamError(code: string, route: Route): { error: GatewayEr
 export function tooLarge(max: number): GatewayError {
   return gatewayError('body_too_large', `request body is larger than the limit of ${max} bytes`);
 }
+
+/**
+ * 503 with Retry-After for a deployment that cannot take a request now: the resource says it is not ready (an
+ * InferenceService's Ready condition), it has no ready endpoint, or it held the request as long as it may.
+ */
+export function unavailable(route: Route, why: 'now' | 'hold_timeout' | 'hold_full' = 'now'): GatewayError {
+  const where = `deployment ${route.project}/${route.deployment}`;
+  const message =
+    why === 'hold_timeout'
+      ? `${where} had no ready endpoint within ${(route.holdMs ?? 0) / 1000}s (scale from zero); retry later`
+      : why === 'hold_full'
+        ? `${where} has no ready endpoint and its queue of waiting requests is full; retry later`
+        : route.notReady
+          ? `${where} is not ready: ${route.notReady}`
+          : `${where} has no ready endpoint`;
+  return gatewayError('no_ready_endpoint', message, { 'retry-after': '5' });
+}

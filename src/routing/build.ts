@@ -8,7 +8,7 @@ import { createHash } from 'node:crypto';
 import type { Config } from '../config/schema.js';
 import { BuildCache } from './cache.js';
 import { candidate, resolve, type Candidate, type Rejection } from './process/conflicts.js';
-import { inferenceServiceRoute } from './process/inference-service.js';
+import { inferenceServiceBackendName, inferenceServiceRoute } from './process/inference-service.js';
 import { buildKeysCached } from './process/keys.js';
 import type { RouteOrError } from './process/result.js';
 import { servingDeploymentRoute } from './process/serving-deployment.js';
@@ -33,6 +33,8 @@ export interface BuildOptions {
   projectNamespaceKeys?: boolean;
   /** Default upstream time to response headers. */
   defaultTimeoutMs: number;
+  /** limits.scaleFromZeroHoldSeconds in ms: the hold of deployments that do not set their own (0 = off). */
+  scaleFromZeroHoldMs?: number;
 }
 
 /** The build options that follow from the configuration: one home for the gateway and `servegate url`. */
@@ -45,6 +47,7 @@ export function buildOptionsOf(
     keysNamespace: config.auth.keysNamespace,
     projectNamespaceKeys: config.auth.projectNamespaceKeys,
     defaultTimeoutMs: Math.round(config.limits.requestTimeoutSeconds * 1000),
+    scaleFromZeroHoldMs: Math.round(config.limits.scaleFromZeroHoldSeconds * 1000),
   };
 }
 
@@ -54,37 +57,43 @@ export function buildRouteTable(
   cache: BuildCache = new BuildCache(),
 ): BuildResult {
   const servicesById = snapshot.services ? indexServices(snapshot.services, cache) : undefined;
-  const deps = `${snapshot.source}|${options.publicUrl}|${options.serverlessDomain}|${options.defaultTimeoutMs}`;
+  const deps = `${snapshot.source}|${options.publicUrl}|${options.serverlessDomain}|${options.defaultTimeoutMs}|${options.scaleFromZeroHoldMs ?? 0}`;
   const candidates: Candidate[] = [];
   const rejections: Rejection[] = [];
 
+  // A resource is evaluated again only when it, the options or one of the Service objects it names changed.
   const evaluate = (
     res: ServingDeploymentResource | InferenceServiceResource,
-    serviceName: unknown,
+    serviceNames: readonly unknown[],
     compute: () => RouteOrError,
   ): void => {
-    const service = servicesById
-      ? typeof serviceName === 'string'
-        ? servicesById.get(`${res.metadata.namespace}/${serviceName}`)
-        : undefined
+    const services = servicesById
+      ? serviceNames.map((n) =>
+          typeof n === 'string' ? servicesById.get(`${res.metadata.namespace}/${n}`) : undefined,
+        )
       : null;
     let e = cache.evaluated.get(res);
-    if (!e || e.deps !== deps || e.service !== service) {
+    if (!e || e.deps !== deps || !sameServices(e.services, services)) {
       const r = compute();
       const value: Candidate | Rejection =
-        'reason' in r ? { meta: res.metadata, resourceKind: res.kind, ...r } : candidate(r, res.metadata, options);
-      e = { deps, service, value };
+        'reason' in r
+          ? { meta: res.metadata, resourceKind: res.kind, ...r }
+          : candidate(r, res.metadata, options, services?.[0]?.readyEndpoints);
+      e = { deps, services, value };
       cache.evaluated.set(res, e);
     }
     if ('reason' in e.value) rejections.push(e.value);
     else candidates.push(e.value);
   };
   for (const res of snapshot.deployments) {
-    const spec = res.spec as { backend?: { service?: unknown } } | undefined;
-    evaluate(res, spec?.backend?.service, () => servingDeploymentRoute(res, snapshot.source, servicesById, options));
+    const spec = res.spec as
+      { backend?: { service?: unknown }; canary?: { backend?: { service?: unknown } } } | undefined;
+    evaluate(res, [spec?.backend?.service, spec?.canary?.backend?.service], () =>
+      servingDeploymentRoute(res, snapshot.source, servicesById, options),
+    );
   }
   for (const res of snapshot.inferenceServices) {
-    evaluate(res, `${res.metadata.name}-predictor`, () => inferenceServiceRoute(res, servicesById, options));
+    evaluate(res, [inferenceServiceBackendName(res)], () => inferenceServiceRoute(res, servicesById, options));
   }
 
   const { byPath, byHost, routes, statuses, digests } = resolve(candidates, rejections);
@@ -115,6 +124,14 @@ function indexServices(services: readonly ServiceResource[], cache: BuildCache):
   cache.servicesByArray.set(services, m);
   for (const s of services) m.set(`${s.metadata.namespace}/${s.metadata.name}`, s);
   return m;
+}
+
+function sameServices(
+  a: readonly (ServiceResource | undefined)[] | null,
+  b: readonly (ServiceResource | undefined)[] | null,
+): boolean {
+  if (a === null || b === null) return a === b;
+  return a.length === b.length && a.every((s, i) => s === b[i]);
 }
 
 function hashDigests(routeDigests: readonly string[], keyDigests: readonly string[]): string {

@@ -6,8 +6,13 @@ import type { KeysResult } from './process/keys.js';
 import type { Candidate, Rejection } from './process/conflicts.js';
 import type { ApiKeyRecord, KeySecretResource, ServiceResource } from './types.js';
 
-/** One resource's evaluation, valid while the options, the source kind and its backend Service object are the same. */
-export type Evaluated = { deps: string; service: ServiceResource | undefined | null; value: Candidate | Rejection };
+/** One resource's evaluation, valid while the options, the source kind and the Service objects it names are the same. */
+export type Evaluated = {
+  deps: string;
+  /** The Services it names (backend, canary), as found; null when the source sees no Services. */
+  services: readonly (ServiceResource | undefined)[] | null;
+  value: Candidate | Rejection;
+};
 
 export type ParsedKey = { scope: string; id: string; value: ApiKeyRecord | string; digest: string };
 

@@ -87,11 +87,14 @@ export function deploymentUrls(
   deployment: string,
   kind: RouteKind,
   modelName?: string,
+  protocol: 'v1' | 'v2' = 'v1',
 ): DeploymentUrls {
   const url = `${publicUrl.replace(/\/+$/, '')}/v1/${project}/${deployment}`;
   switch (kind) {
     case 'predictive':
-      return { url, inferenceUrl: `${url}/v1/models/${modelName}:predict` };
+      return protocol === 'v2'
+        ? { url, inferenceUrl: `${url}/v2/models/${modelName ?? deployment}/infer` }
+        : { url, inferenceUrl: `${url}/v1/models/${modelName}:predict` };
     case 'llm':
       return { url, openaiUrl: `${url}/v1` };
     case 'python':

@@ -39,6 +39,8 @@ export interface InferenceServiceResource {
   kind: 'InferenceService';
   metadata: ObjectMeta;
   spec: unknown;
+  /** KServe's status: its `Ready` condition gates the route (SPEC §10). */
+  status?: unknown;
   origin?: string;
 }
 
@@ -59,6 +61,15 @@ export interface ServicePortInfo {
 export interface ServiceResource {
   metadata: ObjectMeta;
   ports: ServicePortInfo[];
+  /** spec.type; only ExternalName matters to routing (Knative's serverless predictors). */
+  type?: string;
+  /** spec.externalName of an ExternalName Service. */
+  externalName?: string;
+  /**
+   * Whether any EndpointSlice of the Service lists a ready address (the kubernetes source sets it; undefined =
+   * unknown). It changes only when a Service goes from none to some or back, so endpoint churn rebuilds nothing.
+   */
+  readyEndpoints?: boolean;
 }
 
 /** Everything a source knows at one moment. The files source leaves `services` undefined (no cluster). */
@@ -91,7 +102,21 @@ export type Backend =
       portName?: string;
       /** targetPort when it is a number: the endpoint port when slices carry no name. */
       targetPort?: number | string;
+      /**
+       * An ExternalName Service (Knative serverless): requests go to this name on `port`, with the Host
+       * `<service>.<namespace>.svc.cluster.local`, and no EndpointSlices are consulted.
+       */
+      externalName?: string;
     };
+
+/** The upstream protocol of a predictive route: V1 (`:predict`) or the Open Inference Protocol (V2). */
+export type PredictProtocol = 'v1' | 'v2';
+
+export interface Canary {
+  backend: Backend;
+  /** 0-100: the share of requests sent to the canary. */
+  percent: number;
+}
 
 export interface Route {
   /** "namespace/name" of the resource; stable identity. */
@@ -115,6 +140,16 @@ export interface Route {
   hostname?: string;
   /** spec.limits: requests and tokens per minute across every key (SPEC §9). */
   limits?: PerMinuteLimits;
+  /** Predictive routes: V1 or V2 (Open Inference Protocol) routes; undefined = v1. */
+  protocol?: PredictProtocol;
+  /** spec.backend.path: put before every forwarded path ("/openai" for KServe's Hugging Face server). */
+  pathPrefix?: string;
+  /** spec.scaleFromZero.holdSeconds in ms: requests wait this long for a first ready endpoint (0/undefined = off). */
+  holdMs?: number;
+  /** spec.canary: a share of the traffic to a second backend. */
+  canary?: Canary;
+  /** Set when the resource itself says it is not ready (an InferenceService's Ready condition): why. */
+  notReady?: string;
 }
 
 export interface PerMinuteLimits {
@@ -154,7 +189,17 @@ export interface RouteTable {
   readonly serverlessDomain: string;
 }
 
-export type ReadyReason = 'Routed' | 'InvalidSpec' | 'Conflict' | 'BackendNotFound';
+export type ReadyReason =
+  | 'Routed'
+  | 'InvalidSpec'
+  | 'Conflict'
+  | 'BackendNotFound'
+  /** Served, no ready endpoint now, requests are held while it scales up (Ready=True). */
+  | 'ScaledToZero'
+  /** Served, but no ready endpoint and no hold: requests get 503 (Ready=False). */
+  | 'NoReadyEndpoints'
+  /** An InferenceService whose own Ready condition is not True: requests get 503 (Ready=False). */
+  | 'InferenceServiceNotReady';
 
 /** What the controller writes to a resource's status, minus the clock (lastTransitionTime). */
 export interface DeploymentStatus {
@@ -169,6 +214,8 @@ export interface DeploymentStatus {
   endpointUrl?: string;
   hostname?: string;
   ready: boolean;
+  /** In the route table (true also for NoReadyEndpoints and InferenceServiceNotReady, which answer 503). */
+  routed?: boolean;
   reason: ReadyReason;
   message: string;
   /** Why no hostname was given, when none was. */

@@ -28,4 +28,6 @@ export interface EndpointAddress {
  */
 export interface EndpointResolver {
   endpoints(backend: Extract<Backend, { kind: 'service' }>): readonly EndpointAddress[] | undefined;
+  /** Calls `listener` whenever some Service's endpoints changed (held requests look again); returns the unsubscribe. */
+  onEndpointsChanged?(listener: () => void): () => void;
 }

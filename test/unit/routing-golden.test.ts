@@ -66,6 +66,7 @@ const routed = (id: string, urls: Record<string, string>, hostname: string, gene
     name,
     generation,
     ready: true,
+    routed: true,
     reason: 'Routed',
     message: '',
     hostname,

@@ -45,15 +45,40 @@ export function parseBackend(
   return serviceBackend(namespace, service, port, services);
 }
 
+/**
+ * A Service reference checked against the Services the source sees. An ExternalName Service (Knative's serverless
+ * predictors) is reached on its external name: on `port` when it declares it or declares none, else on its first
+ * declared port when `anyPort` (an InferenceService, which names no port), else BackendNotFound.
+ */
 export function serviceBackend(
   namespace: string,
   service: string,
   port: number,
   services: Map<string, ServiceResource> | undefined,
+  anyPort = false,
 ): Backend | Refusal {
   if (!services) return { kind: 'service', namespace, service, port };
   const svc = services.get(`${namespace}/${service}`);
   if (!svc) return { reason: 'BackendNotFound', message: `Service ${namespace}/${service} not found` };
+  if (svc.type === 'ExternalName') {
+    if (!svc.externalName)
+      return { reason: 'BackendNotFound', message: `Service ${namespace}/${service} is ExternalName without a name` };
+    const declared = svc.ports.length === 0 || svc.ports.some((sp) => sp.port === port);
+    if (!declared && !anyPort) {
+      return {
+        reason: 'BackendNotFound',
+        message: `Service ${namespace}/${service} has no port ${port} (ports: ${svc.ports.map((sp) => sp.port).join(', ')})`,
+      };
+    }
+    return {
+      kind: 'service',
+      namespace,
+      service,
+      port: declared ? port : svc.ports[0].port,
+      externalName: svc.externalName.replace(/\.$/, ''),
+    };
+  }
+  if (anyPort && !svc.ports.some((sp) => sp.port === port) && svc.ports.length > 0) port = svc.ports[0].port;
   const p = svc.ports.find((sp) => sp.port === port);
   if (!p) {
     const offered = svc.ports.map((sp) => sp.port).join(', ') || 'none';
@@ -64,3 +89,16 @@ export function serviceBackend(
   }
   return { kind: 'service', namespace, service, port, portName: p.name, targetPort: p.targetPort };
 }
+
+/** spec.backend.path: a prefix put before every forwarded path; undefined when none. */
+export function parsePathPrefix(raw: unknown, field = 'spec.backend.path'): string | undefined | Refusal {
+  if (raw === undefined || raw === null || raw === '' || raw === '/') return undefined;
+  if (typeof raw !== 'string' || !PATH_PREFIX.test(raw) || raw.split('/').some((s) => s === '.' || s === '..')) {
+    return invalid(
+      `${field} ${JSON.stringify(raw)} must be a path prefix like "/openai": it starts with "/", has no "..", "?", "#", "%" or "//"`,
+    );
+  }
+  return raw.replace(/\/+$/, '');
+}
+
+const PATH_PREFIX = /^(\/[A-Za-z0-9._~!$&'()*+,;=:@-]+)+\/?$/;

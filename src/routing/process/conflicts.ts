@@ -43,7 +43,16 @@ export function rejectedStatus(r: Rejection): DeploymentStatus {
   };
 }
 
-export function candidate(route: Omit<Route, 'hostname'>, meta: ObjectMeta, options: BuildOptions): Candidate {
+/**
+ * `readyEndpoints`: whether the backend Service has a ready endpoint (undefined = not known: the files source, or
+ * an ExternalName Service, whose readiness is the resource's own).
+ */
+export function candidate(
+  route: Omit<Route, 'hostname'>,
+  meta: ObjectMeta,
+  options: BuildOptions,
+  readyEndpoints?: boolean,
+): Candidate {
   const h = legacyHostname(route.project, route.deployment, options.serverlessDomain);
   const full: Route = 'hostname' in h ? { ...route, hostname: h.hostname } : { ...route };
   const form = projectNamespaceForm(full.project);
@@ -64,13 +73,35 @@ export function candidate(route: Omit<Route, 'hostname'>, meta: ObjectMeta, opti
       name: full.name,
       resourceKind: full.resourceKind,
       generation: meta.generation,
-      ...deploymentUrls(options.publicUrl, full.project, full.deployment, full.kind, full.modelName),
+      ...deploymentUrls(options.publicUrl, full.project, full.deployment, full.kind, full.modelName, full.protocol),
       hostname: full.hostname,
-      ready: true,
-      reason: 'Routed',
-      message: '',
+      routed: true,
+      ...readiness(full, readyEndpoints),
       hostnameMessage,
     },
+  };
+}
+
+/** Ready=True means requests are served now (or held while the backend scales up), SPEC §2 and §10. */
+function readiness(
+  route: Route,
+  readyEndpoints: boolean | undefined,
+): Pick<DeploymentStatus, 'ready' | 'reason' | 'message'> {
+  if (route.notReady) return { ready: false, reason: 'InferenceServiceNotReady', message: route.notReady };
+  const b = route.backend;
+  if (readyEndpoints !== false || b.kind !== 'service' || b.externalName)
+    return { ready: true, reason: 'Routed', message: '' };
+  const svc = `Service ${b.namespace}/${b.service}`;
+  if (route.holdMs)
+    return {
+      ready: true,
+      reason: 'ScaledToZero',
+      message: `${svc} has no ready endpoint: requests wait up to ${route.holdMs / 1000}s for one`,
+    };
+  return {
+    ready: false,
+    reason: 'NoReadyEndpoints',
+    message: `${svc} has no ready endpoint: requests get 503 until one is ready`,
   };
 }
 

@@ -1,7 +1,7 @@
 // The KServe InferenceService processor: project = namespace, deployment = name, backend the predictor Service.
 import { isObject } from '../../kube/objects.js';
 import { isDnsLabel, PROJECT_NAME, routeKindOf, VERBS } from '../names.js';
-import type { InferenceServiceResource, ModelServer, ServiceResource } from '../types.js';
+import type { InferenceServiceResource, ModelServer, PredictProtocol, ServiceResource } from '../types.js';
 import type { BuildOptions } from '../build.js';
 import { serviceBackend } from './backend.js';
 import { invalid, type RouteOrError } from './result.js';
@@ -35,6 +35,70 @@ export function kserveModelServer(spec: unknown): ModelServer | undefined {
   return undefined;
 }
 
+/** The Service KServe's ingress sends traffic to: the transformer's when there is one, else the predictor's. */
+export function inferenceServiceBackendName(res: InferenceServiceResource): string {
+  const spec = res.spec;
+  return `${res.metadata.name}-${isObject(spec) && isObject(spec.transformer) ? 'transformer' : 'predictor'}`;
+}
+
+/** The predictor's model block: predictor.model, or an older predictor.<framework> block. */
+function predictorModel(spec: unknown): Record<string, unknown> | undefined {
+  if (!isObject(spec) || !isObject(spec.predictor)) return undefined;
+  const p = spec.predictor;
+  if (isObject(p.model)) return p.model;
+  for (const key of Object.keys(KSERVE_FORMATS)) if (isObject(p[key])) return p[key] as Record<string, unknown>;
+  return undefined;
+}
+
+/**
+ * V2 (Open Inference Protocol) when the predictor says `protocolVersion: v2`, or its runtime or model format is one
+ * that speaks only V2 (Triton, MLServer).
+ */
+export function kserveProtocol(spec: unknown): PredictProtocol {
+  const m = predictorModel(spec);
+  if (!m) return 'v1';
+  const version = typeof m.protocolVersion === 'string' ? m.protocolVersion.toLowerCase() : '';
+  if (version === 'v2' || version === 'grpc-v2') return 'v2';
+  const runtime = typeof m.runtime === 'string' ? m.runtime.toLowerCase() : '';
+  return runtime.includes('mlserver') || isTriton(spec) ? 'v2' : 'v1';
+}
+
+function isTriton(spec: unknown): boolean {
+  const m = predictorModel(spec);
+  if (!m) return false;
+  const runtime = typeof m.runtime === 'string' ? m.runtime.toLowerCase() : '';
+  const format = isObject(m.modelFormat) && typeof m.modelFormat.name === 'string' ? m.modelFormat.name : '';
+  return (
+    runtime.includes('triton') ||
+    format.toLowerCase() === 'triton' ||
+    isObject((spec as { predictor: Record<string, unknown> }).predictor.triton)
+  );
+}
+
+/** KServe's Hugging Face server answers the OpenAI API under /openai (/openai/v1/chat/completions). */
+function isHuggingFace(spec: unknown): boolean {
+  const m = predictorModel(spec);
+  if (!m) return false;
+  const format = isObject(m.modelFormat) && typeof m.modelFormat.name === 'string' ? m.modelFormat.name : '';
+  const runtime = typeof m.runtime === 'string' ? m.runtime.toLowerCase() : '';
+  return format.toLowerCase() === 'huggingface' || runtime.includes('huggingface');
+}
+
+/**
+ * Why the InferenceService says it is not ready, from its own `Ready` condition; undefined when it is ready or has
+ * no Ready condition yet to go by (its endpoints decide then).
+ */
+export function kserveNotReady(status: unknown): string | undefined {
+  if (!isObject(status) || !Array.isArray(status.conditions)) return undefined;
+  const ready = status.conditions.find((c) => isObject(c) && c.type === 'Ready') as Record<string, unknown> | undefined;
+  if (!ready || ready.status === 'True') return undefined;
+  const why = [ready.reason, ready.message].filter((x) => typeof x === 'string' && x !== '').join(': ');
+  return `the InferenceService is not ready (Ready=${String(ready.status)}${why ? `, ${why}` : ''})`;
+}
+
+/** Annotation that sets the scale-from-zero hold of an InferenceService (it has no servegate spec field). */
+export const HOLD_ANNOTATION = 'serving.servegate.dev/scale-from-zero-hold-seconds';
+
 export function inferenceServiceRoute(
   res: InferenceServiceResource,
   services: Map<string, ServiceResource> | undefined,
@@ -45,12 +109,22 @@ export function inferenceServiceRoute(
   const modelServer = kserveModelServer(res.spec);
   if (!modelServer)
     return invalid(
-      'spec.predictor has no model format servegate knows (sklearn, tensorflow, huggingface, vllm, xgboost, ...)',
+      'spec.predictor has no model format servegate knows (sklearn, tensorflow, huggingface, vllm, xgboost, triton, ...)',
     );
   if (!PROJECT_NAME.test(namespace)) return invalid(`namespace "${namespace}" cannot be a project name`);
-  const backend = serviceBackend(namespace, `${name}-predictor`, 80, services);
+  let hold = options.scaleFromZeroHoldMs ?? 0;
+  const annotated = res.metadata.annotations?.[HOLD_ANNOTATION];
+  if (annotated !== undefined) {
+    const seconds = Number(annotated);
+    if (annotated.trim() === '' || !(seconds >= 0 && seconds <= 3600))
+      return invalid(`annotation ${HOLD_ANNOTATION} must be a number of seconds 0-3600, got "${annotated}"`);
+    hold = Math.round(seconds * 1000);
+  }
+  const backend = serviceBackend(namespace, inferenceServiceBackendName(res), 80, services, true);
   if ('reason' in backend) return backend;
   const kind = routeKindOf('model', modelServer);
+  const protocol = kind === 'predictive' ? kserveProtocol(res.spec) : 'v1';
+  const notReady = kserveNotReady(res.status);
   return {
     id: `${namespace}/${name}`,
     namespace,
@@ -60,9 +134,14 @@ export function inferenceServiceRoute(
     deployment: name,
     kind,
     modelServer,
-    modelName: kind === 'predictive' ? name : undefined,
+    // Triton serves the models of its repository under their own names: any name is passed on.
+    modelName: kind === 'predictive' && !isTriton(res.spec) ? name : undefined,
     verbs: VERBS[modelServer],
     backend,
     timeoutMs: options.defaultTimeoutMs,
+    ...(protocol === 'v2' ? { protocol } : {}),
+    ...(kind === 'llm' && isHuggingFace(res.spec) ? { pathPrefix: '/openai' } : {}),
+    ...(hold ? { holdMs: hold } : {}),
+    ...(notReady ? { notReady } : {}),
   };
 }

@@ -10,10 +10,18 @@ import {
   SERVED_MODEL_NAME,
   VERBS,
 } from '../names.js';
-import type { ModelServer, PerMinuteLimits, ServiceResource, ServingDeploymentResource, Snapshot } from '../types.js';
+import type {
+  Canary,
+  ModelServer,
+  PerMinuteLimits,
+  PredictProtocol,
+  ServiceResource,
+  ServingDeploymentResource,
+  Snapshot,
+} from '../types.js';
 import type { BuildOptions } from '../build.js';
-import { parseBackend } from './backend.js';
-import { invalid, type RouteOrError } from './result.js';
+import { parseBackend, parsePathPrefix } from './backend.js';
+import { invalid, type Refusal, type RouteOrError } from './result.js';
 
 export function servingDeploymentRoute(
   res: ServingDeploymentResource,
@@ -84,8 +92,36 @@ export function servingDeploymentRoute(
       if (v > 0) (limits ??= {})[k] = v;
     }
   }
+  let protocol: PredictProtocol | undefined;
+  if (spec.protocol !== undefined && spec.protocol !== null) {
+    if (spec.protocol !== 'v1' && spec.protocol !== 'v2')
+      return invalid(`spec.protocol must be "v1" or "v2", got ${JSON.stringify(spec.protocol)}`);
+    if (kind !== 'predictive' && spec.protocol === 'v2')
+      return invalid('spec.protocol v2 (Open Inference Protocol) is for predictive model servers only');
+    if (kind === 'predictive') protocol = spec.protocol;
+  }
   const backend = parseBackend(spec.backend, namespace, source, services);
   if ('reason' in backend) return backend;
+  const pathPrefix = parsePathPrefix(isObject(spec.backend) ? spec.backend.path : undefined);
+  if (typeof pathPrefix === 'object') return pathPrefix;
+  const hold = holdMsOf(spec.scaleFromZero, options);
+  if (typeof hold === 'object') return hold;
+  let canary: Canary | undefined;
+  if (spec.canary !== undefined && spec.canary !== null) {
+    const c = spec.canary;
+    if (!isObject(c)) return invalid('spec.canary must be an object: {backend: {service, port}, percent}');
+    for (const k of Object.keys(c))
+      if (k !== 'backend' && k !== 'percent')
+        return invalid(`spec.canary.${k} is not a field: spec.canary takes backend and percent`);
+    if (typeof c.percent !== 'number' || !(c.percent >= 0 && c.percent <= 100))
+      return invalid(`spec.canary.percent must be a number 0-100, got ${JSON.stringify(c.percent)}`);
+    if (isObject(c.backend) && c.backend.path !== undefined)
+      return invalid('spec.canary.backend.path is not a field: the canary takes the same spec.backend.path');
+    const cb = parseBackend(c.backend, namespace, source, services);
+    if ('reason' in cb)
+      return { reason: cb.reason, message: cb.message.replace('spec.backend', 'spec.canary.backend') };
+    canary = { backend: cb, percent: c.percent };
+  }
   return {
     id: `${namespace}/${name}`,
     namespace,
@@ -100,5 +136,23 @@ export function servingDeploymentRoute(
     backend,
     timeoutMs,
     ...(limits ? { limits } : {}),
+    ...(protocol === 'v2' ? { protocol } : {}),
+    ...(pathPrefix ? { pathPrefix } : {}),
+    ...(hold ? { holdMs: hold } : {}),
+    ...(canary ? { canary } : {}),
   };
+}
+
+/** spec.scaleFromZero.holdSeconds in ms (0 = off), the configured default when the field is absent. */
+export function holdMsOf(raw: unknown, options: BuildOptions, field = 'spec.scaleFromZero'): number | Refusal {
+  const fallback = options.scaleFromZeroHoldMs ?? 0;
+  if (raw === undefined || raw === null) return fallback;
+  if (!isObject(raw)) return invalid(`${field} must be an object: {holdSeconds}`);
+  for (const k of Object.keys(raw))
+    if (k !== 'holdSeconds') return invalid(`${field}.${k} is not a field: ${field} takes holdSeconds`);
+  const s = raw.holdSeconds;
+  if (s === undefined) return fallback;
+  if (typeof s !== 'number' || !(s >= 0 && s <= 3600))
+    return invalid(`${field}.holdSeconds must be a number of seconds 0-3600, got ${JSON.stringify(s)}`);
+  return Math.round(s * 1000);
 }

@@ -35,13 +35,17 @@ export function toServingDeployment(raw: unknown): ServingDeploymentResource | u
 export function toInferenceService(raw: unknown): InferenceServiceResource | undefined {
   const metadata = metaOf(raw);
   if (!metadata) return undefined;
-  return {
+  const res: InferenceServiceResource = {
     apiVersion: 'serving.kserve.io/v1beta1',
     kind: 'InferenceService',
     metadata,
     spec: (raw as Raw).spec,
     origin: ORIGIN,
   };
+  // Only the conditions: the rest of KServe's status (URLs, traffic, model copies) changes often and routes nothing.
+  const status = (raw as Raw).status;
+  if (isObj(status) && Array.isArray(status.conditions)) res.status = { conditions: status.conditions };
+  return res;
 }
 
 /** A key Secret: `data` base64-decoded, then `stringData` (if an API server ever sends it) on top. */
@@ -68,7 +72,7 @@ export function toService(raw: unknown): ServiceResource | undefined {
       ports.push(port);
     }
   }
-  return {
+  const svc: ServiceResource = {
     metadata: {
       name: metadata.name,
       namespace: metadata.namespace,
@@ -77,6 +81,11 @@ export function toService(raw: unknown): ServiceResource | undefined {
     },
     ports,
   };
+  if (isObj(spec) && spec.type === 'ExternalName') {
+    svc.type = 'ExternalName';
+    if (typeof spec.externalName === 'string' && spec.externalName !== '') svc.externalName = spec.externalName;
+  }
+  return svc;
 }
 
 export interface SlicePort {

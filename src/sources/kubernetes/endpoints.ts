@@ -24,7 +24,19 @@ export class EndpointIndex {
   private readonly cache = new Map<string, Map<string, CacheEntry>>();
   private nextVersion = 1;
 
-  constructor(private readonly services: (key: string) => ServiceResource | undefined) {}
+  constructor(
+    private readonly services: (key: string) => ServiceResource | undefined,
+    /** Called after the slices or the Service of "ns/service" changed. */
+    private readonly onChange?: (svcKey: string) => void,
+  ) {}
+
+  /** Whether any slice of "ns/service" lists a ready address (on any port). */
+  hasReady(svcKey: string): boolean {
+    const slices = this.byService.get(svcKey);
+    if (!slices) return false;
+    for (const s of slices.values()) if (s.readyAddresses.length > 0) return true;
+    return false;
+  }
 
   upsertSlice(slice: ParsedSlice): void {
     const sliceKey = `${slice.namespace}/${slice.name}`;
@@ -134,6 +146,7 @@ export class EndpointIndex {
       this.versions.delete(svcKey);
       this.cache.delete(svcKey);
     }
+    this.onChange?.(svcKey);
   }
 }
 

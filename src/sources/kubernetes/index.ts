@@ -99,7 +99,42 @@ export class KubernetesSource implements RouteSource, EndpointResolver {
     private readonly opts: KubernetesSourceOptions,
   ) {
     this.logger = opts.logger ?? silentLogger;
-    this.index = new EndpointIndex((key) => this.services.get(key));
+    this.index = new EndpointIndex(
+      (key) => this.services.get(key),
+      (key) => this.endpointsChanged(key),
+    );
+  }
+
+  private endpointListeners: Array<() => void> = [];
+
+  onEndpointsChanged(listener: () => void): () => void {
+    this.endpointListeners.push(listener);
+    return () => {
+      this.endpointListeners = this.endpointListeners.filter((l) => l !== listener);
+    };
+  }
+
+  /**
+   * A Service's slices (or the Service) changed: held requests look again, and when the Service went from no ready
+   * endpoint to some (or back) its object is replaced with the new `readyEndpoints`, which rebuilds the routes that
+   * use it (their status says ScaledToZero / NoReadyEndpoints). Other endpoint churn rebuilds nothing.
+   */
+  private endpointsChanged(svcKey: string): void {
+    const svc = this.services.get(svcKey);
+    if (svc) {
+      const ready = this.index.hasReady(svcKey);
+      if (svc.readyEndpoints !== ready) {
+        this.services.set(svcKey, { ...svc, readyEndpoints: ready });
+        this.changed('services');
+      }
+    }
+    for (const l of this.endpointListeners) {
+      try {
+        l();
+      } catch (err) {
+        this.logger.error({ err }, 'an endpoint listener threw');
+      }
+    }
   }
 
   async start(onSnapshot: (snapshot: Snapshot) => void): Promise<void> {
