@@ -220,9 +220,46 @@ describe('servegate url in the cluster (fake API server)', () => {
         { creationTimestamp: '2099-01-01T00:00:00Z' },
       ),
     );
+    const isvc = (name: string, model: Record<string, unknown>, ready: Record<string, unknown>) => ({
+      apiVersion: 'serving.kserve.io/v1beta1',
+      kind: 'InferenceService',
+      metadata: { name, namespace: 'kserve-test' },
+      spec: { predictor: { model } },
+      status: { conditions: [{ type: 'Ready', ...ready }] },
+    });
+    fake.create(isvc('iris', { modelFormat: { name: 'sklearn' }, protocolVersion: 'v2' }, { status: 'True' }));
+    fake.create(
+      isvc(
+        'pending',
+        { modelFormat: { name: 'sklearn' } },
+        { status: 'False', reason: 'PredictorConfigurationReady', message: 'revision failed' },
+      ),
+    );
   });
   afterAll(async () => {
     await fake?.stop();
+  });
+
+  test('an InferenceService is found too: its URLs (V2 protocol here), and a note when this configuration does not enable KServe', async () => {
+    const r = await url(['kserve-test/iris', '--config', join(dir, 'config.yaml'), '-o', 'json'], {
+      KUBECONFIG: kubeconfig,
+    });
+    expect(r.code, r.err).toBe(0);
+    expect(JSON.parse(r.out)).toMatchObject({
+      resource: 'kserve-test/iris',
+      url: `${B}/kserve-test/iris`,
+      inferenceUrl: `${B}/kserve-test/iris/v2/models/iris/infer`,
+    });
+    expect(r.err).toContain('kubernetes.kserve.enabled');
+  });
+
+  test('an InferenceService whose Ready condition is False is not served: an error with its reason', async () => {
+    const r = await url(['kserve-test/pending', '--kubeconfig', kubeconfig]);
+    expect(r.code).toBe(1);
+    expect(r.out).toBe('');
+    expect(r.err).toBe(
+      'error[SG_NOT_SERVED]: InferenceService kserve-test/pending is not served now: the InferenceService is not ready (Ready=False, PredictorConfigurationReady: revision failed)\n',
+    );
   });
 
   test('the URLs the controller wrote to status are printed as they are', async () => {

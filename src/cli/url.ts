@@ -148,8 +148,17 @@ function resolve(snapshot: Snapshot, project: string, deployment: string, config
   const { table, statuses } = buildRouteTable(snapshot, buildOptionsOf(config));
   const route =
     table.byPath.get(`${project}/${deployment}`) ?? table.byPath.get(`${projectNamespaceForm(project)}/${deployment}`);
+  if (route?.notReady)
+    throw new CommandError(`${route.resourceKind} ${route.id} is not served now: ${route.notReady}`, 'SG_NOT_SERVED');
   if (route) {
-    const urls = deploymentUrls(config.publicUrl, route.project, route.deployment, route.kind, route.modelName);
+    const urls = deploymentUrls(
+      config.publicUrl,
+      route.project,
+      route.deployment,
+      route.kind,
+      route.modelName,
+      route.protocol,
+    );
     return {
       project: route.project,
       deployment: route.deployment,
@@ -223,6 +232,8 @@ async function fromCluster(
           );
         return [];
       }
+      // InferenceServices are looked for whenever the cluster has them; not being allowed to list them hides only them.
+      if (status === 403 && group !== API_GROUP) return [];
       if (status === 403) {
         throw new CommandError(
           `not allowed to list ${plural}${namespace ? ` in namespace ${namespace}` : ' in all namespaces (try -n NAMESPACE)'}: ${apiMessage(err)}`,
@@ -235,11 +246,10 @@ async function fromCluster(
   const deployments = (await list(API_GROUP, 'v1alpha1', 'servingdeployments')).map((o) =>
     toResource<ServingDeploymentResource>(o, 'ServingDeployment'),
   );
-  const inferenceServices = config.kubernetes.kserve.enabled
-    ? (await list(KSERVE_GROUP, 'v1beta1', 'inferenceservices')).map((o) =>
-        toResource<InferenceServiceResource>(o, 'InferenceService'),
-      )
-    : [];
+  // InferenceServices too, whether or not this machine's configuration enables KServe (a gateway's may).
+  const inferenceServices = (await list(KSERVE_GROUP, 'v1beta1', 'inferenceservices')).map((o) =>
+    toResource<InferenceServiceResource>(o, 'InferenceService'),
+  );
   const snapshot: Snapshot = { source: 'kubernetes', deployments, inferenceServices, keySecrets: [] };
   const result = resolve(snapshot, project, deployment, config, server);
   const res = deployments.find((d) => `${d.metadata.namespace}/${d.metadata.name}` === result.resource);
@@ -252,7 +262,12 @@ async function fromCluster(
       'SG_NOT_SERVED',
     );
   }
-  if (publicUrlGiven) return result;
+  if (!res && !config.kubernetes.kserve.enabled)
+    io.stderr(
+      `note: ${result.resource} is an InferenceService: a gateway serves it only with kubernetes.kserve.enabled (the chart's kserve.enabled)\n`,
+    );
+  // The controller writes no status to InferenceServices (they are KServe's): their URLs are computed.
+  if (publicUrlGiven || !res) return result;
   const status = statusUrls(res?.status);
   if (!status) {
     io.stderr(
