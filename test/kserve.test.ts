@@ -9,6 +9,7 @@ import { waitFor } from './support/wait.js';
 import { startKubernetesWith } from '../src/cli/serve-kubernetes.js';
 import { parseConfig } from '../src/config/load.js';
 import { silentLogger } from '../src/log.js';
+import { Deployment } from '../src/client/index.js';
 import type { Servegate } from '../src/server.js';
 import { FakeApiServer } from './support/fake-apiserver.js';
 import { apiKey } from './support/fixtures.js';
@@ -354,6 +355,22 @@ describe('ServingDeployment: protocol v2 and backend.path', () => {
       const obj = api.get(SDEP_API, 'ServingDeployment', 'demo', 'digits') as Obj;
       expect(obj.status?.inferenceUrl).toBe('https://models.example.com/v1/demo/digits/v2/models/digits/infer');
     });
+  });
+});
+
+describe('the client library with protocol v2', () => {
+  test('infer() posts to the V2 inference URL; predict() refuses before sending', async () => {
+    const d = new Deployment({
+      gatewayUrl: `http://127.0.0.1:${gw.port}`,
+      project: 'demo',
+      deployment: 'digits',
+      modelServer: 'python',
+      protocol: 'v2',
+      apiKey: key.key,
+    });
+    expect(d.getInferenceUrl()).toBe(`http://127.0.0.1:${gw.port}/v1/demo/digits/v2/models/digits/infer`);
+    expect(await d.infer({ inputs: [] })).toEqual({ from: 'v2', path: '/serving/v2/models/digits/infer' });
+    await expect(d.predict({ instances: [] })).rejects.toThrow(/use infer\(\)/);
   });
 });
 

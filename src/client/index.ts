@@ -40,6 +40,8 @@ export interface DeploymentOptions {
   modelServer?: ModelServer;
   /** Predictive models: the name in /v1/models/<name>:predict; default the deployment name. */
   modelName?: string;
+  /** Predictive models: `v1` (`:predict`, the default) or `v2` (the Open Inference Protocol: `infer()`). */
+  protocol?: 'v1' | 'v2';
   /** `<prefix>.<secret>`; sent as `authorization: ApiKey <key>`. */
   apiKey: string;
   /** Per request, to response headers and body; default none. */
@@ -157,6 +159,8 @@ export class Deployment {
   readonly type: DeploymentType;
   readonly modelServer?: ModelServer;
   readonly modelName?: string;
+  /** Predictive models: the protocol their server speaks. */
+  readonly protocol?: 'v1' | 'v2';
   readonly kind: RouteKind;
   private readonly apiKey: string;
   private readonly timeoutMs?: number;
@@ -207,6 +211,11 @@ export class Deployment {
     this.modelServer = type === 'model' ? modelServer : undefined;
     this.kind = routeKindOf(type, this.modelServer);
     this.modelName = this.kind === 'predictive' ? o.modelName || o.deployment : undefined;
+    if (o.protocol !== undefined && o.protocol !== 'v1' && o.protocol !== 'v2')
+      throw new TypeError(`protocol must be "v1" or "v2", got ${JSON.stringify(o.protocol)}`);
+    if (o.protocol === 'v2' && this.kind !== 'predictive')
+      throw new TypeError('protocol "v2" (Open Inference Protocol) is for predictive model servers only');
+    this.protocol = this.kind === 'predictive' ? (o.protocol ?? 'v1') : undefined;
     this.apiKey = o.apiKey.trim();
     this.timeoutMs = o.timeoutMs;
     this.extraHeaders = { ...(o.headers ?? {}) };
@@ -246,6 +255,7 @@ export class Deployment {
       type: spec.type === 'python' ? 'python' : 'model',
       modelServer: spec.type === 'python' ? undefined : (spec.modelServer as ModelServer),
       modelName: typeof spec.modelName === 'string' ? spec.modelName : undefined,
+      protocol: spec.protocol === 'v2' ? 'v2' : undefined,
     });
   }
 
@@ -254,7 +264,7 @@ export class Deployment {
     return this.urls().url;
   }
 
-  /** Predictive models: `{base}/v1/models/<name>:predict`; otherwise null. */
+  /** Predictive models: `{base}/v1/models/<name>:predict` (V2: `{base}/v2/models/<name>/infer`); otherwise null. */
   getInferenceUrl(): string | null {
     return this.urls().inferenceUrl ?? null;
   }
@@ -273,6 +283,8 @@ export class Deployment {
   getVerbUrl(verb: 'predict' | 'classify' | 'regress'): string {
     if (this.kind !== 'predictive')
       throw new Error(`${this.describe()} is not a predictive model: it has no :${verb} endpoint`);
+    if (this.protocol === 'v2')
+      throw new Error(`${this.describe()} speaks the Open Inference Protocol (V2): use infer() instead of :${verb}`);
     const allowed = this.modelServer === 'tensorflow' ? ['predict', 'classify', 'regress'] : ['predict'];
     if (!allowed.includes(verb)) {
       throw new Error(
@@ -280,6 +292,13 @@ export class Deployment {
       );
     }
     return `${this.getBaseUrl()}/v1/models/${this.modelName}:${verb}`;
+  }
+
+  /** V2 (Open Inference Protocol) models: POST `{inputs: [...]}` to `/v2/models/<name>/infer`. */
+  async infer<T = unknown>(body: unknown, init?: RequestInit): Promise<T> {
+    if (this.protocol !== 'v2')
+      throw new Error(`${this.describe()} does not speak the Open Inference Protocol (V2): use predict()`);
+    return this.postJson<T>(this.getInferenceUrl()!, body, init);
   }
 
   /** POST `{instances}` or `{inputs}` to :predict; resolves with the JSON answer. */
@@ -386,7 +405,7 @@ export class Deployment {
   }
 
   private urls() {
-    return deploymentUrls(this.gatewayUrl, this.project, this.deployment, this.kind, this.modelName);
+    return deploymentUrls(this.gatewayUrl, this.project, this.deployment, this.kind, this.modelName, this.protocol);
   }
 
   private describe(): string {
