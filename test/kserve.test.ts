@@ -195,38 +195,17 @@ beforeAll(async () => {
       canary: { backend: { service: 'canary', port: ports.canary }, percent: 30 },
     }),
   );
-  serviceWithEndpoint('demo/cold', ports.cold, false);
-  api.create(
-    sdepRaw('demo/cold', {
-      type: 'python',
-      modelServer: undefined,
-      backend: { service: 'cold', port: ports.cold },
-      scaleFromZero: { holdSeconds: 10 },
-    }),
-  );
-  serviceWithEndpoint('demo/slow', ports.slow, false);
-  api.create(
-    sdepRaw('demo/slow', {
-      type: 'python',
-      modelServer: undefined,
-      backend: { service: 'slow', port: ports.slow },
-      scaleFromZero: { holdSeconds: 10 },
-      timeoutSeconds: 1,
-    }),
-  );
-  serviceWithEndpoint('demo/brief', ports.cold, false);
-  api.create(
-    sdepRaw('demo/brief', {
-      type: 'python',
-      modelServer: undefined,
-      backend: { service: 'brief', port: ports.cold },
-      scaleFromZero: { holdSeconds: 1 },
-    }),
-  );
-  serviceWithEndpoint('demo/down', ports.cold, false);
-  api.create(
-    sdepRaw('demo/down', { type: 'python', modelServer: undefined, backend: { service: 'down', port: ports.cold } }),
-  );
+  // Python deployments whose Service has no ready endpoint yet: three hold (one with a 1 s timeout), one does not.
+  const scaledDown = (name: string, port: number, spec: Obj) => {
+    serviceWithEndpoint(`demo/${name}`, port, false);
+    api.create(
+      sdepRaw(`demo/${name}`, { type: 'python', modelServer: undefined, backend: { service: name, port }, ...spec }),
+    );
+  };
+  scaledDown('cold', ports.cold, { scaleFromZero: { holdSeconds: 10 } });
+  scaledDown('slow', ports.slow, { scaleFromZero: { holdSeconds: 10 }, timeoutSeconds: 1 });
+  scaledDown('brief', ports.cold, { scaleFromZero: { holdSeconds: 1 } });
+  scaledDown('down', ports.cold, {});
 
   const config = parseConfig(
     {
