@@ -30,7 +30,7 @@ export class Metrics {
   );
   readonly upstreamErrors = new Counter({
     name: 'servegate_upstream_errors_total',
-    help: 'Upstream failures by cause (connect_refused, reset, headers_timeout, stream_idle_timeout, no_ready_endpoint, client_abort)',
+    help: 'Upstream failures by cause (connect_refused, reset, headers_timeout, stream_idle_timeout, no_ready_endpoint, not_ready, hold_timeout, hold_queue_full, client_abort)',
     labelNames: ['cause'] as const,
     registers: [this.registry],
   });
