@@ -8,9 +8,7 @@ interface RouteCounters {
   /** Answers and 5xx answers: plain numbers for the admin page's live figures. */
   total: number;
   errors: number;
-  /** All variants together, for the admin page (not exported: the exported series are per variant). */
-  all: HistogramSeries;
-  /** '' (no canary: no variant label) or the variant → its exported series. */
+  /** '' (no canary: no variant label) or the variant → its exported series (the admin page adds them up). */
   variants: Map<string, { requests: Map<number, { inc(): void }>; duration: HistogramSeries }>;
 }
 
@@ -143,7 +141,6 @@ export class Metrics {
         deployment,
         total: 0,
         errors: 0,
-        all: { counts: new Float64Array(this.duration.bounds.length), sum: 0, count: 0 },
         variants: new Map(),
       };
       this.perRoute.set(key, e);
@@ -169,7 +166,6 @@ export class Metrics {
     }
     c.inc();
     this.duration.observe(v.duration, seconds);
-    this.duration.observe(e.all, seconds);
   }
 
   /** Held requests per deployment (scale from zero): read at scrape time. */
@@ -199,8 +195,7 @@ export class Metrics {
       deployment: e.deployment,
       total: e.total,
       errors: e.errors,
-      counts: e.all.counts.slice(),
-      count: e.all.count,
+      ...durationTotals(e),
     }));
   }
 
@@ -266,4 +261,16 @@ export class Metrics {
     // Standard names (process_*, nodejs_*): what stock Node.js dashboards and alerts query (SPEC §11).
     if (defaults) collectDefaultMetrics({ register: this.registry });
   }
+}
+
+/** A deployment's request-duration buckets over all its variants (one series unless it has a canary). */
+function durationTotals(e: RouteCounters): { counts: Float64Array; count: number } {
+  let counts: Float64Array | undefined;
+  let count = 0;
+  for (const v of e.variants.values()) {
+    if (!counts) counts = v.duration.counts.slice();
+    else for (let i = 0; i < counts.length; i++) counts[i] += v.duration.counts[i];
+    count += v.duration.count;
+  }
+  return { counts: counts ?? new Float64Array(0), count };
 }

@@ -49,3 +49,23 @@ test('the gateway metrics expose request counts by project/deployment/status and
   expect(text).toContain('servegate_request_duration_seconds_count{project="demo",deployment="iris"} 3');
   expect(text).toContain('servegate_request_duration_seconds_bucket{le="0.005",project="demo",deployment="iris"} 3');
 });
+
+test('a canaried deployment: series per variant, and the admin totals add the variants up', async () => {
+  const m = new Metrics(false);
+  m.observeRequest('demo', 'split', 200, 0.003, 'primary');
+  m.observeRequest('demo', 'split', 200, 0.003, 'primary');
+  m.observeRequest('demo', 'split', 500, 2, 'canary');
+  const text = await m.render();
+  expect(text).toContain(
+    'servegate_requests_total{project="demo",deployment="split",status="200",variant="primary"} 2',
+  );
+  expect(text).toContain('servegate_requests_total{project="demo",deployment="split",status="500",variant="canary"} 1');
+  expect(text).toContain(
+    'servegate_request_duration_seconds_count{project="demo",deployment="split",variant="canary"} 1',
+  );
+  const [t] = m.routeTotals();
+  expect(t).toMatchObject({ project: 'demo', deployment: 'split', total: 3, errors: 1, count: 3 });
+  const le005 = m.durationBounds.indexOf(0.005);
+  const le25 = m.durationBounds.indexOf(2.5);
+  expect([t.counts[le005], t.counts[le25]]).toEqual([2, 1]);
+});
