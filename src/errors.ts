@@ -1,5 +1,5 @@
 // The error catalogue of the commands, the configuration and key handling: every error a person sees outside the
-// data plane (whose HTTP errors are src/gateway/errors.ts) has a stable code and an exit status. docs/errors.md
+// data plane (whose HTTP errors are src/gateway/http/errors.ts) has a stable code and an exit status. docs/errors.md
 // lists them; scripts may match the codes, never the messages.
 
 export type ErrorCode =

@@ -3,12 +3,12 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Config } from './config/schema.js';
-import { adminHandler } from './gateway/admin.js';
-import { createDataPlane } from './gateway/dataplane.js';
-import { Drain } from './gateway/drain.js';
-import { Metrics } from './gateway/metrics.js';
-import { CertificateReloader, CertificateError } from './gateway/tls.js';
-import type { Tracing } from './gateway/tracing.js';
+import { adminHandler } from './admin/listener.js';
+import { createDataPlane } from './gateway/listen/data-plane.js';
+import { Drain } from './gateway/listen/drain.js';
+import { Metrics } from './observe/metrics.js';
+import { CertificateReloader, CertificateError } from './gateway/listen/tls.js';
+import type { Tracing } from './observe/tracing.js';
 import type { LimitStore } from './limits/buckets.js';
 import { ConfigError } from './config/load.js';
 import { silentLogger, type Logger } from './log.js';
@@ -88,7 +88,7 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
   // Tracing is constructed only when configured: off, the data plane has no tracer and trace headers pass untouched.
   let tracing: Tracing | undefined;
   if (config.tracing.otlpEndpoint) {
-    const { Tracing: TracingClass } = await import('./gateway/tracing.js');
+    const { Tracing: TracingClass } = await import('./observe/tracing.js');
     tracing = new TracingClass({ otlpEndpoint: config.tracing.otlpEndpoint, sampleRatio: config.tracing.sampleRatio });
   }
 

@@ -3,7 +3,7 @@ import { KubeConfig } from '@kubernetes/client-node';
 import { ownNamespace } from '../config/load.js';
 import type { Config } from '../config/schema.js';
 import { registerControllerMetrics, startStatusController } from '../controller/index.js';
-import type { Metrics } from '../gateway/metrics.js';
+import type { Metrics } from '../observe/metrics.js';
 import type { Logger } from '../log.js';
 import { startServegate, type Servegate } from '../server.js';
 import { KubernetesSource, kubernetesSourceOptions } from '../sources/kubernetes/index.js';

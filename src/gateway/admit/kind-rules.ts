@@ -1,0 +1,172 @@
+// What each kind of deployment accepts (SPEC §3): suffixes, methods, body shapes; and the error dialect of a route.
+import type { Route } from '../../routing/types.js';
+import { gatewayError, type Dialect, type GatewayError } from '../http/errors.js';
+
+/** How the request body must be checked before it is forwarded. */
+export type BodyCheck = 'none' | 'predict' | 'classify' | 'regress' | 'json' | 'infer';
+
+const PREDICTIVE_VERB = /^\/v1\/models\/([^/:]+):([A-Za-z]+)$/;
+const PREDICTIVE_META = /^\/v1\/models\/([^/:]+)\/?$/;
+
+/** Decides whether the suffix (path after the deployment prefix) is one the deployment's server offers. */
+export function checkSuffix(
+  route: Route,
+  method: string,
+  rest: string,
+  contentType: string | undefined,
+): { check: BodyCheck } | GatewayError {
+  switch (route.kind) {
+    case 'python':
+      return { check: 'none' };
+    case 'llm': {
+      if (!rest.startsWith('/v1/')) {
+        return gatewayError(
+          'not_found',
+          `no route ${method} ${rest}: LLM deployments serve the OpenAI API under ${'/v1/'} (e.g. /v1/chat/completions, /v1/completions, /v1/models)`,
+        );
+      }
+      return { check: isBinaryContentType(contentType) ? 'none' : 'json' };
+    }
+    case 'predictive': {
+      if (route.protocol === 'v2') return checkV2(route, method, rest, contentType);
+      const offered = route.verbs.map((v) => `:${v}`).join(', ');
+      const server = route.modelServer ?? 'model';
+      const v = PREDICTIVE_VERB.exec(rest);
+      if (v) {
+        const name = safeDecode(v[1]);
+        if (name !== route.modelName) {
+          return gatewayError(
+            'not_found',
+            `model "${name}" is not served here: this deployment serves model "${route.modelName}" at /v1/models/${route.modelName}:<verb> (${offered})`,
+          );
+        }
+        const verb = v[2];
+        if (!route.verbs.includes(verb)) {
+          return gatewayError(
+            'unknown_verb',
+            `verb ":${verb}" is not offered by the ${server} model server; it offers ${offered}`,
+          );
+        }
+        if (method !== 'POST') {
+          return gatewayError('method_not_allowed', `${method} is not allowed on :${verb}; use POST`, {
+            allow: 'POST',
+          });
+        }
+        return { check: verb as BodyCheck };
+      }
+      const meta = PREDICTIVE_META.exec(rest);
+      if (meta && safeDecode(meta[1]) === route.modelName && (method === 'GET' || method === 'HEAD'))
+        return { check: 'none' };
+      return gatewayError(
+        'not_found',
+        `no route ${method} ${rest}: this ${server} deployment accepts POST /v1/models/${route.modelName}:<verb> with ${offered}`,
+      );
+    }
+  }
+}
+
+// The Open Inference Protocol's REST routes (SPEC §10): model paths, with an optional /versions/<v>.
+const V2_MODEL = /^\/v2\/models\/([^/]+)(?:\/versions\/([^/]+))?(\/infer|\/ready)?\/?$/;
+const V2_SERVER = /^\/v2(?:\/health\/(?:live|ready))?\/?$/;
+
+function checkV2(
+  route: Route,
+  method: string,
+  rest: string,
+  contentType: string | undefined,
+): { check: BodyCheck } | GatewayError {
+  const name = route.modelName ?? '<model>';
+  const offered = `POST /v2/models/${name}/infer, GET /v2/models/${name}, GET /v2/models/${name}/ready, GET /v2/health/live, GET /v2/health/ready`;
+  const m = V2_MODEL.exec(rest);
+  const get = method === 'GET' || method === 'HEAD';
+  if (m) {
+    const asked = safeDecode(m[1]);
+    if (route.modelName !== undefined && asked !== route.modelName) {
+      return gatewayError(
+        'not_found',
+        `model "${asked}" is not served here: this deployment serves model "${route.modelName}" (${offered})`,
+      );
+    }
+    if (m[3] === '/infer') {
+      if (method !== 'POST')
+        return gatewayError('method_not_allowed', `${method} is not allowed on /infer; use POST`, { allow: 'POST' });
+      // The binary tensor extension sends a JSON header then raw bytes (application/octet-stream): passed on as it is.
+      return { check: isBinaryContentType(contentType) ? 'none' : 'infer' };
+    }
+    if (get) return { check: 'none' };
+    return gatewayError('method_not_allowed', `${method} is not allowed on ${rest}; use GET`, { allow: 'GET, HEAD' });
+  }
+  if (V2_SERVER.test(rest)) {
+    if (get) return { check: 'none' };
+    return gatewayError('method_not_allowed', `${method} is not allowed on ${rest}; use GET`, { allow: 'GET, HEAD' });
+  }
+  return gatewayError(
+    'not_found',
+    `no route ${method} ${rest}: this deployment speaks the Open Inference Protocol (V2): ${offered}`,
+  );
+}
+
+function safeDecode(s: string): string {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    return s;
+  }
+}
+
+/** Uploads the OpenAI API takes as they are (files, audio, images); every other LLM body must be JSON. */
+export function isBinaryContentType(ct: string | undefined): boolean {
+  if (!ct) return false;
+  const base = ct.split(';', 1)[0].trim().toLowerCase();
+  return (
+    base.startsWith('multipart/') ||
+    base === 'application/octet-stream' ||
+    base.startsWith('audio/') ||
+    base.startsWith('image/') ||
+    base.startsWith('video/')
+  );
+}
+
+/** Validates a buffered body; undefined when it may be forwarded. */
+export function validateBody(check: BodyCheck, body: Buffer): GatewayError | undefined {
+  if (check === 'none') return undefined;
+  if (check === 'json' && body.length === 0) return undefined;
+  let doc: unknown;
+  try {
+    doc = JSON.parse(body.toString('utf8'));
+  } catch (err) {
+    return gatewayError('invalid_json', `request body is not valid JSON: ${(err as Error).message}`);
+  }
+  if (check === 'json') return undefined;
+  if (check === 'infer') {
+    if (
+      typeof doc !== 'object' ||
+      doc === null ||
+      Array.isArray(doc) ||
+      !Array.isArray((doc as { inputs?: unknown }).inputs)
+    )
+      return gatewayError('invalid_body', 'a V2 /infer body must be a JSON object with an "inputs" array');
+    return undefined;
+  }
+  if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) {
+    return gatewayError('invalid_body', 'request body must be a JSON object with "instances" or "inputs"');
+  }
+  const o = doc as Record<string, unknown>;
+  const hasInstances = Array.isArray(o.instances);
+  const hasInputs = o.inputs !== undefined && o.inputs !== null; // TF Serving's columnar format allows a scalar, list or object
+  const hasExamples = Array.isArray(o.examples);
+  if (check === 'predict' && !hasInstances && !hasInputs) {
+    return gatewayError('invalid_body', 'a :predict body needs "instances" (a list) or "inputs"');
+  }
+  if ((check === 'classify' || check === 'regress') && !hasInstances && !hasInputs && !hasExamples) {
+    return gatewayError('invalid_body', `a :${check} body needs "examples", "instances" (a list) or "inputs"`);
+  }
+  return undefined;
+}
+
+/** The error dialect of a request: OpenAI's error object on OpenAI routes, KServe's elsewhere. */
+export function dialectOf(route: Route | undefined, rest: string | undefined): Dialect {
+  if (route) return route.kind === 'llm' ? 'openai' : 'kserve';
+  // Unknown deployment: guess from the suffix so an OpenAI SDK still shows the message.
+  return rest !== undefined && rest.startsWith('/v1/') && !rest.includes(':') ? 'openai' : 'kserve';
+}

@@ -1,0 +1,135 @@
+// Scale from zero (SPEC §10): requests of a deployment that has no ready endpoint wait here, per deployment and in
+// arrival order, until one is ready (an EndpointSlice event, a route-table swap, or the once-a-second look), and are
+// answered 503 after the deployment's hold time. Bounded per deployment in requests and in bytes of held bodies, so
+// holding cannot exhaust memory; a client that leaves is taken out at once.
+import type { Route } from '../../routing/types.js';
+
+/** A held request, as the queue sees it (the Exchange). */
+export interface Held {
+  /** Tries to forward now; true when it left the queue's care (forwarded, or already over). */
+  tryForward(): boolean;
+  /** The hold time passed: answer 503. */
+  expire(): void;
+}
+
+interface Entry {
+  held: Held;
+  bytes: number;
+  timer: NodeJS.Timeout;
+}
+
+interface Queue {
+  project: string;
+  deployment: string;
+  entries: Entry[];
+  bytes: number;
+}
+
+export interface HoldLimits {
+  maxQueue: number;
+  maxQueueBytes: number;
+}
+
+export type HoldRefusal = 'count' | 'bytes';
+
+export class HoldQueues {
+  /** Route id → its queue (present only while it holds something). */
+  private readonly queues = new Map<string, Queue>();
+  private readonly where = new Map<Held, string>();
+  private sweep: NodeJS.Timeout | undefined;
+  private wakeScheduled = false;
+
+  constructor(private readonly limits: HoldLimits) {}
+
+  /** Holds `held` for route `route` up to `ms`; a refusal says which bound it passed. */
+  add(route: Route, held: Held, bytes: number, ms: number): HoldRefusal | undefined {
+    let q = this.queues.get(route.id);
+    if (q && q.entries.length >= this.limits.maxQueue) return 'count';
+    if ((q?.bytes ?? 0) + bytes > this.limits.maxQueueBytes) return 'bytes';
+    if (!q) {
+      q = { project: route.project, deployment: route.deployment, entries: [], bytes: 0 };
+      this.queues.set(route.id, q);
+    }
+    const timer = setTimeout(() => {
+      if (this.remove(held)) held.expire();
+    }, ms);
+    q.entries.push({ held, bytes, timer });
+    q.bytes += bytes;
+    this.where.set(held, route.id);
+    // A look once a second while anything is held: catches what no event announced (readiness from a resource).
+    this.sweep ??= setInterval(() => this.wake(), 1000);
+    return undefined;
+  }
+
+  /** Takes `held` out (its client left, or it was forwarded); false when it was not held. */
+  remove(held: Held): boolean {
+    const id = this.where.get(held);
+    if (id === undefined) return false;
+    this.where.delete(held);
+    const q = this.queues.get(id)!;
+    const i = q.entries.findIndex((e) => e.held === held);
+    if (i !== -1) {
+      const [e] = q.entries.splice(i, 1);
+      clearTimeout(e.timer);
+      q.bytes -= e.bytes;
+    }
+    if (q.entries.length === 0) this.queues.delete(id);
+    this.idle();
+    return true;
+  }
+
+  /** Endpoints or routes changed: look again soon (events of one tick are looked at once). */
+  changed(): void {
+    if (this.wakeScheduled || this.queues.size === 0) return;
+    this.wakeScheduled = true;
+    setImmediate(() => {
+      this.wakeScheduled = false;
+      this.wake();
+    });
+  }
+
+  /** Forwards, oldest first, what can go now; the first of a deployment that cannot go stops that deployment's turn. */
+  wake(): void {
+    for (const [id, q] of [...this.queues]) {
+      while (q.entries.length > 0) {
+        const e = q.entries[0];
+        // Out of the queue before it is forwarded: forwarding may end the exchange synchronously (a refusal).
+        q.entries.shift();
+        q.bytes -= e.bytes;
+        this.where.delete(e.held);
+        if (e.held.tryForward()) {
+          clearTimeout(e.timer);
+          continue;
+        }
+        // Not yet: back at the head, its timer still running.
+        q.entries.unshift(e);
+        q.bytes += e.bytes;
+        this.where.set(e.held, id);
+        break;
+      }
+      if (q.entries.length === 0) this.queues.delete(id);
+    }
+    this.idle();
+  }
+
+  /** Held requests per deployment with a queue now. */
+  counts(): Map<string, { project: string; deployment: string; count: number }> {
+    const m = new Map<string, { project: string; deployment: string; count: number }>();
+    for (const [id, q] of this.queues)
+      m.set(id, { project: q.project, deployment: q.deployment, count: q.entries.length });
+    return m;
+  }
+
+  /** Answers every held request 503 (shutdown) and stops the look. */
+  close(): void {
+    for (const q of [...this.queues.values()]) for (const e of [...q.entries]) if (this.remove(e.held)) e.held.expire();
+    this.idle();
+  }
+
+  private idle(): void {
+    if (this.queues.size === 0 && this.sweep) {
+      clearInterval(this.sweep);
+      this.sweep = undefined;
+    }
+  }
+}

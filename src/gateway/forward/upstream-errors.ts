@@ -1,0 +1,66 @@
+// How upstream failures become the gateway's errors; shared by the request handler and the forwarding.
+import type { Route } from '../../routing/types.js';
+import { gatewayError, type GatewayError } from '../http/errors.js';
+
+export const BODY_TOO_LARGE = 'SERVEGATE_BODY_TOO_LARGE';
+
+/** Errors from connecting: nothing reached the backend, so the request may be sent again. */
+export const CONNECT_FAILURES = new Set([
+  'ECONNREFUSED',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'UND_ERR_CONNECT_TIMEOUT',
+  'ECONNABORTED',
+]);
+
+export class ClientGone extends Error {
+  constructor() {
+    super('client closed the connection');
+  }
+}
+
+export function mapUpstreamError(code: string, route: Route): { error: GatewayError; cause: string } {
+  const where = `deployment ${route.project}/${route.deployment}`;
+  if (code === 'UND_ERR_HEADERS_TIMEOUT') {
+    return {
+      cause: 'headers_timeout',
+      error: gatewayError('backend_timeout', `${where} did not answer within ${route.timeoutMs / 1000}s`),
+    };
+  }
+  if (CONNECT_FAILURES.has(code)) {
+    return {
+      cause: 'connect_refused',
+      error: gatewayError('backend_unavailable', `${where}: the backend refused the connection (${code})`),
+    };
+  }
+  return {
+    cause: 'reset',
+    error: gatewayError(
+      'backend_error',
+      `${where}: the backend closed the connection before answering${code ? ` (${code})` : ''}`,
+    ),
+  };
+}
+
+export function tooLarge(max: number): GatewayError {
+  return gatewayError('body_too_large', `request body is larger than the limit of ${max} bytes`);
+}
+
+/**
+ * 503 with Retry-After for a deployment that cannot take a request now: the resource says it is not ready (an
+ * InferenceService's Ready condition), it has no ready endpoint, or it held the request as long as it may.
+ */
+export function unavailable(route: Route, why: 'now' | 'hold_timeout' | 'hold_full' = 'now'): GatewayError {
+  const where = `deployment ${route.project}/${route.deployment}`;
+  const message =
+    why === 'hold_timeout'
+      ? `${where} had no ready endpoint within ${(route.holdMs ?? 0) / 1000}s (scale from zero); retry later`
+      : why === 'hold_full'
+        ? `${where} has no ready endpoint and its queue of waiting requests is full; retry later`
+        : route.notReady
+          ? `${where} is not ready: ${route.notReady}`
+          : `${where} has no ready endpoint`;
+  return gatewayError('no_ready_endpoint', message, { 'retry-after': '5' });
+}

@@ -1,0 +1,123 @@
+// One client connection: requests are served one at a time in arrival order, as HTTP/1.1 pipelining means (a
+// pipelined request is not forwarded before the previous answer is done), parse errors are answered in their place
+// in the pipeline, and everything queued is dropped when the connection closes.
+import type { Socket } from 'node:net';
+import type { Drain } from './drain.js';
+import type { GatewayError } from '../http/errors.js';
+import { sendRawError } from '../http/answers.js';
+
+/** A request (or upgrade) waiting for, or holding, its turn on the connection. */
+export interface Job {
+  start(): void;
+  /** The connection closed before the job's turn came. */
+  drop(): void;
+  /** Called about once a second while the job holds the turn (timeouts). */
+  tick(now: number): void;
+  /** Shutdown deadline: end what is still running. */
+  deadline(): void;
+  /** A parse error while this job's own request is still being read: true when the job answers it. */
+  interrupt?(err: GatewayError): boolean;
+}
+
+/** Pipelined requests parsed ahead of the one being served, beyond which the connection stops reading. */
+const MAX_QUEUED = 16;
+
+const kConn = Symbol('servegate.conn');
+
+export class Conn {
+  active: Job | undefined;
+  private queue: Job[] | undefined;
+  private paused = false;
+  private closed = false;
+  /** A parse error seen while earlier requests were still being answered: answered after them. */
+  private pendingError: { err: GatewayError; answered: boolean } | undefined;
+
+  /** The peer address (without the IPv4-mapped IPv6 prefix) and scheme, read once per connection. */
+  readonly client: string;
+  readonly proto: 'http' | 'https';
+
+  constructor(
+    readonly socket: Socket,
+    private readonly drain: Drain,
+  ) {
+    const a = socket.remoteAddress ?? '';
+    this.client = a.startsWith('::ffff:') ? a.slice(7) : a;
+    this.proto = (socket as { encrypted?: boolean }).encrypted ? 'https' : 'http';
+    (socket as unknown as Record<symbol, Conn>)[kConn] = this;
+    socket.once('close', () => this.onClose());
+  }
+
+  static of(socket: Socket): Conn | undefined {
+    return (socket as unknown as Record<symbol, Conn | undefined>)[kConn];
+  }
+
+  submit(job: Job): void {
+    if (this.closed) return job.drop();
+    if (this.active !== undefined) {
+      (this.queue ??= []).push(job);
+      if (this.queue.length > MAX_QUEUED && !this.paused) {
+        this.paused = true;
+        this.socket.pause();
+      }
+      return;
+    }
+    this.begin(job);
+  }
+
+  private begin(job: Job): void {
+    this.active = job;
+    this.drain.busy++;
+    job.start();
+  }
+
+  /** The job's answer is complete (or abandoned): the next one may go. */
+  done(job: Job): void {
+    if (this.active !== job) return;
+    this.active = undefined;
+    this.drain.release();
+    if (this.closed) return;
+    const next = this.queue?.shift();
+    if (next) {
+      if (this.paused && this.queue!.length <= MAX_QUEUED / 2) {
+        this.paused = false;
+        this.socket.resume();
+      }
+      this.begin(next);
+    } else if (this.pendingError && !this.pendingError.answered) {
+      this.answerError();
+    }
+  }
+
+  /** A malformed request, or headers not received in time: answered once every earlier request is answered. */
+  fail(err: GatewayError): void {
+    if (this.closed || this.pendingError) return;
+    const answered = this.active?.interrupt?.(err) ?? false;
+    this.pendingError = { err, answered };
+    if (this.active === undefined) this.answerError();
+  }
+
+  private answerError(): void {
+    sendRawError(this.socket, this.pendingError!.err, 'kserve', []);
+  }
+
+  tick(now: number): void {
+    this.active?.tick(now);
+  }
+
+  deadline(): void {
+    this.active?.deadline();
+  }
+
+  private onClose(): void {
+    this.closed = true;
+    const q = this.queue;
+    this.queue = undefined;
+    if (q) for (const j of q) j.drop();
+    this.drain.connections.delete(this);
+  }
+
+  /** Shutdown deadline or immediate close. */
+  destroy(): void {
+    this.socket.destroy();
+  }
+}

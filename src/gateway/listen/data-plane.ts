@@ -1,0 +1,228 @@
+// The data-plane listener: Node's HTTP server with its events wired to connections and exchanges. Every request and
+// upgrade becomes a job on its connection; parse errors are answered in their place in the pipeline; a once-a-second
+// sweep over the connections (not over requests) runs the body and slow-reader timeouts.
+import {
+  createServer,
+  maxHeaderSize,
+  type IncomingMessage,
+  type Server,
+  type ServerOptions,
+  type ServerResponse,
+} from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
+import type { Socket } from 'node:net';
+import type { Config } from '../../config/schema.js';
+import { logWriter, type Logger } from '../../log.js';
+import type { RouteStore } from '../../routing/store.js';
+import type { EndpointResolver } from '../../sources/types.js';
+import { AccessLog } from '../../observe/access-log.js';
+import { Conn } from './connection.js';
+import { ALLOWED_METHODS, corsPolicy } from '../admit/cors.js';
+import type { Drain } from './drain.js';
+import { gatewayError } from '../http/errors.js';
+import { Exchange, type PlaneContext } from '../forward/exchange.js';
+import type { Metrics } from '../../observe/metrics.js';
+import { RateLimiter } from '../../limits/per-second.js';
+import { sendRawError } from '../http/answers.js';
+import type { Tracing } from '../../observe/tracing.js';
+import { AuthFailureLimiter } from '../../limits/auth-failures.js';
+import type { LimitStore } from '../../limits/buckets.js';
+import { MemoryLimitStore } from '../../limits/memory.js';
+import { RequestLimits } from '../../limits/per-minute.js';
+import { UpgradeJob } from '../forward/websocket.js';
+import { HoldQueues } from '../forward/scale-from-zero.js';
+import { Pools, TargetPicker } from '../forward/targets.js';
+
+export interface DataPlaneDeps {
+  config: Config;
+  store: RouteStore;
+  metrics: Metrics;
+  logger: Logger;
+  drain: Drain;
+  endpoints?: EndpointResolver;
+  /** Tracing on (tracing.otlpEndpoint set). */
+  tracing?: Tracing;
+  /** Where per-minute limits count (Redis with limits.redis.url); default in process. */
+  limitStore?: LimitStore;
+  /** The certificate pair: the main listener speaks https (and `plain` is the optional extra http one). */
+  tls?: { cert: Buffer; key: Buffer; plain: boolean };
+}
+
+export interface DataPlane {
+  /** The main listener: https with `tls`, else http. */
+  server: Server;
+  /** With `tls.plain`: the extra plain-http listener, served the same way. */
+  plain?: Server;
+  /** Every listener, for listen and drain. */
+  servers: Server[];
+  /** Swaps the certificate for new TLS connections (connections already open keep theirs). */
+  setCertificate(pair: { cert: Buffer; key: Buffer }): void;
+  ctx: PlaneContext;
+  /** Closes the backend connection pools and stops the sweep. */
+  close(): Promise<void>;
+}
+
+/** Errors of the peer's socket itself: nothing can be answered. */
+const SOCKET_ERRORS = new Set(['ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ECONNABORTED', 'ERR_STREAM_DESTROYED']);
+
+export function createDataPlane(deps: DataPlaneDeps): DataPlane {
+  const { config, drain, logger } = deps;
+  const limits = config.limits;
+  const ctx: PlaneContext = {
+    store: deps.store,
+    metrics: deps.metrics,
+    logger,
+    access: config.accessLog && logger.isLevelEnabled('info') ? new AccessLog(logWriter(logger)) : undefined,
+    cors: corsPolicy(config.cors),
+    limiter: new RateLimiter(limits.rateLimitPerKey, limits.rateLimitBurst),
+    picker: new TargetPicker(deps.endpoints),
+    pools: new Pools(),
+    drain,
+    head: {
+      trustForwarded: config.trustForwardedHeaders,
+      forwardUnderscore: config.forwardUnderscoreHeaders,
+      tracing: deps.tracing !== undefined,
+    },
+    tracing: deps.tracing,
+    limits: new RequestLimits(deps.limitStore ?? new MemoryLimitStore(), limits.perKey),
+    authFailures: new AuthFailureLimiter(config.auth.failureLimit),
+    holds: new HoldQueues({ maxQueue: limits.scaleFromZeroMaxQueue, maxQueueBytes: limits.scaleFromZeroMaxQueueBytes }),
+    maxBody: limits.maxRequestBodyBytes,
+    maxHeaders: limits.maxRequestHeaders,
+    streamIdleMs: limits.streamIdleTimeoutSeconds * 1000,
+    bodyIdleMs: limits.requestBodyIdleTimeoutSeconds * 1000,
+  };
+
+  // Held requests look again when endpoints change or a new table is in (an InferenceService became ready).
+  const holds = ctx.holds;
+  const unsubscribe = [
+    deps.endpoints?.onEndpointsChanged?.(() => holds.changed()),
+    deps.store.onBuild(() => holds.changed()),
+  ];
+  // servegate_pending_requests: every deployment that holds has a series (0 when nothing waits), for KEDA.
+  deps.metrics.pendingOf = () => {
+    const counts = holds.counts();
+    const out: Array<{ project: string; deployment: string; count: number }> = [];
+    for (const r of deps.store.current().routes)
+      if (r.holdMs || counts.has(r.id))
+        out.push({ project: r.project, deployment: r.deployment, count: counts.get(r.id)?.count ?? 0 });
+    return out;
+  };
+
+  const options: ServerOptions = {
+    noDelay: true,
+    keepAlive: true,
+    requestTimeout: 0, // uploads and streams may be long; slow bodies have their own idle timeout
+    headersTimeout: limits.headersTimeoutSeconds * 1000,
+    // How often Node checks the headers timeout (its default, 30 s, would let a slow client hold a socket that long).
+    connectionsCheckingInterval: Math.min(1000, limits.headersTimeoutSeconds * 500),
+    keepAliveTimeout: 75_000,
+    // The gateway answers a missing Host itself, as JSON.
+    requireHostHeader: false,
+  };
+  const tls = deps.tls;
+  const server: Server = tls
+    ? (createHttpsServer({ ...options, cert: tls.cert, key: tls.key, minVersion: 'TLSv1.2' }) as unknown as Server)
+    : createServer(options);
+  const plain = tls?.plain ? createServer(options) : undefined;
+  const servers = plain ? [server, plain] : [server];
+  for (const s of servers) wire(s, s !== server || !tls);
+
+  function wire(server: Server, cleartext: boolean): void {
+    // One more than the limit, so that a request over it is seen (and refused) instead of silently cut short: Node drops
+    // the header lines past maxHeadersCount, the framing ones included.
+    server.maxHeadersCount = limits.maxRequestHeaders + 1;
+
+    const connOf = (socket: Socket): Conn => Conn.of(socket) ?? track(socket);
+    const track = (socket: Socket): Conn => {
+      const c = new Conn(socket, drain);
+      drain.connections.add(c);
+      return c;
+    };
+    // A TLS connection is tracked once its handshake is done (its requests come on the TLSSocket, not the TCP one); a
+    // failed handshake is dropped without a word (there is no HTTP to answer in).
+    server.on(cleartext ? 'connection' : 'secureConnection', (socket: Socket) => {
+      if (!Conn.of(socket)) track(socket);
+    });
+    if (!cleartext) server.on('tlsClientError', (_err: Error, socket: Socket) => socket.destroy());
+    server.on('request', (req: IncomingMessage, res: ServerResponse) => {
+      const conn = connOf(req.socket);
+      conn.submit(new Exchange(ctx, conn, req, res, false));
+    });
+    server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
+      const conn = connOf(req.socket);
+      conn.submit(new Exchange(ctx, conn, req, res, true));
+    });
+    server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
+      const conn = connOf(req.socket);
+      conn.submit(new Exchange(ctx, conn, req, res, false, String(req.headers.expect ?? '')));
+    });
+    server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
+      const conn = connOf(socket);
+      conn.submit(new UpgradeJob(ctx, conn, server, req, socket, head));
+    });
+    server.on('connect', (_req: IncomingMessage, socket: Socket) => {
+      // CONNECT would make the gateway a TCP proxy: never.
+      sendRawError(
+        socket,
+        gatewayError('method_not_allowed', 'CONNECT is not supported: servegate is not a forward proxy', {
+          allow: ALLOWED_METHODS,
+        }),
+        'kserve',
+        [],
+      );
+    });
+    server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
+      const code = err.code ?? '';
+      if (SOCKET_ERRORS.has(code) || !socket.writable) {
+        socket.destroy();
+        return;
+      }
+      const reason = (err as { reason?: string }).reason;
+      const e =
+        code === 'HPE_HEADER_OVERFLOW'
+          ? gatewayError(
+              'headers_too_large',
+              `request line and headers are larger than the limit of ${Math.round(maxHeaderSize / 1024)} KB`,
+            )
+          : code === 'ERR_HTTP_REQUEST_TIMEOUT'
+            ? gatewayError('request_timeout', `request headers not received within ${limits.headersTimeoutSeconds}s`)
+            : gatewayError(
+                'bad_request',
+                `malformed HTTP request (${code || 'parse error'}${reason ? `: ${reason}` : ''})`,
+              );
+      const conn = Conn.of(socket);
+      if (conn) conn.fail(e);
+      else sendRawError(socket, e, 'kserve', []);
+    });
+  }
+
+  const sweep = setInterval(() => {
+    const now = Date.now();
+    for (const c of drain.connections) c.tick(now);
+  }, 1000).unref();
+  drain.onDeadline = () => {
+    for (const c of drain.connections) c.deadline();
+  };
+
+  return {
+    server,
+    plain,
+    servers,
+    setCertificate(pair) {
+      (server as unknown as { setSecureContext(o: object): void }).setSecureContext({
+        cert: pair.cert,
+        key: pair.key,
+        minVersion: 'TLSv1.2',
+      });
+    },
+    ctx,
+    async close() {
+      clearInterval(sweep);
+      for (const u of unsubscribe) u?.();
+      holds.close();
+      ctx.access?.flush();
+      await ctx.pools.close();
+    },
+  };
+}

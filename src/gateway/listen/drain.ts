@@ -1,0 +1,59 @@
+// The drain: owns the one `draining` flag, knows every client connection and how many are being answered, and runs
+// the graceful stop (readiness off, Connection: close on every answer, wait for answers in flight, end the rest at the
+// deadline, close every socket so the process can exit).
+import type { Server } from 'node:http';
+import { Server as NetServer } from 'node:net';
+import type { Logger } from '../../log.js';
+import type { Conn } from './connection.js';
+
+export class Drain {
+  draining = false;
+  /** Connections holding a request being answered (or a tunnel). */
+  busy = 0;
+  /** Every open client connection; per connection, not per request. */
+  readonly connections = new Set<Conn>();
+  private waiters: Array<() => void> = [];
+  /** Called at the deadline to end what is still running (streams end at an event boundary). */
+  onDeadline: (() => void) | undefined;
+
+  release(): void {
+    this.busy--;
+    if (this.busy === 0 && this.waiters.length) {
+      const w = this.waiters;
+      this.waiters = [];
+      for (const f of w) f();
+    }
+  }
+
+  private idle(ms: number): Promise<void> {
+    if (this.busy === 0 || ms <= 0) return Promise.resolve();
+    return new Promise((resolve) => {
+      const t = setTimeout(resolve, ms);
+      this.waiters.push(() => {
+        clearTimeout(t);
+        resolve();
+      });
+    });
+  }
+
+  /** Graceful stop of the listeners; resolves once every connection is closed. */
+  async run(servers: readonly Server[], drainMs: number, acceptMs: number, logger: Logger): Promise<void> {
+    this.draining = true;
+    const deadline = Date.now() + drainMs;
+    logger.info({ busy: this.busy, drainMs }, 'shutting down: draining requests');
+    // For a short while new connections are still accepted (load balancers take a moment to stop sending); each
+    // answer carries Connection: close. net.Server's close stops listening without touching open connections.
+    if (acceptMs > 0) await new Promise((r) => setTimeout(r, Math.min(acceptMs, drainMs)));
+    const stopped = Promise.all(
+      servers.map((server) => new Promise<void>((resolve) => NetServer.prototype.close.call(server, () => resolve()))),
+    );
+    await this.idle(deadline - Date.now());
+    if (this.busy > 0) {
+      logger.warn({ busy: this.busy }, 'drain deadline reached: ending the remaining answers');
+      this.onDeadline?.();
+      await new Promise((r) => setTimeout(r, 50)); // let ended streams flush
+    }
+    for (const c of this.connections) c.destroy();
+    await stopped;
+  }
+}

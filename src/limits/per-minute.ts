@@ -1,0 +1,168 @@
+// Requests and tokens per minute (SPEC §9) at the gateway: which buckets a request must pass (its key's, with the
+// configured defaults, and its deployment's), the 429 it gets when one is spent, the OpenAI `x-ratelimit-*` headers,
+// and charging the tokens a response reported. The counting itself is the LimitStore's (in process or Redis).
+import type { Admission, BucketSpec, BucketState, LimitStore } from './buckets.js';
+import { MemoryLimitStore } from './memory.js';
+import { gatewayError, type GatewayError } from '../gateway/http/errors.js';
+
+export interface PerMinute {
+  requestsPerMinute?: number;
+  tokensPerMinute?: number;
+}
+
+/** What the limits need of a key record: its identity and its Secret's own `rpm`/`tpm`. */
+export interface LimitedKey {
+  namespace: string;
+  name: string;
+  limits?: PerMinute;
+}
+
+/** What the limits need of a route: its identity and `spec.limits`. */
+export interface LimitedRoute {
+  project: string;
+  deployment: string;
+  namespace: string;
+  name: string;
+  limits?: PerMinute;
+}
+
+export interface Charge {
+  /** Bucket id and limit of every token bucket the request passed. */
+  tokens: Array<{ id: string; limit: number }>;
+}
+
+export type LimitDecision =
+  | { ok: true; headers: Record<string, string>; charge: Charge | undefined; unavailable?: string }
+  | {
+      ok: false;
+      error: GatewayError;
+      unavailable?: string;
+      spent: Array<{ scope: 'key' | 'deployment'; kind: 'requests' | 'tokens' }>;
+    };
+
+export class RequestLimits {
+  constructor(
+    private readonly store: LimitStore,
+    private readonly defaults: { requestsPerMinute: number; tokensPerMinute: number },
+  ) {}
+
+  /** The buckets this request must pass; empty when no limit applies (the common case costs nothing more). */
+  specs(route: LimitedRoute, key: LimitedKey | undefined): BucketSpec[] {
+    const specs: BucketSpec[] = [];
+    if (key) {
+      const id = `key:${key.namespace}/${key.name}`;
+      const rpm = key.limits?.requestsPerMinute ?? this.defaults.requestsPerMinute;
+      const tpm = key.limits?.tokensPerMinute ?? this.defaults.tokensPerMinute;
+      if (rpm > 0) specs.push({ id: `${id}:rpm`, limit: rpm, cost: 1 });
+      if (tpm > 0) specs.push({ id: `${id}:tpm`, limit: tpm, cost: 0 });
+    }
+    const d = route.limits;
+    const id = `deployment:${route.namespace}/${route.name}`;
+    if (d?.requestsPerMinute) specs.push({ id: `${id}:rpm`, limit: d.requestsPerMinute, cost: 1 });
+    if (d?.tokensPerMinute) specs.push({ id: `${id}:tpm`, limit: d.tokensPerMinute, cost: 0 });
+    return specs;
+  }
+
+  /**
+   * Admits or refuses. Synchronous for the in-process store (no promise on the hot path), a promise for Redis.
+   * `specs` empty: admitted with no headers.
+   */
+  decide(specs: BucketSpec[]): LimitDecision | Promise<LimitDecision> {
+    if (specs.length === 0) return { ok: true, headers: {}, charge: undefined };
+    if (this.store instanceof MemoryLimitStore) return this.answer(specs, this.store.admitNow(specs));
+    return this.store.admit(specs).then((a) => this.answer(specs, a));
+  }
+
+  /** Charges the tokens a response reported to every token bucket the request passed. */
+  charge(charge: Charge | undefined, tokens: number): void {
+    if (!charge || !(tokens > 0)) return;
+    for (const b of charge.tokens) {
+      if (this.store instanceof MemoryLimitStore) this.store.chargeNow(b.id, b.limit, tokens);
+      else void this.store.charge(b.id, b.limit, tokens);
+    }
+  }
+
+  problem(): string | undefined {
+    return this.store.problem();
+  }
+
+  close(): Promise<void> {
+    return this.store.close();
+  }
+
+  private answer(specs: BucketSpec[], a: Admission): LimitDecision {
+    const unavailable = a.unavailable;
+    if (a.buckets.length === 0) {
+      // The store could not be asked: its fail-open/fail-closed answer, without figures.
+      if (a.allowed) return { ok: true, headers: {}, charge: undefined, unavailable };
+      const error = gatewayError(
+        'limits_unavailable',
+        'rate limits cannot be checked now (their store is unreachable); retry shortly',
+        {
+          'retry-after': String(Math.ceil(a.retryAfterMs / 1000)),
+        },
+      );
+      return { ok: false, error, unavailable, spent: [] };
+    }
+    const headers = rateLimitHeaders(specs, a.buckets);
+    if (a.allowed) {
+      const tokens = specs.filter((s) => s.cost === 0).map((s) => ({ id: s.id, limit: s.limit }));
+      return { ok: true, headers, charge: tokens.length ? { tokens } : undefined, unavailable };
+    }
+    const refusing = specs.filter((s, i) =>
+      s.cost > 0 ? a.buckets[i].remaining < s.cost : a.buckets[i].remaining <= 0,
+    );
+    headers['retry-after'] = String(Math.max(1, Math.ceil(a.retryAfterMs / 1000)));
+    const error = gatewayError(
+      'rate_limit_exceeded',
+      `rate limit exceeded: ${refusing.map(describe).join(', ')}; retry after ${headers['retry-after']} s`,
+      headers,
+    );
+    const spent = refusing.map((s) => ({
+      scope: s.id.startsWith('key:') ? ('key' as const) : ('deployment' as const),
+      kind: s.cost > 0 ? ('requests' as const) : ('tokens' as const),
+    }));
+    return { ok: false, error, unavailable, spent };
+  }
+}
+
+function describe(s: BucketSpec): string {
+  const [owner, name, kind] = s.id.split(':');
+  const what = kind === 'rpm' ? 'requests' : 'tokens';
+  return `${s.limit} ${what} per minute for ${owner === 'key' ? 'API key' : 'deployment'} ${name}`;
+}
+
+/**
+ * OpenAI's headers: limit, remaining and reset for requests and for tokens. Where a key and a deployment both limit
+ * the same thing, the one with the least left is reported (it is the one that will refuse first).
+ */
+export function rateLimitHeaders(
+  specs: readonly BucketSpec[],
+  buckets: readonly BucketState[],
+): Record<string, string> {
+  const headers: Record<string, string> = {};
+  for (const [cost, what] of [
+    [1, 'requests'],
+    [0, 'tokens'],
+  ] as const) {
+    let tightest: BucketState | undefined;
+    specs.forEach((s, i) => {
+      if (s.cost !== cost) return;
+      const b = buckets[i];
+      if (!tightest || b.remaining < tightest.remaining) tightest = b;
+    });
+    if (!tightest) continue;
+    headers[`x-ratelimit-limit-${what}`] = String(tightest.limit);
+    headers[`x-ratelimit-remaining-${what}`] = String(tightest.remaining);
+    headers[`x-ratelimit-reset-${what}`] = duration(tightest.resetMs);
+  }
+  return headers;
+}
+
+/** A duration as OpenAI writes it: `250ms`, `1.5s`, `6m0s`. */
+export function duration(ms: number): string {
+  if (ms < 1000) return `${Math.max(0, Math.ceil(ms))}ms`;
+  if (ms < 60_000) return `${Math.round(ms / 100) / 10}s`;
+  const m = Math.floor(ms / 60_000);
+  return `${m}m${Math.round((ms - m * 60_000) / 1000)}s`;
+}

@@ -1,0 +1,107 @@
+// The deployments page's snippets: ready to run with the key as a placeholder, the right URL and body per kind.
+import { describe, expect, test } from '@jest/globals';
+import { deploymentsPage, snippets } from '../../src/admin/page.js';
+import type { DeploymentStatus, Route } from '../../src/routing/types.js';
+
+const base = {
+  namespace: 'demo',
+  resourceKind: 'ServingDeployment' as const,
+  verbs: [],
+  backend: { kind: 'url' as const, url: 'http://x' },
+  timeoutMs: 1000,
+};
+const llm: Route = {
+  ...base,
+  id: 'demo/chat',
+  name: 'chat',
+  project: 'demo',
+  deployment: 'chat',
+  kind: 'llm',
+  modelServer: 'llm',
+};
+const iris: Route = {
+  ...base,
+  id: 'demo/iris',
+  name: 'iris',
+  project: 'demo',
+  deployment: 'iris',
+  kind: 'predictive',
+  modelServer: 'sklearn',
+  modelName: 'iris',
+  verbs: ['predict'],
+};
+const status = (r: Route, extra: Partial<DeploymentStatus>): DeploymentStatus => ({
+  id: r.id,
+  namespace: r.namespace,
+  name: r.name,
+  resourceKind: 'ServingDeployment',
+  ready: true,
+  reason: 'Routed',
+  message: '',
+  ...extra,
+});
+
+describe('snippets', () => {
+  test('LLM: streamed chat completion with curl, Python requests and the OpenAI SDK on the openai base URL', () => {
+    const s = snippets(llm, status(llm, { openaiUrl: 'https://m.example.com/v1/demo/chat/v1' }))!;
+    expect(s.curl).toBe(
+      `curl -sN 'https://m.example.com/v1/demo/chat/v1/chat/completions' \\\n  -H "authorization: ApiKey $SERVEGATE_KEY" \\\n  -H 'content-type: application/json' \\\n` +
+        `  -d '{"model":"chat","messages":[{"role":"user","content":"Hello!"}],"stream":true}'`,
+    );
+    expect(s.openai).toContain(
+      'OpenAI(base_url="https://m.example.com/v1/demo/chat/v1", api_key=os.environ["SERVEGATE_KEY"])',
+    );
+    expect(s.python).toContain('requests.post("https://m.example.com/v1/demo/chat/v1/chat/completions"');
+  });
+
+  test('predictive: a V1 predict call; no OpenAI snippet', () => {
+    const s = snippets(
+      iris,
+      status(iris, { inferenceUrl: 'https://m.example.com/v1/demo/iris/v1/models/iris:predict' }),
+    )!;
+    expect(s.curl).toMatch(/^curl -s 'https:\/\/m\.example\.com\/v1\/demo\/iris\/v1\/models\/iris:predict' \\\n/);
+    expect(s.curl).toContain(`-d '{"instances": [[1.0, 2.0, 3.0, 4.0]]}'`);
+    expect(s.openai).toBeUndefined();
+  });
+
+  test('a quote in a URL cannot break out of the shell word', () => {
+    const s = snippets(iris, status(iris, { inferenceUrl: "https://m/it's" }))!;
+    expect(s.curl).toContain(`'https://m/it'\\''s'`);
+  });
+});
+
+describe('deploymentsPage', () => {
+  test('names, reasons and messages are escaped; not-ready deployments get no snippet', () => {
+    const bad = status(iris, { ready: false, reason: 'InvalidSpec', message: '<script>alert(1)</script>' });
+    const html = deploymentsPage({
+      statuses: [bad],
+      routes: new Map([[iris.id, iris]]),
+      synced: true,
+      stalenessMs: 0,
+      problems: [],
+    });
+    expect(html).toContain('&lt;script&gt;alert(1)&lt;/script&gt;');
+    expect(html).not.toContain('<script>alert(1)');
+    expect(html).not.toContain('<details>');
+    expect(html).toMatch(/0 of 1 deployments served/);
+    expect(html).not.toMatch(/<(link|img)\b|src="http|href="http/); // no external assets
+    expect(html).not.toContain('key-problems');
+  });
+
+  test('key Secrets that are not used are listed with why, escaped', () => {
+    const html = deploymentsPage({
+      statuses: [],
+      routes: new Map(),
+      synced: true,
+      stalenessMs: 0,
+      problems: [],
+      keyProblems: [
+        { id: 'servegate/apikey-bad', message: 'prefix must be 16 characters [A-Za-z0-9]' },
+        { id: 'demo/<b>', message: 'ignored: it is in namespace "demo"' },
+      ],
+    });
+    expect(html).toContain('<b>2 key Secrets not used:</b>');
+    expect(html).toContain('<li><code>servegate/apikey-bad</code>: prefix must be 16 characters [A-Za-z0-9]</li>');
+    expect(html).toContain('<li><code>demo/&lt;b&gt;</code>: ignored: it is in namespace &quot;demo&quot;</li>');
+  });
+});

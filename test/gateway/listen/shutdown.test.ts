@@ -1,0 +1,164 @@
+// SIGTERM under load: nothing accepted before the signal fails, an event stream in flight ends cleanly, the process exits.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { createServer, type Server } from 'node:http';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { AddressInfo } from 'node:net';
+import { Agent, request } from 'undici';
+import { afterAll, beforeAll, expect, test } from '@jest/globals';
+import { waitFor } from '../../support/wait.js';
+
+import { CLI } from '../../support/paths.js';
+const KEY = 'ShutdownTestKey1.0123456789abcdef0123456789abcdef';
+
+let backend: Server;
+let child: ChildProcess;
+let port = 0;
+let adminPort = 0;
+const exited = new Promise<number | null>((resolve) => {
+  const wait = setInterval(() => {
+    if (child) {
+      clearInterval(wait);
+      child.once('exit', (code) => resolve(code));
+    }
+  }, 5);
+});
+
+beforeAll(async () => {
+  backend = createServer((req, res) => {
+    if (req.url?.startsWith('/events')) {
+      // An LLM-style stream: one event every 100 ms, far longer than the drain deadline.
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      let n = 0;
+      const t = setInterval(() => res.write(`data: {"n":${n++}}\n\n`), 100);
+      res.on('close', () => clearInterval(t));
+      return;
+    }
+    req.resume();
+    req.on('end', () => setTimeout(() => res.end('{"ok":true}'), 20));
+  });
+  await new Promise<void>((r) => backend.listen(0, '127.0.0.1', r));
+  const bport = (backend.address() as AddressInfo).port;
+  const dir = mkdtempSync(join(tmpdir(), 'servegate-shutdown-'));
+  writeFileSync(
+    join(dir, 'app.yaml'),
+    `apiVersion: serving.servegate.dev/v1alpha1
+kind: ServingDeployment
+metadata: {name: app, namespace: demo}
+spec: {type: python, backend: {url: "http://127.0.0.1:${bport}"}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: k, labels: {serving.servegate.dev/api-key: "true"}}
+stringData: {prefix: ShutdownTestKey1, projects: demo, sha256: ${createHash('sha256').update(KEY).digest('hex')}}
+`,
+  );
+  writeFileSync(join(dir, 'config.yaml'), 'logLevel: info\nshutdown: {drainSeconds: 2, acceptSeconds: 0.3}\n');
+  child = spawn(
+    process.execPath,
+    [
+      CLI,
+      'serve',
+      '--manifests',
+      join(dir, 'app.yaml'),
+      '--config',
+      join(dir, 'config.yaml'),
+      '--port',
+      '0',
+      '--admin-port',
+      '0',
+      '--host',
+      '127.0.0.1',
+    ],
+    {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    },
+  );
+  await new Promise<void>((resolve, reject) => {
+    let buf = '';
+    const t = setTimeout(() => reject(new Error('gateway did not start')), 10_000);
+    child.stdout!.on('data', (c: Buffer) => {
+      buf += c.toString();
+      for (const line of buf.split('\n')) {
+        if (!line.includes('servegate listening')) continue;
+        const l = JSON.parse(line) as { port: number; adminPort: number };
+        port = l.port;
+        adminPort = l.adminPort;
+        clearTimeout(t);
+        resolve();
+      }
+    });
+  });
+});
+
+afterAll(async () => {
+  child?.kill('SIGKILL');
+  await new Promise<void>((r) => backend.close(() => r()));
+});
+
+test('SIGTERM under load: no request accepted before the signal fails, the stream ends cleanly, the process exits', async () => {
+  const agent = new Agent({ connections: 8, keepAliveTimeout: 10_000 });
+  const url = `http://127.0.0.1:${port}`;
+  const headers = { authorization: `ApiKey ${KEY}` };
+
+  // The stream in flight.
+  const stream = await request(`${url}/v1/demo/app/events`, { headers, dispatcher: agent });
+  expect(stream.statusCode).toBe(200);
+  const streamText = stream.body.text().then(
+    (t) => ({ ok: true as const, t }),
+    (e: Error) => ({ ok: false as const, e }),
+  );
+
+  // Bounded load: 8 workers, until 1.5 s after the signal.
+  let signalAt = Infinity;
+  let stopAt = Infinity;
+  const results: Array<{ sent: number; ok: boolean; err?: string }> = [];
+  const worker = async (): Promise<void> => {
+    for (let i = 0; i < 10_000 && Date.now() < stopAt; i++) {
+      const sent = Date.now();
+      try {
+        const r = await request(`${url}/v1/demo/app/work`, { method: 'POST', headers, body: '{}', dispatcher: agent });
+        await r.body.text();
+        results.push({ sent, ok: r.statusCode === 200, err: r.statusCode === 200 ? undefined : String(r.statusCode) });
+      } catch (e) {
+        results.push({ sent, ok: false, err: (e as Error).message });
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    }
+  };
+  const load = Promise.all(Array.from({ length: 8 }, worker));
+  // The signal comes once the load is really flowing (40 answers), however slow the machine: counted, not timed.
+  await waitFor(() => results.length >= 40, '40 answers under load', 20_000);
+  signalAt = Date.now();
+  child.kill('SIGTERM');
+  stopAt = signalAt + 1500;
+
+  // Readiness turns 503 as soon as the signal is handled (the admin listener stays up while draining).
+  let readyStatus = 0;
+  for (let i = 0; i < 50 && readyStatus !== 503; i++) {
+    const ready = await request(`http://127.0.0.1:${adminPort}/readyz`);
+    readyStatus = ready.statusCode;
+    await ready.body.text();
+    if (readyStatus !== 503) await new Promise((r) => setTimeout(r, 10));
+  }
+  expect(readyStatus).toBe(503);
+
+  await load;
+  const before = results.filter((r) => r.sent < signalAt);
+  expect(before.length).toBeGreaterThanOrEqual(40);
+  expect(before.filter((r) => !r.ok)).toEqual([]);
+
+  // The stream is ended at the 2 s drain deadline, cleanly, at an event boundary.
+  const s = await streamText;
+  expect(s.ok).toBe(true);
+  if (s.ok) {
+    expect(s.t.length).toBeGreaterThan(0);
+    expect(s.t.endsWith('\n\n')).toBe(true);
+  }
+  const code = await Promise.race([exited, new Promise((r) => setTimeout(() => r('timeout'), 8000))]);
+  expect(code).toBe(0);
+  expect(Date.now() - signalAt).toBeLessThan(8000);
+  await agent.close();
+}, 30_000);

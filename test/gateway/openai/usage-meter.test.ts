@@ -1,0 +1,169 @@
+// The usage meters (src/gateway/openai/usage-meter.ts) fed the same answer cut at every position: the bytes out are the bytes in
+// (or exactly the usage event less, when the gateway asked for usage the client did not), and the usage is found.
+import { describe, expect, test } from '@jest/globals';
+import { JsonUsageMeter, SseUsageMeter, type UsageMeter } from '../../../src/gateway/openai/usage-meter.js';
+
+const event = (o: unknown) => `data: ${JSON.stringify(o)}\n\n`;
+const chunk = (i: number, extra: Record<string, unknown> = {}) => ({
+  id: 'c',
+  object: 'chat.completion.chunk',
+  choices: [{ index: 0, delta: { content: `tok${i}` }, finish_reason: null }],
+  ...extra,
+});
+const usage = { prompt_tokens: 12, completion_tokens: 34, total_tokens: 46 };
+const usageEvent = event({ id: 'c', object: 'chat.completion.chunk', choices: [], usage });
+
+/** Feeds `text` in pieces cut at `cuts`; returns the bytes out. */
+function run(m: UsageMeter, text: string, cuts: number[]): string {
+  const buf = Buffer.from(text);
+  const out: Buffer[] = [];
+  let from = 0;
+  let t = 1;
+  for (const c of [...cuts, buf.length]) {
+    const piece = m.push(buf.subarray(from, c), t++);
+    if (piece) out.push(Buffer.from(piece));
+    from = c;
+  }
+  const rest = m.end();
+  if (rest) out.push(rest);
+  return Buffer.concat(out).toString();
+}
+
+/** Every single cut, and pieces of one byte. */
+function splits(text: string): number[][] {
+  const n = Buffer.byteLength(text);
+  const all: number[][] = [[], Array.from({ length: n - 1 }, (_, i) => i + 1)];
+  for (let i = 1; i < n; i++) all.push([i]);
+  return all;
+}
+
+describe('event streams', () => {
+  const stream = `${event(chunk(0))}: keep-alive\n\n${event(chunk(1))}${usageEvent}data: [DONE]\n\n`;
+
+  test('observing: bytes pass unchanged, the usage and the first data event are found, however the stream is cut', () => {
+    for (const cuts of splits(stream)) {
+      const m = new SseUsageMeter(false);
+      expect(run(m, stream, cuts)).toBe(stream);
+      expect(m.usage).toEqual({ prompt: 12, completion: 34 });
+      expect(m.firstAt).toBeGreaterThan(0);
+    }
+  });
+
+  test('stripping: exactly the usage event is taken out, however the stream is cut', () => {
+    const expected = stream.replace(usageEvent, '');
+    for (const cuts of splits(stream)) {
+      const m = new SseUsageMeter(true);
+      expect(run(m, stream, cuts)).toBe(expected);
+      expect(m.usage).toEqual({ prompt: 12, completion: 34 });
+    }
+  });
+
+  test('stripping with CRLF line ends and an event with id and event lines', () => {
+    const crlf = `id: 1\r\ndata: ${JSON.stringify(chunk(0))}\r\n\r\nevent: message\r\ndata: ${JSON.stringify({ choices: [], usage })}\r\n\r\ndata: [DONE]\r\n\r\n`;
+    for (const cuts of splits(crlf)) {
+      const m = new SseUsageMeter(true);
+      expect(run(m, crlf, cuts)).toBe(`id: 1\r\ndata: ${JSON.stringify(chunk(0))}\r\n\r\ndata: [DONE]\r\n\r\n`);
+      expect(m.usage).toEqual({ prompt: 12, completion: 34 });
+    }
+  });
+
+  test('stripping: usage on a chunk that carries content is removed from it, and "usage": null goes too', () => {
+    const s = `${event(chunk(0, { usage: null }))}${event(chunk(1, { usage }))}data: [DONE]\n\n`;
+    const m = new SseUsageMeter(true);
+    expect(run(m, s, [7, 40, 90])).toBe(`${event(chunk(0))}${event(chunk(1))}data: [DONE]\n\n`);
+    expect(m.usage).toEqual({ prompt: 12, completion: 34 });
+  });
+
+  test('continuous usage stats: the last report wins', () => {
+    const s = `${event(chunk(0, { usage: { prompt_tokens: 12, completion_tokens: 1 } }))}${event(chunk(1, { usage: { prompt_tokens: 12, completion_tokens: 2 } }))}`;
+    const m = new SseUsageMeter(false);
+    run(m, s, []);
+    expect(m.usage).toEqual({ prompt: 12, completion: 2 });
+  });
+
+  test('the Responses API reports usage inside response.completed', () => {
+    const s = event({
+      type: 'response.completed',
+      response: { id: 'r', usage: { input_tokens: 5, output_tokens: 9, total_tokens: 14 } },
+    });
+    const m = new SseUsageMeter(false);
+    expect(run(m, s, [10])).toBe(s);
+    expect(m.usage).toEqual({ prompt: 5, completion: 9 });
+  });
+
+  test('a stream with no data event has no first token; [DONE] is not one', () => {
+    const m = new SseUsageMeter(false);
+    run(m, ': ping\n\ndata: [DONE]\n\n', []);
+    expect(m.firstAt).toBe(0);
+    expect(m.usage).toBeUndefined();
+  });
+
+  test('a line of several MB is passed on whole and not held (observing and stripping)', () => {
+    const big = `data: ${JSON.stringify({ choices: [{ delta: { content: 'x'.repeat(3 << 20) } }], usage })}\n\n`;
+    const s = `${big}${usageEvent}`;
+    for (const strip of [false, true]) {
+      const m = new SseUsageMeter(strip);
+      const cuts = Array.from({ length: 50 }, (_, i) => (i + 1) * 65_536);
+      const out = run(m, s, cuts);
+      // The giant event cannot be held to be edited: it goes as it is; the small usage event after it is still stripped.
+      expect(out).toBe(strip ? big : s);
+      expect(m.usage).toEqual({ prompt: 12, completion: 34 });
+    }
+  });
+
+  test('an event of many lines past the hold limit goes out as it comes; the next event is stripped again', () => {
+    const many = `${Array.from({ length: 12_000 }, (_, i) => `data: ${String(i).padStart(100, 'x')}`).join('\n')}\n\n`;
+    const s = `${many}${usageEvent}${event(chunk(9))}`;
+    for (const size of [4096, 65_536, 1 << 20]) {
+      const m = new SseUsageMeter(true);
+      const cuts = Array.from({ length: Math.floor(s.length / size) }, (_, i) => (i + 1) * size);
+      expect(run(m, s, cuts)).toBe(`${many}${event(chunk(9))}`);
+      expect(m.usage).toEqual({ prompt: 12, completion: 34 });
+    }
+  });
+
+  test('bytes of a stripped stream go out as soon as an event is complete, not at the end', () => {
+    const m = new SseUsageMeter(true);
+    const first = Buffer.from(`${event(chunk(0))}data: {"par`);
+    expect(m.push(first, 1)?.toString()).toBe(event(chunk(0)));
+    expect(m.push(Buffer.from('tial":1}\n'), 2)).toBeUndefined();
+    expect(m.push(Buffer.from('\n'), 3)?.toString()).toBe('data: {"partial":1}\n\n');
+  });
+});
+
+describe('JSON answers', () => {
+  const answer = JSON.stringify({
+    id: 'x',
+    choices: [{ message: { role: 'assistant', content: 'the "usage": {"prompt_tokens": 999} is not it' } }],
+    meta: { note: 'usage' },
+    usage,
+  });
+
+  test('the top-level usage is found however the answer is cut; a "usage" inside a string is not taken', () => {
+    for (const cuts of splits(answer)) {
+      const m = new JsonUsageMeter();
+      expect(run(m, answer, cuts)).toBe(answer);
+      expect(m.usage).toEqual({ prompt: 12, completion: 34 });
+    }
+  });
+
+  test('usage null, or none, is no usage', () => {
+    for (const s of ['{"usage":null}', '{"a":1}', '{"usage": "usage"}']) {
+      const m = new JsonUsageMeter();
+      run(m, s, [3]);
+      expect(m.usage).toBeUndefined();
+    }
+  });
+
+  test('an embedding answer of several MB: prompt tokens found at its end', () => {
+    const s = JSON.stringify({
+      object: 'list',
+      data: [{ embedding: Array.from({ length: 300_000 }, (_, i) => i / 7) }],
+      usage: { prompt_tokens: 8, total_tokens: 8 },
+    });
+    const m = new JsonUsageMeter();
+    const cuts = Array.from({ length: Math.floor(s.length / 16_384) }, (_, i) => (i + 1) * 16_384);
+    expect(run(m, s, cuts).length).toBe(s.length);
+    expect(m.usage).toEqual({ prompt: 8, completion: 0 });
+  });
+});

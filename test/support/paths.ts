@@ -1,0 +1,6 @@
+// Where the repository's parts are, for tests that read files or start the built CLI.
+import { join } from 'node:path';
+
+export const ROOT = join(import.meta.dirname, '..', '..');
+/** The built command line (npm test builds before jest runs). */
+export const CLI = join(ROOT, 'dist', 'cli', 'main.js');
