@@ -6,6 +6,7 @@ import type { Config } from './config/schema.js';
 import { adminHandler } from './admin/listener.js';
 import { createDataPlane } from './gateway/listen/data-plane.js';
 import { Drain } from './gateway/listen/drain.js';
+import { HoldQueues } from './gateway/forward/scale-from-zero.js';
 import { Metrics } from './observe/metrics.js';
 import { CertificateReloader, CertificateError } from './gateway/listen/tls.js';
 import type { Tracing } from './observe/tracing.js';
@@ -51,8 +52,13 @@ export interface Servegate {
 export async function startServegate(opts: ServeOptions): Promise<Servegate> {
   const { config, source } = opts;
   const logger = opts.logger ?? silentLogger;
-  const metrics = new Metrics(opts.processMetrics ?? true);
   const store = new RouteStore(buildOptionsOf(config));
+  // Scale-from-zero queues: the data plane holds requests in them, the metrics read them at scrape time.
+  const holds = new HoldQueues({
+    maxQueue: config.limits.scaleFromZeroMaxQueue,
+    maxQueueBytes: config.limits.scaleFromZeroMaxQueueBytes,
+  });
+  const metrics = new Metrics(opts.processMetrics ?? true, () => holds.pending(store.current().routes));
   observeBuilds(store, metrics, logger);
   const drain = new Drain();
 
@@ -145,6 +151,7 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
     metrics,
     logger,
     drain,
+    holds,
     endpoints: opts.endpoints,
     tracing,
     limitStore,

@@ -40,7 +40,7 @@ export type LimitDecision =
       spent: Array<{ scope: 'key' | 'deployment'; kind: 'requests' | 'tokens' }>;
     };
 
-export class RequestLimits {
+export class PerMinuteLimits {
   constructor(
     private readonly store: LimitStore,
     private readonly defaults: { requestsPerMinute: number; tokensPerMinute: number },

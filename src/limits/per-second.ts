@@ -1,5 +1,8 @@
-// Token bucket per API key (limits.rateLimitPerKey requests/s, limits.rateLimitBurst burst); 0 disables it.
-export class RateLimiter {
+// Requests per second per API key (limits.rateLimitPerKey, burst limits.rateLimitBurst): a token bucket per key, in
+// process; 0 turns it off. Its refusal is a 429 with Retry-After.
+import { gatewayError, type GatewayError } from '../gateway/http/errors.js';
+
+export class PerSecondLimiter {
   private buckets = new Map<string, { tokens: number; at: number }>();
   private readonly burst: number;
 
@@ -14,13 +17,23 @@ export class RateLimiter {
     return this.perSecond > 0;
   }
 
-  /** Takes a token for this key; returns 0 when allowed, else the seconds to wait. */
-  take(key: string, now: number): number {
+  /** Takes a token for this key: undefined when allowed, else the 429 to answer. */
+  take(key: { namespace: string; name: string }, now: number): GatewayError | undefined {
+    if (!this.enabled) return undefined;
+    const wait = this.wait(`${key.namespace}/${key.name}`, now);
+    if (wait === 0) return undefined;
+    return gatewayError('rate_limit_exceeded', `rate limit of ${this.perSecond} requests/s for this API key exceeded`, {
+      'retry-after': String(wait),
+    });
+  }
+
+  /** Takes a token for `id`; returns 0 when allowed, else the seconds to wait. */
+  wait(id: string, now: number): number {
     if (!this.enabled) return 0;
-    let b = this.buckets.get(key);
+    let b = this.buckets.get(id);
     if (!b) {
       b = { tokens: this.burst, at: now };
-      this.buckets.set(key, b);
+      this.buckets.set(id, b);
       if (this.buckets.size > 100_000) this.buckets.clear(); // bounded memory; a reset only forgives
     }
     b.tokens = Math.min(this.burst, b.tokens + ((now - b.at) / 1000) * this.perSecond);

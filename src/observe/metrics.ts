@@ -70,8 +70,8 @@ export class Metrics {
   });
   readonly rateLimited = new Counter({
     name: 'servegate_rate_limited_total',
-    help: 'Requests refused with 429 by a per-minute limit (SPEC §9), by scope (key, deployment) and kind (requests, tokens); auth_failures: a client address throttled after failed authentications',
-    labelNames: ['scope', 'kind'] as const,
+    help: 'Every 429 the gateway answered, by reason (per_second: limits.rateLimitPerKey; per_minute: rpm/tpm of a key or deployment; failed_auth: a client address throttled after failed authentications), scope (key, deployment, client) and kind (requests, tokens, auth_failures)',
+    labelNames: ['scope', 'kind', 'reason'] as const,
     registers: [this.registry],
   });
   readonly limitsStoreErrors = new Counter({
@@ -168,8 +168,6 @@ export class Metrics {
     this.duration.observe(v.duration, seconds);
   }
 
-  /** Held requests per deployment (scale from zero): read at scrape time. */
-  pendingOf: () => Iterable<{ project: string; deployment: string; count: number }> = () => [];
   readonly pending: Gauge = new Gauge({
     name: 'servegate_pending_requests',
     help: 'Requests held while their deployment has no ready endpoint (scale from zero), by project and deployment',
@@ -257,7 +255,14 @@ export class Metrics {
     return (await this.registry.metrics()) + this.duration.render() + this.ttft.render() + this.tpot.render();
   }
 
-  constructor(defaults = true) {
+  /**
+   * `defaults`: the standard process_* and nodejs_* metrics. `pendingOf`: held requests per deployment (scale from
+   * zero), read at scrape time.
+   */
+  constructor(
+    defaults = true,
+    private readonly pendingOf: () => Iterable<{ project: string; deployment: string; count: number }> = () => [],
+  ) {
     // Standard names (process_*, nodejs_*): what stock Node.js dashboards and alerts query (SPEC §11).
     if (defaults) collectDefaultMetrics({ register: this.registry });
   }

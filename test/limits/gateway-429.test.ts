@@ -65,7 +65,13 @@ describe('requests per minute', () => {
     });
     expect((await call('/v1/demo/echo/rpm', 'apikey-free')).status).toBe(200);
     expect((await call('/v1/demo/echo/rpm', 'apikey-free')).headers['x-ratelimit-limit-requests']).toBeUndefined();
-    expect(metricValue(await metrics(), 'servegate_rate_limited_total', { scope: 'key', kind: 'requests' })).toBe(2);
+    expect(
+      metricValue(await metrics(), 'servegate_rate_limited_total', {
+        scope: 'key',
+        kind: 'requests',
+        reason: 'per_minute',
+      }),
+    ).toBe(2);
   });
 
   test("a deployment's spec.limits apply across keys", async () => {
@@ -74,7 +80,11 @@ describe('requests per minute', () => {
       statuses.push((await call('/v1/demo/capped/x', key)).status);
     expect(statuses).toEqual([200, 200, 429]);
     expect(
-      metricValue(await metrics(), 'servegate_rate_limited_total', { scope: 'deployment', kind: 'requests' }),
+      metricValue(await metrics(), 'servegate_rate_limited_total', {
+        scope: 'deployment',
+        kind: 'requests',
+        reason: 'per_minute',
+      }),
     ).toBe(1);
   });
 });
@@ -119,7 +129,13 @@ describe('tokens per minute, charged from usage', () => {
     });
     expect(third.status).toBe(429);
     expect(third.json().error).toMatchObject({ code: 'rate_limit_exceeded', type: 'rate_limit_error' });
-    expect(metricValue(await metrics(), 'servegate_rate_limited_total', { scope: 'key', kind: 'tokens' })).toBe(2);
+    expect(
+      metricValue(await metrics(), 'servegate_rate_limited_total', {
+        scope: 'key',
+        kind: 'tokens',
+        reason: 'per_minute',
+      }),
+    ).toBe(2);
   });
 });
 
@@ -138,7 +154,11 @@ describe('failed-authentication throttling (maxFailures 3 here)', () => {
     expect(Number(valid.headers['retry-after'])).toBeGreaterThan(50);
     expect((await call('/v1/demo/echo/x', 'apikey-valid', from('198.51.100.9'))).status).toBe(200);
     expect(
-      metricValue(await metrics(), 'servegate_rate_limited_total', { scope: 'client', kind: 'auth_failures' }),
+      metricValue(await metrics(), 'servegate_rate_limited_total', {
+        scope: 'client',
+        kind: 'auth_failures',
+        reason: 'failed_auth',
+      }),
     ).toBe(3);
   });
 });

@@ -2,7 +2,7 @@
 import { describe, expect, test } from '@jest/globals';
 import { MemoryLimitStore } from '../../src/limits/memory.js';
 import type { Admission, BucketSpec, LimitStore } from '../../src/limits/buckets.js';
-import { RequestLimits, duration, type LimitDecision } from '../../src/limits/per-minute.js';
+import { PerMinuteLimits, duration, type LimitDecision } from '../../src/limits/per-minute.js';
 import { renderError } from '../../src/gateway/http/errors.js';
 
 const route = { project: 'demo', deployment: 'chat', namespace: 'demo', name: 'chat' };
@@ -18,16 +18,16 @@ function sync(d: LimitDecision | Promise<LimitDecision>): LimitDecision {
   return d;
 }
 
-describe('RequestLimits.specs', () => {
+describe('PerMinuteLimits.specs', () => {
   test('no limit anywhere: no bucket, admitted with no headers', () => {
-    const l = new RequestLimits(new MemoryLimitStore(), { requestsPerMinute: 0, tokensPerMinute: 0 });
+    const l = new PerMinuteLimits(new MemoryLimitStore(), { requestsPerMinute: 0, tokensPerMinute: 0 });
     const specs = l.specs(route, key);
     expect(specs).toEqual([]);
     expect(sync(l.decide(specs))).toEqual({ ok: true, headers: {}, charge: undefined });
   });
 
   test("the key's Secret fields win over the defaults; the deployment's limits apply to every key", () => {
-    const l = new RequestLimits(new MemoryLimitStore(), { requestsPerMinute: 60, tokensPerMinute: 1000 });
+    const l = new PerMinuteLimits(new MemoryLimitStore(), { requestsPerMinute: 60, tokensPerMinute: 1000 });
     expect(l.specs(route, key)).toEqual([
       { id: 'key:servegate/ci-bot:rpm', limit: 60, cost: 1 },
       { id: 'key:servegate/ci-bot:tpm', limit: 1000, cost: 0 },
@@ -44,10 +44,10 @@ describe('RequestLimits.specs', () => {
   });
 });
 
-describe('RequestLimits.decide', () => {
+describe('PerMinuteLimits.decide', () => {
   test('admitted requests carry the tightest remaining budget; the refusal is a 429 naming the limit, with Retry-After', () => {
     const c = clock();
-    const l = new RequestLimits(new MemoryLimitStore(c.now), { requestsPerMinute: 0, tokensPerMinute: 0 });
+    const l = new PerMinuteLimits(new MemoryLimitStore(c.now), { requestsPerMinute: 0, tokensPerMinute: 0 });
     const specs = l.specs(
       { ...route, limits: { requestsPerMinute: 2, tokensPerMinute: 100 } },
       { ...key, limits: { requestsPerMinute: 10 } },
@@ -85,7 +85,7 @@ describe('RequestLimits.decide', () => {
 
   test('tokens reported by a response are charged to every token bucket the request passed', () => {
     const c = clock();
-    const l = new RequestLimits(new MemoryLimitStore(c.now), { requestsPerMinute: 0, tokensPerMinute: 600 });
+    const l = new PerMinuteLimits(new MemoryLimitStore(c.now), { requestsPerMinute: 0, tokensPerMinute: 600 });
     const specs = l.specs({ ...route, limits: { tokensPerMinute: 10_000 } }, key);
     const ok = sync(l.decide(specs));
     if (!ok.ok) throw new Error('refused');
@@ -112,9 +112,9 @@ describe('RequestLimits.decide', () => {
       close: async () => {},
     });
     const spec: BucketSpec[] = [{ id: 'key:x:rpm', limit: 1, cost: 1 }];
-    const open = await new RequestLimits(down(true), { requestsPerMinute: 1, tokensPerMinute: 0 }).decide(spec);
+    const open = await new PerMinuteLimits(down(true), { requestsPerMinute: 1, tokensPerMinute: 0 }).decide(spec);
     expect(open).toEqual({ ok: true, headers: {}, charge: undefined, unavailable: 'redis: connection refused' });
-    const closed = await new RequestLimits(down(false), { requestsPerMinute: 1, tokensPerMinute: 0 }).decide(spec);
+    const closed = await new PerMinuteLimits(down(false), { requestsPerMinute: 1, tokensPerMinute: 0 }).decide(spec);
     if (closed.ok) throw new Error('fail-closed admitted');
     expect(closed.error.status).toBe(503);
     expect(closed.error.headers).toEqual({ 'retry-after': '5' });

@@ -1,38 +1,369 @@
-// The one admission step for plain requests and upgrades alike: decide() (route, key, project, verb) and then the
-// per-key rate limit. A plain function of the request's facts, the table, the limiter and the clock.
-import type { RouteTable } from '../../routing/types.js';
-import { decide, type Accepted, type ByModel, type Refused, type RequestFacts } from './route.js';
-import { gatewayError } from '../http/errors.js';
-import type { RateLimiter } from '../../limits/per-second.js';
+// Admission: the one ordered decision about a request before its body is read, used alike by plain requests and
+// websocket upgrades. The order (docs/gateway.md draws it):
+//
+//   1. head      framing and Host problems found while reading the head
+//   2. method    Expect other than 100-continue (417), TRACE/TRACK (405)
+//   3. preflight a CORS preflight is answered here, before any key is asked for
+//   4. route     where the path points (legacy Host, /v1/<project>/<deployment>, the OpenAI base URL)
+//   5. throttle  an address past the failed-authentication limit is refused before its key is hashed
+//   6. key       missing, malformed, unknown or expired: 401 (counted toward the throttle)
+//   7. grant     the key's projects: 403; then an unknown deployment: 404
+//   8. kind      the deployment kind's rules: suffix and verb (404/405/415), websockets only where a kind takes them
+//   9. limits    per second per key, then per minute per key and per deployment (sync in process, a promise with Redis)
+//
+// The result is an accepted request (the headers its answer gets, the token charge) or a refusal whose metrics are
+// already counted. A request on the OpenAI base URL is accepted with its deployment still open: `admitModel` finishes
+// it (grant by model, limits) once its `model` is read.
+import type { ApiKeyRecord, Route, RouteTable } from '../../routing/types.js';
+import type { AuthFailureLimiter } from '../../limits/auth-failures.js';
+import type { PerSecondLimiter } from '../../limits/per-second.js';
+import type { Charge, LimitDecision, PerMinuteLimits } from '../../limits/per-minute.js';
+import { authError, grantsProject, parseAuthorization, verifyKey, type AuthFailure } from './auth.js';
+import { ALLOWED_METHODS, preflightHeaderList, responseCorsList, type CorsPolicy } from './cors.js';
+import { checkSuffix, type BodyCheck } from './kind-rules.js';
+import { locate } from './route.js';
+import { gatewayError, type Dialect, type GatewayError } from '../http/errors.js';
+import { selectModel, servedModel } from '../openai/by-model.js';
 
-export type { Accepted, ByModel, Refused, RequestFacts };
-
-export interface Refusal extends Refused {
-  /** Label for servegate_auth_failures_total when the refusal is an authentication or authorisation one. */
-  authMetric?: string;
+/** What admission reads of a request: plain data from its head. */
+export interface RequestFacts {
+  method: string;
+  /** The request target as sent. */
+  url: string;
+  /** The routing authority (an absolute-form target's, else the Host header's). */
+  host: string | undefined;
+  authorization: string | string[] | undefined;
+  contentType: string | undefined;
+  now: number;
+  /** The address failed authentications count against (the peer, or the trusted X-Forwarded-For hop). */
+  client?: string;
+  origin?: string;
+  /** An OPTIONS with Origin and Access-Control-Request-Method: a CORS preflight. */
+  preflight?: boolean;
+  acrHeaders?: string;
+  /** A framing or Host problem found while reading the head (readHead/headProblem). */
+  headProblem?: GatewayError;
+  /** An Expect header other than 100-continue. */
+  expectation?: string;
+  /** A websocket upgrade. */
+  upgrade?: boolean;
 }
 
-export function admit(facts: RequestFacts, table: RouteTable, limiter: RateLimiter): Accepted | ByModel | Refusal {
-  const d = decide(facts, table);
-  if (!d.ok) {
-    const authMetric = d.authFailure ?? (d.error.code === 'project_forbidden' ? 'forbidden' : undefined);
-    return authMetric ? { ...d, authMetric } : d;
+/** The services admission asks, and the counters it sets. */
+export interface AdmitContext {
+  table: RouteTable;
+  cors: CorsPolicy;
+  perSecond: PerSecondLimiter;
+  perMinute: PerMinuteLimits;
+  authFailures: AuthFailureLimiter;
+  counters: AdmissionCounters;
+}
+
+export interface AdmissionCounters {
+  authFailure(reason: AuthFailure | 'forbidden'): void;
+  rateLimited(labels: RateLimitedLabels): void;
+}
+
+export interface RateLimitedLabels {
+  scope: 'key' | 'deployment' | 'client';
+  kind: 'requests' | 'tokens' | 'auth_failures';
+  reason: 'per_second' | 'per_minute' | 'failed_auth';
+}
+
+/** A request for one deployment, admitted. */
+export interface Accepted {
+  ok: true;
+  kind: 'route';
+  route: Route;
+  key: ApiKeyRecord;
+  /** Path and query to send upstream (prefix stripped; the backend's own path prefix not yet added). */
+  upstreamPath: string;
+  check: BodyCheck;
+  dialect: Dialect;
+  /** Project name as the path wrote it (or the route's, for host routing). */
+  project: string;
+  /** Headers every answer to this request carries: CORS, `x-ratelimit-*`. Flat [name, value, ...]. */
+  headers: string[];
+  /** The token buckets passed, charged with the tokens the answer reports. */
+  charge: Charge | undefined;
+}
+
+/** A request on the OpenAI base URL, key checked: `model` (in the body) names the deployment. */
+export interface ByModel {
+  ok: true;
+  kind: 'by-model';
+  key: ApiKeyRecord;
+  /** The OpenAI path as a deployment URL would forward it: "/v1/chat/completions". */
+  rest: string;
+  /** "?..." or "". */
+  search: string;
+  dialect: 'openai';
+  /** `GET /openai/v1/models/<id>`: the model id asked for (it may hold an encoded "/"). */
+  modelId?: string;
+  headers: string[];
+}
+
+/** A CORS preflight: answered 204 with these headers. */
+export interface Preflight {
+  ok: true;
+  kind: 'preflight';
+  headers: string[];
+}
+
+export interface Refused {
+  ok: false;
+  kind: 'refused';
+  error: GatewayError;
+  dialect: Dialect;
+  /** As far as admission got: for the metric and the log line. */
+  route?: Route;
+  key?: ApiKeyRecord;
+  /** The connection closes after the answer (the request itself cannot be trusted). */
+  close: boolean;
+  headers: string[];
+}
+
+export type Admission = Accepted | ByModel | Preflight | Refused;
+
+const NO_HEADERS: string[] = [];
+
+export function admit(facts: RequestFacts, ctx: AdmitContext): Admission | Promise<Admission> {
+  // 1-2. The head and the method: nothing about such a request can be trusted.
+  if (facts.headProblem) return refused(facts.headProblem, 'kserve', NO_HEADERS, true);
+  if (facts.expectation !== undefined) {
+    return refused(
+      gatewayError('expectation_failed', `Expect: ${facts.expectation} is not supported (only 100-continue)`),
+      'kserve',
+      NO_HEADERS,
+      true,
+    );
   }
-  if (limiter.enabled) {
-    const wait = limiter.take(`${d.key.namespace}/${d.key.name}`, facts.now);
-    if (wait > 0) {
-      return {
-        ok: false,
-        dialect: d.dialect,
-        route: d.route,
-        key: d.key,
-        error: gatewayError(
-          'rate_limit_exceeded',
-          `rate limit of ${limiter.perSecond} requests/s for this API key exceeded`,
-          { 'retry-after': String(wait) },
-        ),
-      };
+  if (facts.method === 'TRACE' || facts.method === 'TRACK') {
+    // TRACE would reflect the request (cookies included) back: never forwarded.
+    return refused(
+      gatewayError('method_not_allowed', `${facts.method} is not allowed`, { allow: ALLOWED_METHODS }),
+      'kserve',
+      NO_HEADERS,
+    );
+  }
+  // 3. A preflight carries no key: answered from the CORS settings alone.
+  if (facts.preflight && !facts.upgrade)
+    return { ok: true, kind: 'preflight', headers: preflightHeaderList(ctx.cors, facts.origin, facts.acrHeaders) };
+
+  // 4. Where it points. Every answer from here on carries the CORS headers.
+  const cors = responseCorsList(ctx.cors, facts.origin) ?? NO_HEADERS;
+  const at = locate(facts.url, facts.host, ctx.table);
+  if (at.at === 'bad-path') return refused(at.error, at.dialect, cors);
+  const route = at.at === 'deployment' ? at.route : undefined;
+
+  // 5. An address that failed authentication too often is refused before its key costs a hash (SPEC §9).
+  if (facts.client !== undefined && ctx.authFailures.enabled) {
+    const blocked = ctx.authFailures.blockedFor(facts.client);
+    if (blocked > 0) {
+      ctx.counters.rateLimited({ scope: 'client', kind: 'auth_failures', reason: 'failed_auth' });
+      const s = Math.ceil(blocked / 1000);
+      const error = gatewayError(
+        'rate_limit_exceeded',
+        `too many failed authentications from ${facts.client}; retry after ${s} s`,
+        { 'retry-after': String(s) },
+      );
+      return { ok: false, kind: 'refused', error, dialect: at.dialect, route, close: false, headers: cors };
     }
   }
-  return d;
+
+  // 6. The key.
+  const auth = parseAuthorization(facts.authorization);
+  const verified = 'failure' in auth ? auth : verifyKey(ctx.table.keys, auth.key, facts.now);
+  if ('failure' in verified) {
+    ctx.counters.authFailure(verified.failure);
+    if (facts.client !== undefined) ctx.authFailures.failed(facts.client);
+    return {
+      ok: false,
+      kind: 'refused',
+      error: authError(verified.failure),
+      dialect: at.dialect,
+      route,
+      close: false,
+      headers: cors,
+    };
+  }
+  const key = verified.record;
+
+  if (at.at === 'openai') {
+    if (at.modelId instanceof Error) return { ...refused(at.modelId, 'openai', cors), key };
+    const b: ByModel = {
+      ok: true,
+      kind: 'by-model',
+      key,
+      rest: at.rest,
+      search: at.search,
+      dialect: 'openai',
+      modelId: at.modelId,
+      headers: cors,
+    };
+    // A websocket (the realtime API) names its model in the query: `?model=<project>/<deployment>`.
+    if (facts.upgrade) return admitUpgradeByModel(b, ctx, facts.now);
+    // The per-minute buckets wait for `model`; the key's per-second bucket is taken now, before the body is read.
+    const error = ctx.perSecond.take(key, facts.now);
+    if (!error) return b;
+    ctx.counters.rateLimited({ scope: 'key', kind: 'requests', reason: 'per_second' });
+    return { ...refused(error, 'openai', cors), key };
+  }
+
+  // 7. The grant, then the deployment itself.
+  const dialect = at.dialect;
+  const refuse = (error: GatewayError): Refused => ({
+    ok: false,
+    kind: 'refused',
+    error,
+    dialect,
+    route,
+    key,
+    close: false,
+    headers: cors,
+  });
+  if (at.unknownHost !== undefined) {
+    return refuse(
+      gatewayError(
+        'not_found',
+        `no deployment is served at host "${at.unknownHost}": legacy hostnames are <deployment>.<project>.${ctx.table.serverlessDomain} of a deployment that is served`,
+      ),
+    );
+  }
+  if (at.project === undefined || at.rest === undefined)
+    return refuse(
+      gatewayError('not_found', 'no deployment at this path: deployments are served at /v1/<project>/<deployment>/...'),
+    );
+  if (!grantsProject(key, at.project, route?.namespace)) {
+    ctx.counters.authFailure('forbidden');
+    return refuse(
+      gatewayError('project_forbidden', `API key "${key.name}" does not grant access to project "${at.project}"`),
+    );
+  }
+  if (!route)
+    return refuse(gatewayError('not_found', `deployment "${at.deployment}" not found in project "${at.project}"`));
+
+  // 8. The kind's rules.
+  const suffix = checkSuffix(route, facts.method, at.rest, facts.contentType);
+  if (!('check' in suffix)) return refuse(suffix);
+  if (facts.upgrade && route.kind === 'predictive')
+    return refuse(gatewayError('not_found', 'predictive deployments do not accept upgrade (websocket) requests'));
+
+  // 9. Limits.
+  return limit(
+    {
+      ok: true,
+      kind: 'route',
+      route,
+      key,
+      upstreamPath: at.rest + at.search,
+      check: suffix.check,
+      dialect,
+      project: at.project,
+      headers: cors,
+      charge: undefined,
+    },
+    ctx,
+    facts.now,
+  );
+}
+
+/**
+ * The OpenAI base URL once `model` has named the deployment (read from the body): the request passes that
+ * deployment's per-minute limits (the key's per-second bucket was taken at admission). `search`: the query to forward.
+ */
+export function admitModel(
+  b: ByModel,
+  route: Route,
+  search: string,
+  ctx: Pick<AdmitContext, 'perMinute' | 'counters'>,
+): Accepted | Refused | Promise<Accepted | Refused> {
+  return perMinute(byModelAccepted(b, route, search), ctx);
+}
+
+function byModelAccepted(b: ByModel, route: Route, search: string): Accepted {
+  return {
+    ok: true,
+    kind: 'route',
+    route,
+    key: b.key,
+    upstreamPath: b.rest + search,
+    check: 'json',
+    dialect: 'openai',
+    project: route.project,
+    headers: b.headers,
+    charge: undefined,
+  };
+}
+
+/** A websocket on the OpenAI base URL (the realtime API): `?model=` names the deployment and is rewritten like a body's. */
+function admitUpgradeByModel(
+  b: ByModel,
+  ctx: AdmitContext,
+  now: number,
+): Accepted | Refused | Promise<Accepted | Refused> {
+  const params = new URLSearchParams(b.search);
+  const route = selectModel(ctx.table, b.key, params.get('model') ?? undefined);
+  if (route instanceof Error) {
+    if (route.code === 'model_forbidden') ctx.counters.authFailure('forbidden');
+    return { ...refused(route, 'openai', b.headers), key: b.key };
+  }
+  params.set('model', servedModel(route));
+  return limit(byModelAccepted(b, route, `?${params.toString()}`), ctx, now);
+}
+
+/** Step 9: the per-second bucket of the key, then the per-minute buckets. */
+function limit(
+  a: Accepted,
+  ctx: Pick<AdmitContext, 'perSecond' | 'perMinute' | 'counters'>,
+  now: number,
+): Accepted | Refused | Promise<Accepted | Refused> {
+  const error = ctx.perSecond.take(a.key, now);
+  if (error) {
+    ctx.counters.rateLimited({ scope: 'key', kind: 'requests', reason: 'per_second' });
+    return {
+      ok: false,
+      kind: 'refused',
+      error,
+      dialect: a.dialect,
+      route: a.route,
+      key: a.key,
+      close: false,
+      headers: a.headers,
+    };
+  }
+  return perMinute(a, ctx);
+}
+
+/** The by-model request has already passed the per-second bucket (before its body was read). */
+function perMinute(
+  a: Accepted,
+  ctx: Pick<AdmitContext, 'perMinute' | 'counters'>,
+): Accepted | Refused | Promise<Accepted | Refused> {
+  const specs = ctx.perMinute.specs(a.route, a.key);
+  if (specs.length === 0) return a;
+  const decision = ctx.perMinute.decide(specs);
+  const apply = (dec: LimitDecision): Accepted | Refused => {
+    if (!dec.ok) {
+      for (const s of dec.spent) ctx.counters.rateLimited({ ...s, reason: 'per_minute' });
+      return {
+        ok: false,
+        kind: 'refused',
+        error: dec.error,
+        dialect: a.dialect,
+        route: a.route,
+        key: a.key,
+        close: false,
+        headers: a.headers,
+      };
+    }
+    const headers = a.headers.slice();
+    for (const k in dec.headers) headers.push(k, dec.headers[k]);
+    return { ...a, headers, charge: dec.charge };
+  };
+  return decision instanceof Promise ? decision.then(apply) : apply(decision);
+}
+
+function refused(error: GatewayError, dialect: Dialect, headers: string[], close = false): Refused {
+  return { ok: false, kind: 'refused', error, dialect, close, headers };
 }

@@ -1,62 +1,47 @@
-// The whole pre-forwarding decision for one request, as a plain function of request data, the table and the clock:
-// which route, is the key good, may it use the project, is the suffix offered.
-import type { ApiKeyRecord, Route, RouteTable } from '../../routing/types.js';
-import { authError, grantsProject, parseAuthorization, verifyKey, type AuthFailure } from './auth.js';
+// Where a request points, before anything about its key is known: the route by legacy Host or by
+// /v1/<project>/<deployment>, the path left to forward, the OpenAI base URL, and the error dialect. A plain function
+// of the target, the Host and the table.
+import type { Route, RouteTable } from '../../routing/types.js';
 import { gatewayError, type Dialect, type GatewayError } from '../http/errors.js';
 import { BASE_SEGMENTS } from '../openai/by-model.js';
-import { joinPath, parseTarget, type RequestTarget } from '../http/path.js';
-import { checkSuffix, dialectOf, type BodyCheck } from './kind-rules.js';
+import { joinPath, parseTarget } from '../http/path.js';
+import { dialectOf } from './kind-rules.js';
 
-export interface RequestFacts {
-  method: string;
-  url: string;
-  host: string | undefined;
-  authorization: string | string[] | undefined;
-  contentType: string | undefined;
-  now: number;
-}
-
-export interface Accepted {
-  ok: true;
-  byModel?: undefined;
-  route: Route;
-  key: ApiKeyRecord;
-  /** Path and query to send upstream (prefix stripped; backend path prefix not yet added). */
-  upstreamPath: string;
-  check: BodyCheck;
-  dialect: Dialect;
-  /** Project name as the path wrote it (or the route's, for host routing). */
-  project: string;
-}
-
-/**
- * A request on the one OpenAI base URL (SPEC §9), key checked: its deployment is named by the body's `model`, so the
- * route is chosen once the body is read (openai-base.ts), or the gateway answers itself (`/models`).
- */
-export interface ByModel {
-  ok: true;
-  byModel: true;
-  route?: undefined;
-  key: ApiKeyRecord;
-  /** The OpenAI path as a deployment URL would forward it: "/v1/chat/completions". */
-  rest: string;
+/** The path names a deployment (found or not) or a legacy host. */
+export interface Located {
+  at: 'deployment';
+  route: Route | undefined;
+  /** Project as the path wrote it (or the route's, for host routing); undefined: no /v1/<project>/<deployment> form. */
+  project: string | undefined;
+  /** Deployment segment as the path wrote it. */
+  deployment: string | undefined;
+  /** Path after the deployment prefix (undefined when the path has no deployment form). */
+  rest: string | undefined;
   /** "?..." or "". */
   search: string;
-  dialect: 'openai';
-  /** `GET /openai/v1/models/<id>`: the model id asked for (it may hold an encoded "/"). */
-  modelId?: string;
+  dialect: Dialect;
+  /** A Host under the serverless domain that no deployment holds. */
+  unknownHost: string | undefined;
 }
 
-export interface Refused {
-  ok: false;
-  error: GatewayError;
-  dialect: Dialect;
-  route?: Route;
-  /** Set for 401s, for the auth-failure metric. */
-  authFailure?: AuthFailure;
-  /** For 403s and later refusals: the key that was accepted. */
-  key?: ApiKeyRecord;
+/** The one OpenAI base URL: the deployment is named later, by `model`. */
+export interface OnBaseUrl {
+  at: 'openai';
+  /** The OpenAI path as a deployment URL would forward it: "/v1/chat/completions". */
+  rest: string;
+  search: string;
+  dialect: 'openai';
+  /** `GET /openai/v1/models/<id>`: the id asked for ('' for the list), or the error of a bad id. */
+  modelId?: string | GatewayError;
 }
+
+export interface BadPath {
+  at: 'bad-path';
+  error: GatewayError;
+  dialect: 'kserve';
+}
+
+export type Location = Located | OnBaseUrl | BadPath;
 
 /** Lower-cased host without port; undefined when absent. */
 export function hostOnly(host: string | undefined): string | undefined {
@@ -70,26 +55,33 @@ export function hostOnly(host: string | undefined): string | undefined {
 
 const MODELS_PREFIX = '/openai/v1/models/';
 
-export function decide(req: RequestFacts, table: RouteTable): Accepted | ByModel | Refused {
+export function locate(url: string, host: string | undefined, table: RouteTable): Location {
   // Legacy host routing first: its paths (/v1/models/...) would otherwise read as /v1/<project>/<deployment>.
-  const h = hostOnly(req.host);
+  const h = hostOnly(host);
   let route = h ? table.byHost.get(h) : undefined;
   // `GET /openai/v1/models/<project>%2F<deployment>` (how SDKs spell a model id with "/"): answered by the gateway
   // itself, never forwarded, so the encoded "/" that parseTarget refuses is read here.
-  if (!route && req.url.startsWith(MODELS_PREFIX)) return byModel(req, table, undefined, modelIdOf(req.url));
-  const target = parseTarget(req.url);
-  if (!('segments' in target)) return { ok: false, error: target, dialect: 'kserve' };
+  if (!route && url.startsWith(MODELS_PREFIX)) {
+    const id = modelIdOf(url);
+    return { at: 'openai', rest: '/v1/models', search: '', dialect: 'openai', modelId: id === '' ? undefined : id };
+  }
+  const target = parseTarget(url);
+  if (!('segments' in target)) return { at: 'bad-path', error: target, dialect: 'kserve' };
 
   let rest: string | undefined;
   let project: string | undefined;
+  let deployment: string | undefined;
   if (route) {
     rest = joinPath(target.segments);
     project = route.project;
+    deployment = route.deployment;
   } else {
     const s = target.segments;
-    if (s.length >= 2 && s[0] === BASE_SEGMENTS[0] && s[1] === BASE_SEGMENTS[1]) return byModel(req, table, target);
+    if (s.length >= 2 && s[0] === BASE_SEGMENTS[0] && s[1] === BASE_SEGMENTS[1])
+      return { at: 'openai', rest: joinPath(s, 1), search: target.search, dialect: 'openai' };
     if (s.length >= 3 && s[0] === 'v1' && s[1] !== '' && s[2] !== '') {
       project = s[1];
+      deployment = s[2];
       route = table.byPath.get(`${s[1]}/${s[2]}`);
       rest = joinPath(s, 3);
     }
@@ -97,87 +89,18 @@ export function decide(req: RequestFacts, table: RouteTable): Accepted | ByModel
   // A Host under the serverless domain that no deployment holds, and a path that is no deployment's either: a legacy
   // call to a deployment that is not served (its path, /v1/models/<name>:predict, must not be read as project "models").
   const unknownHost =
-    !route && h !== undefined && table.serverlessDomain !== '' && h.endsWith(`.${table.serverlessDomain}`);
-  const dialect = dialectOf(route, rest);
-
-  const auth = parseAuthorization(req.authorization);
-  if ('failure' in auth)
-    return { ok: false, error: authError(auth.failure), dialect, route, authFailure: auth.failure };
-  const verified = verifyKey(table.keys, auth.key, req.now);
-  if ('failure' in verified)
-    return { ok: false, error: authError(verified.failure), dialect, route, authFailure: verified.failure };
-  const key = verified.record;
-
-  if (unknownHost) {
-    return {
-      ok: false,
-      dialect,
-      key,
-      error: gatewayError(
-        'not_found',
-        `no deployment is served at host "${h}": legacy hostnames are <deployment>.<project>.${table.serverlessDomain} of a deployment that is served`,
-      ),
-    };
-  }
-  if (project === undefined || rest === undefined) {
-    return {
-      ok: false,
-      dialect,
-      key,
-      error: gatewayError(
-        'not_found',
-        'no deployment at this path: deployments are served at /v1/<project>/<deployment>/...',
-      ),
-    };
-  }
-  if (!grantsProject(key, project, route?.namespace)) {
-    return {
-      ok: false,
-      dialect,
-      route,
-      key,
-      error: gatewayError('project_forbidden', `API key "${key.name}" does not grant access to project "${project}"`),
-    };
-  }
-  if (!route) {
-    const deployment = target.segments[2];
-    return {
-      ok: false,
-      dialect,
-      key,
-      error: gatewayError('not_found', `deployment "${deployment}" not found in project "${project}"`),
-    };
-  }
-  const suffix = checkSuffix(route, req.method, rest, req.contentType);
-  if (!('check' in suffix)) return { ok: false, error: suffix, dialect, route, key };
-  return { ok: true, route, key, upstreamPath: rest + target.search, check: suffix.check, dialect, project };
-}
-
-/** The base URL: the key is checked here as anywhere; the deployment is chosen later, by `model`. */
-function byModel(
-  req: RequestFacts,
-  table: RouteTable,
-  target: RequestTarget | undefined,
-  modelId?: string | GatewayError,
-): ByModel | Refused {
-  const auth = parseAuthorization(req.authorization);
-  if ('failure' in auth)
-    return { ok: false, error: authError(auth.failure), dialect: 'openai', authFailure: auth.failure };
-  const verified = verifyKey(table.keys, auth.key, req.now);
-  if ('failure' in verified)
-    return { ok: false, error: authError(verified.failure), dialect: 'openai', authFailure: verified.failure };
-  const key = verified.record;
-  if (modelId instanceof Error) return { ok: false, error: modelId, dialect: 'openai', key };
-  if (modelId === '') return { ok: true, byModel: true, key, rest: '/v1/models', search: '', dialect: 'openai' };
-  if (modelId !== undefined)
-    return { ok: true, byModel: true, key, rest: '/v1/models', search: '', dialect: 'openai', modelId };
+    !route && h !== undefined && table.serverlessDomain !== '' && h.endsWith(`.${table.serverlessDomain}`)
+      ? h
+      : undefined;
   return {
-    ok: true,
-    byModel: true,
-    key,
-    rest: joinPath(target!.segments, 1),
-    search: target!.search,
-    dialect: 'openai',
+    at: 'deployment',
+    route,
+    project,
+    deployment,
+    rest,
+    search: target.search,
+    dialect: dialectOf(route, rest),
+    unknownHost,
   };
 }
 

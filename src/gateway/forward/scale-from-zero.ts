@@ -120,6 +120,18 @@ export class HoldQueues {
     return m;
   }
 
+  /**
+   * servegate_pending_requests: every deployment that can hold (or holds) has a series, 0 when nothing waits, so that
+   * an autoscaler (KEDA) sees the deployment before its first request.
+   */
+  pending(routes: Iterable<Route>): Array<{ project: string; deployment: string; count: number }> {
+    const out: Array<{ project: string; deployment: string; count: number }> = [];
+    for (const r of routes)
+      if (r.holdMs || this.queues.has(r.id))
+        out.push({ project: r.project, deployment: r.deployment, count: this.queues.get(r.id)?.entries.length ?? 0 });
+    return out;
+  }
+
   /** Answers every held request 503 (shutdown) and stops the look. */
   close(): void {
     for (const q of [...this.queues.values()]) for (const e of [...q.entries]) if (this.remove(e.held)) e.held.expire();

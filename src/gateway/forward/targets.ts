@@ -1,7 +1,5 @@
-// Where a request goes: the backend's address for this request (round-robin over ready endpoints) and a
-// keep-alive connection pool per address.
-import type { Socket } from 'node:net';
-import { buildConnector, Pool } from 'undici';
+// Where a request goes: the backend (and canary variant) and the address for this request, round-robin over the
+// ready endpoints.
 import type { Backend, Route } from '../../routing/types.js';
 import type { EndpointAddress, EndpointResolver } from '../../sources/types.js';
 
@@ -104,75 +102,4 @@ export class TargetPicker {
 
 function addr(ep: EndpointAddress): string {
   return ep.host.includes(':') ? `[${ep.host}]:${ep.port}` : `${ep.host}:${ep.port}`;
-}
-
-// undici ends a close-delimited response (no length, not chunked) on the socket's close, also when the close was a
-// reset: the client would get a clean end of a cut answer. undici reports the reset from its own 'error' listener,
-// and it completes the response synchronously inside that listener; this listener runs just before it (added
-// before undici's), so the answer's handler can tell a reset from a clean close while it completes.
-let resetting = false;
-const clearReset = (): void => {
-  resetting = false;
-};
-function markReset(err: NodeJS.ErrnoException): void {
-  if (err.code === 'ECONNRESET' || err.code === 'EPIPE') {
-    resetting = true;
-    process.nextTick(clearReset);
-  }
-}
-
-/** True while undici completes a response because its connection was reset (see markReset). */
-export function upstreamReset(): boolean {
-  return resetting;
-}
-
-const baseConnect = buildConnector({ timeout: 5_000 });
-const connect: buildConnector.connector = (opts, cb) =>
-  baseConnect(opts, (err, socket) => {
-    if (socket) (socket as Socket).on('error', markReset);
-    cb(err, socket as never);
-  });
-
-/** One undici Pool per backend origin; pools unused for a while are closed. */
-export class Pools {
-  private pools = new Map<string, { pool: Pool; used: number }>();
-  private sweeper: NodeJS.Timeout;
-
-  constructor(private readonly idleCloseMs = 300_000) {
-    this.sweeper = setInterval(() => this.sweep(), Math.min(60_000, idleCloseMs)).unref();
-  }
-
-  get(origin: string): Pool {
-    const e = this.pools.get(origin);
-    if (e) {
-      e.used = Date.now();
-      return e.pool;
-    }
-    const pool = new Pool(origin, {
-      connections: null,
-      pipelining: 1,
-      keepAliveTimeout: 4_000,
-      keepAliveMaxTimeout: 60_000,
-      connect,
-    });
-    this.pools.set(origin, { pool, used: Date.now() });
-    return pool;
-  }
-
-  private sweep(): void {
-    const cutoff = Date.now() - this.idleCloseMs;
-    for (const [origin, e] of this.pools) {
-      if (e.used < cutoff) {
-        this.pools.delete(origin);
-        e.pool.close().catch(() => undefined);
-      }
-    }
-  }
-
-  async close(): Promise<void> {
-    clearInterval(this.sweeper);
-    const all = [...this.pools.values()];
-    this.pools.clear();
-    await Promise.all(all.map((e) => e.pool.destroy().catch(() => undefined)));
-  }
 }

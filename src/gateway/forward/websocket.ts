@@ -1,35 +1,38 @@
-// Upgrade requests. A websocket upgrade goes through the same admission as any request and, once the backend agrees,
-// the two sockets are joined; every refusal is answered in the route's dialect and the socket is closed properly.
+// Upgrade requests. A websocket upgrade goes through the same admission pipeline as any request, reaches its backend
+// through the same pools and picker (undici's upgrade), and, once the backend agrees, the two sockets are joined;
+// every refusal is answered in the route's dialect and the socket is closed properly. Upgrades are not held while a
+// deployment scales from zero: a websocket client retries on its own.
 // Any other Upgrade token (h2c, ...) is not tunnelled: the request is handed back to the HTTP server without it and
 // served as plain HTTP/1.1, as RFC 9110 §7.8 allows and as nginx does.
 import { randomUUID } from 'node:crypto';
-import { request as httpRequest, type IncomingMessage, type Server } from 'node:http';
+import type { IncomingMessage, Server } from 'node:http';
 import type { Socket } from 'node:net';
-import { admit, type Accepted, type ByModel, type Refusal } from '../admit/pipeline.js';
-import type { Conn, Job } from '../listen/connection.js';
-import { responseCorsList } from '../admit/cors.js';
-import { gatewayError, type Dialect, type GatewayError } from '../http/errors.js';
-import { clientAddress, pathOf, recordAnswer, type PlaneContext } from './exchange.js';
-import type { LimitDecision } from '../../limits/per-minute.js';
+import type { Duplex } from 'node:stream';
+import type { Dispatcher } from 'undici';
+import type { Route } from '../../routing/types.js';
 import type { RequestTrace } from '../../observe/tracing.js';
+import { recordAnswer } from '../../observe/record.js';
+import { admit, type Admission } from '../admit/pipeline.js';
+import { gatewayError, type Dialect, type GatewayError } from '../http/errors.js';
 import { clientRequestId, downstreamHeaders, upstreamHeaders } from '../http/headers.js';
+import { pathOf } from '../http/path.js';
+import { clientAddress, headProblem, readHead, type RequestHead } from '../http/request-head.js';
 import { closeSocket, rawHead, sendRawError } from '../http/answers.js';
-import { headProblem, readHead, type RequestHead } from '../http/request-head.js';
-import { mapUpstreamError, unavailable } from './upstream-errors.js';
-import type { Route, RouteTable } from '../../routing/types.js';
-import { acceptByModel, selectModel, servedModel } from '../openai/by-model.js';
+import type { Conn, Job } from '../listen/connection.js';
+import type { PlaneContext } from './context.js';
+import { DECLINE_BODY_MAX, UpgradeCall, type UpgradeOwner } from './upstream-call.js';
+import { ClientGone, mapUpstreamError, unavailable } from './upstream-errors.js';
 
-/** Longest error body from a backend that declines an upgrade that is passed on. */
-const DECLINE_BODY_MAX = 65_536;
-
-export class UpgradeJob implements Job {
+export class UpgradeJob implements Job, UpgradeOwner {
   private readonly started = performance.now();
   private requestId = '';
   private trace: RequestTrace | undefined;
   private route: Route | undefined;
   private keyName = '';
-  private upstream: ReturnType<typeof httpRequest> | undefined;
-  private tunnel: Socket | undefined;
+  private dialect: Dialect = 'kserve';
+  private extra: string[] = [];
+  private call: UpgradeCall | undefined;
+  private tunnel: Duplex | undefined;
   private finished = false;
 
   constructor(
@@ -45,7 +48,7 @@ export class UpgradeJob implements Job {
     const { socket } = this;
     socket.on('error', () => socket.destroy());
     socket.once('close', () => {
-      this.upstream?.destroy();
+      this.call?.abort(new ClientGone());
       this.tunnel?.destroy();
       this.end();
     });
@@ -78,12 +81,8 @@ export class UpgradeJob implements Job {
 
     this.requestId = clientRequestId(h.requestId) ?? randomUUID();
     this.trace = ctx.tracing?.start(h.method, pathOf(req.url), h.traceparent, h.tracestate, this.conn.client);
-    const extra = ['x-request-id', this.requestId, ...(responseCorsList(ctx.cors, h.origin) ?? [])];
-    const bad = headProblem(h, req, ctx.maxHeaders);
-    if (bad) return this.refuse(bad, 'kserve', extra);
-
-    const table = ctx.store.current();
-    const admitted = admit(
+    this.extra.push('x-request-id', this.requestId);
+    const a = admit(
       {
         method: h.method,
         url: req.url ?? '/',
@@ -91,161 +90,123 @@ export class UpgradeJob implements Job {
         authorization: h.authorization,
         contentType: undefined,
         now: Date.now(),
+        client: clientAddress(this.conn.client, h, ctx.head.trustForwarded),
+        origin: h.origin,
+        headProblem: headProblem(h, req, ctx.maxHeaders),
+        upgrade: true,
       },
-      table,
-      ctx.limiter,
+      ctx.admission,
     );
-    // The OpenAI base URL: a websocket (the realtime API) names its model in the query, `?model=<project>/<deployment>`.
-    const d = admitted.ok && admitted.byModel ? upgradeByModel(table, admitted) : admitted;
-    const client = clientAddress(this.conn.client, h, ctx.head.trustForwarded);
-    const blocked = ctx.authFailures.blockedFor(client);
-    if (blocked > 0) {
-      ctx.metrics.rateLimited.inc({ scope: 'client', kind: 'auth_failures' });
-      const s = Math.ceil(blocked / 1000);
-      return this.refuse(
-        gatewayError('rate_limit_exceeded', `too many failed authentications from ${client}; retry after ${s} s`, {
-          'retry-after': String(s),
-        }),
-        d.dialect,
-        extra,
-      );
-    }
-    if (!d.ok) {
-      if (d.authMetric) ctx.metrics.authFailures.inc({ reason: d.authMetric });
-      if ('authFailure' in d && d.authFailure) ctx.authFailures.failed(client);
-      this.route = d.route;
-      return this.refuse(d.error, d.dialect, extra);
-    }
-    this.route = d.route;
-    this.keyName = d.key.name;
-    const specs = ctx.limits.specs(d.route, d.key);
-    if (specs.length) {
-      const decision = ctx.limits.decide(specs);
-      const apply = (dec: LimitDecision): void => {
-        if (this.finished || this.socket.destroyed) return this.end();
-        if (!dec.ok) {
-          for (const s of dec.spent) ctx.metrics.rateLimited.inc(s);
-          return this.refuse(dec.error, d.dialect, extra);
-        }
-        for (const [k, v] of Object.entries(dec.headers)) extra.push(k, v);
-        this.forward(h, d, extra);
-      };
-      if (decision instanceof Promise) {
-        decision.then(apply, () =>
-          this.refuse(gatewayError('internal_error', 'internal gateway error'), d.dialect, extra),
-        );
-        return;
-      }
-      return apply(decision);
-    }
-    this.forward(h, d, extra);
+    if (!(a instanceof Promise)) return this.admitted(h, a);
+    a.then(
+      (x) => this.admitted(h, x),
+      (err: unknown) => {
+        ctx.logger.error({ err }, 'rate-limit check failed');
+        this.refuse(gatewayError('internal_error', 'internal gateway error'));
+      },
+    );
   }
 
-  private forward(h: RequestHead, d: Accepted, extra: string[]): void {
-    const { ctx, req, socket } = this;
-    if (d.route.kind === 'predictive') {
-      return this.refuse(
-        gatewayError('not_found', 'predictive deployments do not accept upgrade (websocket) requests'),
-        d.dialect,
-        extra,
-      );
+  private admitted(h: RequestHead, a: Admission): void {
+    if (this.finished || this.socket.destroyed) return this.end();
+    if (a.kind === 'preflight' || a.kind === 'by-model') {
+      // admit() settles the OpenAI base URL's model and never answers a preflight for an upgrade.
+      return this.refuse(gatewayError('internal_error', 'internal gateway error'));
     }
-    // Upgrades are not held while a deployment scales from zero: a websocket client retries on its own.
-    const chosen = d.route.notReady ? undefined : ctx.picker.choose(d.route);
+    for (let i = 0; i < a.headers.length; i++) this.extra.push(a.headers[i]);
+    this.dialect = a.dialect;
+    this.route = a.route;
+    this.keyName = a.key?.name ?? '';
+    if (!a.ok) return this.refuse(a.error);
+
+    const { ctx } = this;
+    const route = a.route;
+    const chosen = route.notReady ? undefined : ctx.picker.choose(route);
     if (!chosen) {
       ctx.metrics.upstreamErrors.inc({ cause: 'no_ready_endpoint' });
-      return this.refuse(unavailable(d.route), d.dialect, extra);
+      return this.refuse(unavailable(route));
     }
     const target = chosen.target;
-    if (chosen.variant) extra.push('x-servegate-variant', chosen.variant);
+    if (chosen.variant) this.extra.push('x-servegate-variant', chosen.variant);
     const headers = upstreamHeaders(h, {
       clientIp: this.conn.client,
       proto: this.conn.proto,
       requestId: this.requestId,
-      project: d.route.project,
-      deployment: d.route.deployment,
-      keyName: d.key.name,
+      project: route.project,
+      deployment: route.deployment,
+      keyName: a.key.name,
       backendAuthority: target.authority,
       trustForwarded: ctx.head.trustForwarded,
-      upgrade: 'websocket',
       traceparent: this.trace?.traceparent,
       tracestate: this.trace?.tracestate,
     });
-    const u = new URL(target.origin);
-    const upstream = (this.upstream = httpRequest({
-      host: u.hostname.replace(/^\[|\]$/g, ''),
-      port: Number(u.port || 80),
-      method: req.method,
-      path: target.basePath + (d.route.pathPrefix ?? '') + d.upstreamPath,
-      headers,
-      timeout: d.route.timeoutMs,
-      agent: false,
-    }));
-    const route = d.route;
-    const dialect = d.dialect;
-    upstream.on('upgrade', (res, up: Socket, upHead: Buffer) => {
-      if (socket.destroyed) return up.destroy();
-      this.tunnel = up;
-      const list: string[] = [];
-      for (let i = 0; i < res.rawHeaders.length; i += 2) list.push(res.rawHeaders[i], res.rawHeaders[i + 1]);
-      socket.write(rawHead(res.statusCode ?? 101, list, res.statusMessage));
-      if (upHead.length) socket.write(upHead);
-      if (this.head.length) up.write(this.head);
-      up.on('error', () => socket.destroy());
-      up.on('close', () => socket.destroy());
-      up.pipe(socket);
-      socket.pipe(up);
-      this.record(101);
-    });
-    upstream.on('response', (res) => {
-      // The backend declined the upgrade: its answer is passed on as a normal response (headers filtered as for any
-      // answer), then the socket closes. An answer too large to hold is refused rather than passed on cut short.
-      const down = downstreamHeaders(res.rawHeaders, ctx.cors.enabled);
-      const chunks: Buffer[] = [];
-      let size = 0;
-      res.on('data', (c: Buffer) => {
-        size += c.length;
-        if (size <= DECLINE_BODY_MAX) chunks.push(c);
-      });
-      res.on('error', () => socket.destroy());
-      res.on('end', () => {
-        if (size > DECLINE_BODY_MAX) {
-          ctx.metrics.upstreamErrors.inc({ cause: 'reset' });
-          return this.refuse(
-            gatewayError(
-              'backend_error',
-              `deployment ${route.project}/${route.deployment} declined the upgrade with an answer larger than ${DECLINE_BODY_MAX} bytes`,
-            ),
-            dialect,
-            extra,
-          );
-        }
-        const body = Buffer.concat(chunks, size);
-        const list = down.list;
-        if (!down.length) list.push('content-length', String(size));
-        list.push('connection', 'close', ...extra);
-        closeSocket(
-          socket,
-          Buffer.concat([Buffer.from(rawHead(res.statusCode ?? 502, list, res.statusMessage), 'latin1'), body]),
-        );
-        this.record(res.statusCode ?? 502);
-        this.end();
-      });
-    });
-    upstream.on('timeout', () =>
-      upstream.destroy(Object.assign(new Error('timeout'), { code: 'UND_ERR_HEADERS_TIMEOUT' })),
-    );
-    upstream.on('error', (err: NodeJS.ErrnoException) => {
-      if (socket.destroyed || this.tunnel) return;
-      const mapped = mapUpstreamError(err.code ?? '', route);
-      ctx.metrics.upstreamErrors.inc({ cause: mapped.cause });
-      this.refuse(mapped.error, dialect, extra);
-    });
-    upstream.end();
+    const call = (this.call = new UpgradeCall(this));
+    try {
+      ctx.pools.get(target.origin).dispatch(
+        {
+          path: target.basePath + (route.pathPrefix ?? '') + a.upstreamPath,
+          method: this.req.method as Dispatcher.HttpMethod,
+          headers,
+          upgrade: 'websocket',
+          headersTimeout: route.timeoutMs,
+        },
+        call,
+      );
+    } catch (err) {
+      call.onError(err as Error);
+    }
   }
 
-  private refuse(err: GatewayError, dialect: Dialect, extra: string[]): void {
-    sendRawError(this.socket, err, dialect, extra);
+  upgraded(status: number, raw: Buffer[], up: Duplex): void {
+    const { socket } = this;
+    if (socket.destroyed) return void up.destroy();
+    this.tunnel = up;
+    const list: string[] = [];
+    for (let i = 0; i < raw.length; i += 2) list.push(raw[i].toString('latin1'), raw[i + 1].toString('latin1'));
+    socket.write(rawHead(status, list));
+    if (this.head.length) up.write(this.head);
+    up.on('error', () => socket.destroy());
+    up.on('close', () => socket.destroy());
+    up.pipe(socket);
+    socket.pipe(up);
+    this.record(status);
+  }
+
+  /**
+   * The backend declined the upgrade: its answer is passed on as a normal response (headers filtered as for any
+   * answer), then the socket closes. An answer too large to hold is refused rather than passed on cut short.
+   */
+  declined(status: number, raw: Buffer[], statusText: string | undefined, body: Buffer | undefined): void {
+    const { ctx, socket } = this;
+    if (socket.destroyed) return;
+    const route = this.route!;
+    if (!body) {
+      ctx.metrics.upstreamErrors.inc({ cause: 'reset' });
+      return this.refuse(
+        gatewayError(
+          'backend_error',
+          `deployment ${route.project}/${route.deployment} declined the upgrade with an answer larger than ${DECLINE_BODY_MAX} bytes`,
+        ),
+      );
+    }
+    const down = downstreamHeaders(raw, ctx.cors.enabled);
+    const list = down.list;
+    if (!down.length) list.push('content-length', String(body.length));
+    list.push('connection', 'close', ...this.extra);
+    closeSocket(socket, Buffer.concat([Buffer.from(rawHead(status, list, statusText), 'latin1'), body]));
+    this.record(status);
+    this.end();
+  }
+
+  failed(err: Error): void {
+    if (this.socket.destroyed || this.tunnel || err instanceof ClientGone) return;
+    const mapped = mapUpstreamError((err as { code?: string }).code ?? '', this.route!);
+    this.ctx.metrics.upstreamErrors.inc({ cause: mapped.cause });
+    this.refuse(mapped.error);
+  }
+
+  private refuse(err: GatewayError): void {
+    sendRawError(this.socket, err, this.dialect, this.extra);
     this.record(err.status, err.message);
     this.end();
   }
@@ -294,21 +255,4 @@ export class UpgradeJob implements Job {
     socket.unshift(Buffer.concat([Buffer.from(text, 'latin1'), this.head]));
     this.server.emit('connection', socket);
   }
-}
-
-/** A websocket on the OpenAI base URL: the `model` query parameter picks the deployment and is rewritten like a body's. */
-function upgradeByModel(table: RouteTable, d: ByModel): Accepted | Refusal {
-  const params = new URLSearchParams(d.search);
-  const route = selectModel(table, d.key, params.get('model') ?? undefined);
-  if (route instanceof Error) {
-    return {
-      ok: false,
-      error: route,
-      dialect: 'openai',
-      key: d.key,
-      authMetric: route.code === 'model_forbidden' ? 'forbidden' : undefined,
-    };
-  }
-  params.set('model', servedModel(route));
-  return acceptByModel(d, route, `?${params.toString()}`);
 }

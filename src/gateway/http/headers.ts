@@ -14,8 +14,6 @@ export interface UpstreamContext {
   trustForwarded: boolean;
   /** Content length to send, when known. */
   contentLength?: number;
-  /** Keep Connection/Upgrade for a websocket handshake. */
-  upgrade?: string;
   /** Tracing on: the gateway's span as the backend's parent (the client's own were not forwarded). */
   traceparent?: string;
   tracestate?: string;
@@ -41,7 +39,6 @@ export function upstreamHeaders(head: RequestHead, ctx: UpstreamContext): string
     ctx.backendAuthority,
   );
   if (ctx.contentLength !== undefined) out.push('content-length', String(ctx.contentLength));
-  if (ctx.upgrade) out.push('connection', 'upgrade', 'upgrade', ctx.upgrade);
   if (ctx.traceparent) out.push('traceparent', ctx.traceparent);
   if (ctx.tracestate) out.push('tracestate', ctx.tracestate);
   return out;

@@ -59,3 +59,10 @@ export function joinPath(segments: readonly string[], from = 0): string {
   if (from >= segments.length) return '/';
   return `/${segments.slice(from).join('/')}`;
 }
+
+/** The path of a request target, without its query (span names and log lines never carry query strings). */
+export function pathOf(url: string | undefined): string {
+  const u = url ?? '/';
+  const q = u.indexOf('?');
+  return q === -1 ? u : u.slice(0, q);
+}

@@ -213,3 +213,10 @@ export function readHead(req: IncomingMessage, opts: HeadOptions): RequestHead {
   }
   return head;
 }
+
+/** The address failed-authentication throttling counts: the peer, or behind a trusted proxy the last X-Forwarded-For hop. */
+export function clientAddress(peer: string, head: RequestHead, trustForwarded: boolean): string {
+  if (!trustForwarded || !head.xff) return peer;
+  const last = head.xff.slice(head.xff.lastIndexOf(',') + 1).trim();
+  return last || peer;
+}

@@ -20,18 +20,20 @@ import { Conn } from './connection.js';
 import { ALLOWED_METHODS, corsPolicy } from '../admit/cors.js';
 import type { Drain } from './drain.js';
 import { gatewayError } from '../http/errors.js';
-import { Exchange, type PlaneContext } from '../forward/exchange.js';
+import { Exchange } from '../forward/exchange.js';
+import type { PlaneContext } from '../forward/context.js';
 import type { Metrics } from '../../observe/metrics.js';
-import { RateLimiter } from '../../limits/per-second.js';
+import { PerSecondLimiter } from '../../limits/per-second.js';
 import { sendRawError } from '../http/answers.js';
 import type { Tracing } from '../../observe/tracing.js';
 import { AuthFailureLimiter } from '../../limits/auth-failures.js';
 import type { LimitStore } from '../../limits/buckets.js';
 import { MemoryLimitStore } from '../../limits/memory.js';
-import { RequestLimits } from '../../limits/per-minute.js';
+import { PerMinuteLimits } from '../../limits/per-minute.js';
 import { UpgradeJob } from '../forward/websocket.js';
-import { HoldQueues } from '../forward/scale-from-zero.js';
-import { Pools, TargetPicker } from '../forward/targets.js';
+import type { HoldQueues } from '../forward/scale-from-zero.js';
+import { Pools } from '../forward/pools.js';
+import { TargetPicker } from '../forward/targets.js';
 
 export interface DataPlaneDeps {
   config: Config;
@@ -39,6 +41,8 @@ export interface DataPlaneDeps {
   metrics: Metrics;
   logger: Logger;
   drain: Drain;
+  /** The scale-from-zero queues (made by the caller, which also reads them for servegate_pending_requests). */
+  holds: HoldQueues;
   endpoints?: EndpointResolver;
   /** Tracing on (tracing.otlpEndpoint set). */
   tracing?: Tracing;
@@ -66,15 +70,30 @@ export interface DataPlane {
 const SOCKET_ERRORS = new Set(['ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ECONNABORTED', 'ERR_STREAM_DESTROYED']);
 
 export function createDataPlane(deps: DataPlaneDeps): DataPlane {
-  const { config, drain, logger } = deps;
+  const { config, drain, logger, store, metrics, holds } = deps;
   const limits = config.limits;
+  const cors = corsPolicy(config.cors);
+  const perMinute = new PerMinuteLimits(deps.limitStore ?? new MemoryLimitStore(), limits.perKey);
   const ctx: PlaneContext = {
-    store: deps.store,
-    metrics: deps.metrics,
+    store,
+    metrics,
     logger,
     access: config.accessLog && logger.isLevelEnabled('info') ? new AccessLog(logWriter(logger)) : undefined,
-    cors: corsPolicy(config.cors),
-    limiter: new RateLimiter(limits.rateLimitPerKey, limits.rateLimitBurst),
+    cors,
+    admission: {
+      get table() {
+        return store.current();
+      },
+      cors,
+      perSecond: new PerSecondLimiter(limits.rateLimitPerKey, limits.rateLimitBurst),
+      perMinute,
+      authFailures: new AuthFailureLimiter(config.auth.failureLimit),
+      counters: {
+        authFailure: (reason) => metrics.authFailures.inc({ reason }),
+        rateLimited: (labels) => metrics.rateLimited.inc(labels),
+      },
+    },
+    perMinute,
     picker: new TargetPicker(deps.endpoints),
     pools: new Pools(),
     drain,
@@ -84,9 +103,7 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
       tracing: deps.tracing !== undefined,
     },
     tracing: deps.tracing,
-    limits: new RequestLimits(deps.limitStore ?? new MemoryLimitStore(), limits.perKey),
-    authFailures: new AuthFailureLimiter(config.auth.failureLimit),
-    holds: new HoldQueues({ maxQueue: limits.scaleFromZeroMaxQueue, maxQueueBytes: limits.scaleFromZeroMaxQueueBytes }),
+    holds,
     maxBody: limits.maxRequestBodyBytes,
     maxHeaders: limits.maxRequestHeaders,
     streamIdleMs: limits.streamIdleTimeoutSeconds * 1000,
@@ -94,20 +111,10 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
   };
 
   // Held requests look again when endpoints change or a new table is in (an InferenceService became ready).
-  const holds = ctx.holds;
   const unsubscribe = [
     deps.endpoints?.onEndpointsChanged?.(() => holds.changed()),
-    deps.store.onBuild(() => holds.changed()),
+    store.onBuild(() => holds.changed()),
   ];
-  // servegate_pending_requests: every deployment that holds has a series (0 when nothing waits), for KEDA.
-  deps.metrics.pendingOf = () => {
-    const counts = holds.counts();
-    const out: Array<{ project: string; deployment: string; count: number }> = [];
-    for (const r of deps.store.current().routes)
-      if (r.holdMs || counts.has(r.id))
-        out.push({ project: r.project, deployment: r.deployment, count: counts.get(r.id)?.count ?? 0 });
-    return out;
-  };
 
   const options: ServerOptions = {
     noDelay: true,
@@ -201,9 +208,6 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
     const now = Date.now();
     for (const c of drain.connections) c.tick(now);
   }, 1000).unref();
-  drain.onDeadline = () => {
-    for (const c of drain.connections) c.deadline();
-  };
 
   return {
     server,

@@ -13,8 +13,6 @@ export class Drain {
   /** Every open client connection; per connection, not per request. */
   readonly connections = new Set<Conn>();
   private waiters: Array<() => void> = [];
-  /** Called at the deadline to end what is still running (streams end at an event boundary). */
-  onDeadline: (() => void) | undefined;
 
   release(): void {
     this.busy--;
@@ -50,7 +48,8 @@ export class Drain {
     await this.idle(deadline - Date.now());
     if (this.busy > 0) {
       logger.warn({ busy: this.busy }, 'drain deadline reached: ending the remaining answers');
-      this.onDeadline?.();
+      // What is still running ends now (an event stream at an event boundary).
+      for (const c of this.connections) c.deadline();
       await new Promise((r) => setTimeout(r, 50)); // let ended streams flush
     }
     for (const c of this.connections) c.destroy();

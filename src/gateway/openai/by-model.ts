@@ -5,7 +5,6 @@
 import { isObject } from '../../kube/objects.js';
 import type { ApiKeyRecord, Route, RouteTable } from '../../routing/types.js';
 import { grantsProject } from '../admit/auth.js';
-import type { Accepted, ByModel } from '../admit/route.js';
 import { gatewayError, type GatewayError } from '../http/errors.js';
 import { appendMember, memberSpan, objectLayout, replaceSpan } from './json-members.js';
 
@@ -106,19 +105,6 @@ export function selectModel(table: RouteTable, key: ApiKeyRecord, model: unknown
   return gatewayError('model_not_found', `the model ${shown} does not exist (${LIST_HINT})`);
 }
 
-/** A request on the base URL once its deployment is known: the same decision a deployment URL would have given. */
-export function acceptByModel(d: ByModel, route: Route, search: string): Accepted {
-  return {
-    ok: true,
-    route,
-    key: d.key,
-    upstreamPath: d.rest + search,
-    check: 'json',
-    dialect: 'openai',
-    project: route.project,
-  };
-}
-
 export interface PreparedBody {
   route: Route;
   body: Buffer;
@@ -131,7 +117,11 @@ export interface PreparedBody {
  * to the served name, and `stream_options.include_usage` added to a streamed (chat) completion that lacks it, so
  * that its tokens are counted. Only those bytes change; the rest is forwarded as sent.
  */
-export function prepareBody(table: RouteTable, d: ByModel, raw: Buffer): PreparedBody | GatewayError {
+export function prepareBody(
+  table: RouteTable,
+  d: { key: ApiKeyRecord; rest: string },
+  raw: Buffer,
+): PreparedBody | GatewayError {
   if (raw.length === 0) return selectModel(table, d.key, undefined) as GatewayError;
   let doc: unknown;
   try {

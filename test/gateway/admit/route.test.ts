@@ -1,6 +1,8 @@
-// decide(): the whole pre-forwarding decision — path, route, 401 → 403 → 404 (SPEC §4), suffix, error dialect.
+// admit(): the whole pre-forwarding decision — path, route, 401 → 403 → 404 (SPEC §4), suffix, error dialect.
 import { describe, expect, test } from '@jest/globals';
-import { decide, hostOnly, type RequestFacts } from '../../../src/gateway/admit/route.js';
+import { hostOnly } from '../../../src/gateway/admit/route.js';
+import { admissionContext, admitNow, type RequestFacts } from '../../support/admission.js';
+import type { RouteTable } from '../../../src/routing/types.js';
 import { apiKey, sdep, buildOptions } from '../../support/fixtures.js';
 import { build } from '../../support/units.js';
 
@@ -42,11 +44,15 @@ function req(
     now: NOW,
   };
 }
-const run = (url: string, opts: Parameters<typeof req>[1] = {}) => {
-  const d = decide(req(url, opts), table);
-  if (d.ok && d.byModel) throw new Error(`${url} reads as the OpenAI base URL`);
+let authFailures: string[] = [];
+const decide = (facts: RequestFacts, t: RouteTable) => {
+  const { ctx, counted } = admissionContext(t);
+  authFailures = counted.authFailures;
+  const d = admitNow(facts, ctx);
+  if (d.kind === 'by-model' || d.kind === 'preflight') throw new Error(`${facts.url} reads as ${d.kind}`);
   return d;
 };
+const run = (url: string, opts: Parameters<typeof req>[1] = {}) => decide(req(url, opts), table);
 const statusOf = (d: ReturnType<typeof run>) => (d.ok ? 200 : d.error.status);
 
 const PREDICT = '/v1/fraud_detection/fraud/v1/models/fraud:predict';
@@ -139,7 +145,7 @@ describe('401 → 403 → 404, in that order (SPEC §4)', () => {
     expect(d.ok).toBe(false);
     if (d.ok) return;
     expect(d.error.headers['www-authenticate']).toBe('ApiKey');
-    expect(d.authFailure).toBe(failure);
+    expect(authFailures).toEqual([failure]);
   });
 
   test('a 401 never echoes the key', () => {

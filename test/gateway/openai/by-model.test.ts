@@ -1,7 +1,7 @@
-// The OpenAI base URL's pure parts: decide() on /openai/v1, which deployment a `model` names (SPEC §9), and the
+// The OpenAI base URL's pure parts: admit() on /openai/v1, which deployment a `model` names (SPEC §9), and the
 // in-place body edits (model rewrite, stream_options) that leave every other byte as sent.
 import { describe, expect, test } from '@jest/globals';
-import { decide, type ByModel } from '../../../src/gateway/admit/route.js';
+import { admissionContext, admitNow, type ByModel, type RequestFacts } from '../../support/admission.js';
 import { GatewayError } from '../../../src/gateway/http/errors.js';
 import { objectLayout, memberSpan } from '../../../src/gateway/openai/json-members.js';
 import { modelsList, prepareBody, selectModel } from '../../../src/gateway/openai/by-model.js';
@@ -30,6 +30,8 @@ const { table } = build(
 );
 const record = (name: keyof typeof keys): ApiKeyRecord => table.keys.get(keys[name].key.split('.')[0])![0];
 
+const decide = (facts: RequestFacts, t: typeof table) => admitNow(facts, admissionContext(t).ctx);
+
 function base(url: string, key: keyof typeof keys = 'genai', method = 'POST'): ByModel {
   const d = decide(
     {
@@ -42,11 +44,11 @@ function base(url: string, key: keyof typeof keys = 'genai', method = 'POST'): B
     },
     table,
   );
-  if (!d.ok || !d.byModel) throw new Error(`${url}: not the base URL: ${JSON.stringify(d)}`);
+  if (d.kind !== 'by-model') throw new Error(`${url}: not the base URL: ${JSON.stringify(d)}`);
   return d;
 }
 
-describe('decide() on /openai/v1', () => {
+describe('admit() on /openai/v1', () => {
   test('the OpenAI path as a deployment URL would forward it, the query kept', () => {
     expect(base('/openai/v1/chat/completions?x=1')).toMatchObject({
       rest: '/v1/chat/completions',

@@ -1,0 +1,39 @@
+// What every exchange and upgrade of one data plane shares: read-only settings and the services they call. Built once
+// by the data plane (listen/data-plane.ts).
+import type { Logger } from '../../log.js';
+import type { PerMinuteLimits } from '../../limits/per-minute.js';
+import type { AccessLog } from '../../observe/access-log.js';
+import type { Metrics } from '../../observe/metrics.js';
+import type { Tracing } from '../../observe/tracing.js';
+import type { RouteStore } from '../../routing/store.js';
+import type { AdmitContext } from '../admit/pipeline.js';
+import type { CorsPolicy } from '../admit/cors.js';
+import type { HeadOptions } from '../http/request-head.js';
+import type { Drain } from '../listen/drain.js';
+import type { Pools } from './pools.js';
+import type { HoldQueues } from './scale-from-zero.js';
+import type { TargetPicker } from './targets.js';
+
+export interface PlaneContext {
+  store: RouteStore;
+  metrics: Metrics;
+  logger: Logger;
+  access: AccessLog | undefined;
+  cors: CorsPolicy;
+  /** The admission pipeline's services (its `table` is always the store's current one). */
+  admission: AdmitContext;
+  /** Per-minute limits: charged with the tokens an answer reports. */
+  perMinute: PerMinuteLimits;
+  picker: TargetPicker;
+  pools: Pools;
+  drain: Drain;
+  head: HeadOptions;
+  maxBody: number;
+  maxHeaders: number;
+  streamIdleMs: number;
+  bodyIdleMs: number;
+  /** Set when tracing.otlpEndpoint is: a span per request (observe/tracing.ts). */
+  tracing?: Tracing;
+  /** Requests waiting for a first ready endpoint (scale from zero). */
+  holds: HoldQueues;
+}

@@ -1,0 +1,27 @@
+// When a failed backend call is tried again: only when nothing reached the backend (the connection itself failed),
+// the answer has not started, the body can be sent again (none, or held whole in memory), and the attempts left
+// allow it. The exchange then picks again, avoiding the address that failed. A plain function, so that fallbacks to
+// another deployment can reuse the same rule.
+import { CONNECT_FAILURES } from './upstream-errors.js';
+
+export interface RetryFacts {
+  /** The error's code (undici's or the socket's). */
+  code: string;
+  /** The client already has the answer's head. */
+  answerStarted: boolean;
+  /** The body is absent or a buffer (a streamed body cannot be sent twice). */
+  replayable: boolean;
+  /** Tries made so far, the first included. */
+  attempts: number;
+}
+
+export const RETRY = {
+  /** Tries in all: the first and one more. */
+  maxAttempts: 2,
+  /** Pause before the next try. */
+  delayMs: 25,
+} as const;
+
+export function shouldRetry(f: RetryFacts): boolean {
+  return !f.answerStarted && f.replayable && f.attempts < RETRY.maxAttempts && CONNECT_FAILURES.has(f.code);
+}

@@ -1,0 +1,248 @@
+// One call to a backend and the response it gives: the one place undici's dispatch handler is implemented. It writes
+// the backend's status and headers (with the gateway's own added) and then each body chunk as it arrives, with
+// back-pressure both ways, reads LLM usage as the bytes pass, counts the call in flight, and tells its owner (the
+// exchange) when the call ended or failed. It owns nothing of the request but what the response needs.
+//
+// undici's v7 handler methods onConnect/onHeaders/onData/onComplete/onError are used on purpose: they hand over the
+// raw header lines, while the newer onResponse* methods go through a wrapper that parses every response's headers into
+// an object first (a cost on every request for nothing the gateway uses). Only this file changes when they go.
+import type { ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
+import type { Dispatcher } from 'undici';
+import type { Metrics } from '../../observe/metrics.js';
+import { downstreamHeaders } from '../http/headers.js';
+import { JsonUsageMeter, SseUsageMeter, type UsageMeter } from '../openai/usage-meter.js';
+import type { Pools } from './pools.js';
+
+/** What the call reports to the exchange that made it. */
+export interface CallOwner {
+  /** The backend's answer ended: completely, or cut (`cut` names why). */
+  callEnded(call: UpstreamCall, cut: string | undefined): void;
+  /** The call failed: before the answer started (the owner answers) or during it (the owner cuts). */
+  callFailed(call: UpstreamCall, err: Error): void;
+}
+
+export interface CallOptions {
+  res: ServerResponse;
+  /** Header lines every answer gets from the gateway (request id, CORS, rate-limit, variant): flat [name, value, ...]. */
+  extra: readonly string[];
+  /** Read usage and first-token time (LLM deployments, not HEAD). */
+  meter: boolean;
+  /** The gateway asked for usage the client did not: it is taken out of the stream. */
+  stripUsage: boolean;
+  /** The gateway answers CORS: the backend's own CORS headers are dropped. */
+  stripCors: boolean;
+  /** Connection: close on the answer (shutting down). */
+  closing: boolean;
+  head: boolean;
+}
+
+const NO_BODY_STATUS = (s: number): boolean => s === 204 || s === 304 || (s >= 100 && s < 200);
+const JSON_TYPE = /^application\/(?:[\w.+-]*\+)?json\b/i;
+
+export class UpstreamCall implements Dispatcher.DispatchHandler {
+  /** An event stream (text/event-stream): flushed at once, ended at an event boundary at shutdown. */
+  sse = false;
+  meter: UsageMeter | undefined;
+  bytesOut = 0;
+  /** performance.now() when the backend's answer completed (0: it did not). */
+  endAt = 0;
+  /** Since when the client has not taken what was written (0: it keeps up). */
+  drainSince = 0;
+  private closeDelimited = false;
+  private inflight = true;
+  private over = false;
+  /** Aborted: nothing more is written to the client. */
+  private stopped = false;
+  private abortFn: ((err?: Error) => void) | undefined;
+  private abortReason: Error | undefined;
+  private resumeFn: (() => void) | undefined;
+
+  constructor(
+    private owner: CallOwner | undefined,
+    private opts: CallOptions | undefined,
+    private readonly metrics: Metrics,
+    private readonly pools: Pools,
+  ) {
+    metrics.inflightNow++;
+  }
+
+  /** Ends the call now, or as soon as it starts. */
+  abort(err: Error): void {
+    this.stopped = true;
+    this.abortReason ??= err;
+    this.abortFn?.(err);
+  }
+
+  onConnect(abort: (err?: Error) => void): void {
+    this.abortFn = abort;
+    if (this.abortReason) abort(this.abortReason);
+  }
+
+  onHeaders(status: number, raw: Buffer[], resume: () => void): boolean {
+    if (status < 200) return true; // 1xx: interim answers are the gateway's business (100-continue), not passed on
+    const opts = this.opts;
+    if (this.stopped || this.over || !opts || opts.res.destroyed) return false;
+    const res = opts.res;
+    this.resumeFn = resume;
+    const down = downstreamHeaders(raw, opts.stripCors);
+    const list = down.list;
+    for (let i = 0; i < opts.extra.length; i++) list.push(opts.extra[i]);
+    const sse = (this.sse = down.contentType !== undefined && down.contentType.startsWith('text/event-stream'));
+    if (sse) {
+      list.push('x-accel-buffering', 'no');
+      if (!down.cacheControl) list.push('cache-control', 'no-cache');
+    }
+    if (opts.closing) list.push('connection', 'close');
+    if (opts.meter && status < 300) {
+      if (sse) {
+        this.meter = new SseUsageMeter(opts.stripUsage);
+        // Taking the usage event out changes the length: the answer goes chunked instead.
+        if (opts.stripUsage && down.length)
+          for (let i = list.length - 2; i >= 0; i -= 2) if (list[i] === 'content-length') list.splice(i, 2);
+      } else if (down.contentType !== undefined && JSON_TYPE.test(down.contentType)) {
+        this.meter = new JsonUsageMeter();
+      }
+    }
+    this.closeDelimited = !down.length && !down.chunked && !NO_BODY_STATUS(status) && !opts.head;
+    res.writeHead(status, list);
+    if (sse) res.flushHeaders();
+    return true;
+  }
+
+  onData(data: Buffer): boolean {
+    const res = this.opts?.res;
+    if (this.stopped || this.over || !res || res.destroyed) return false;
+    let chunk: Buffer | undefined = data;
+    if (this.meter) {
+      chunk = this.meter.push(data, performance.now());
+      if (!chunk) return true;
+    }
+    this.bytesOut += chunk.length;
+    if (res.write(chunk)) return true;
+    this.drainSince = Date.now();
+    res.once('drain', this.onDrain);
+    return false;
+  }
+
+  private readonly onDrain = (): void => {
+    this.drainSince = 0;
+    this.resumeFn?.();
+  };
+
+  onComplete(trailers: string[] | null): void {
+    const opts = this.opts;
+    if (this.over || !opts) return;
+    this.settle();
+    this.endAt = performance.now();
+    const owner = this.owner!;
+    // The backend reset a close-delimited answer: the client must see it cut, never a clean end.
+    if (this.closeDelimited && this.pools.resetNow) return owner.callEnded(this, 'reset');
+    const res = opts.res;
+    if (trailers && trailers.length && res.chunkedEncoding) {
+      const t: Array<[string, string]> = [];
+      for (let i = 0; i < trailers.length; i += 2) t.push([String(trailers[i]), String(trailers[i + 1])]);
+      res.addTrailers(t);
+    }
+    const held = this.meter?.end();
+    if (held) {
+      this.bytesOut += held.length;
+      res.write(held);
+    }
+    res.end();
+    owner.callEnded(this, undefined);
+  }
+
+  onError(err: Error): void {
+    if (this.over) return;
+    this.settle();
+    this.owner?.callFailed(this, err);
+  }
+
+  /** The exchange is over: the call keeps nothing of it (undici may hold a finished handler queued for a while). */
+  release(): void {
+    this.settle();
+    this.over = true;
+    this.owner = this.opts = this.abortFn = this.resumeFn = undefined;
+  }
+
+  private settle(): void {
+    if (!this.inflight) return;
+    this.inflight = false;
+    this.metrics.inflightNow--;
+  }
+}
+
+/** What a websocket handshake's call reports to its job (websocket.ts). */
+export interface UpgradeOwner {
+  /** The backend switched protocols: `socket` is its side of the tunnel. */
+  upgraded(status: number, raw: Buffer[], socket: Duplex): void;
+  /** The backend answered without switching: its answer, whole (`body` undefined: larger than the limit). */
+  declined(status: number, raw: Buffer[], statusText: string | undefined, body: Buffer | undefined): void;
+  failed(err: Error): void;
+}
+
+/** Longest answer body of a backend that declines an upgrade that is passed on. */
+export const DECLINE_BODY_MAX = 65_536;
+
+/** A websocket handshake to a backend, through the same pools as every request. */
+export class UpgradeCall implements Dispatcher.DispatchHandler {
+  private status = 0;
+  private statusText: string | undefined;
+  private raw: Buffer[] = [];
+  private chunks: Buffer[] = [];
+  private size = 0;
+  private abortFn: ((err?: Error) => void) | undefined;
+  private abortReason: Error | undefined;
+
+  constructor(private owner: UpgradeOwner | undefined) {}
+
+  abort(err: Error): void {
+    this.abortReason ??= err;
+    this.abortFn?.(err);
+    this.owner = undefined;
+  }
+
+  onConnect(abort: (err?: Error) => void): void {
+    this.abortFn = abort;
+    if (this.abortReason) abort(this.abortReason);
+  }
+
+  onUpgrade(status: number, raw: Buffer[] | string[] | null, socket: Duplex): void {
+    const owner = this.owner;
+    this.owner = undefined;
+    if (!owner) return void socket.destroy();
+    owner.upgraded(status, (raw ?? []) as Buffer[], socket);
+  }
+
+  onHeaders(status: number, raw: Buffer[], _resume: () => void, statusText?: string): boolean {
+    if (status < 200) return true;
+    this.status = status;
+    this.raw = raw;
+    this.statusText = statusText;
+    return true;
+  }
+
+  onData(data: Buffer): boolean {
+    this.size += data.length;
+    if (this.size <= DECLINE_BODY_MAX) this.chunks.push(data);
+    return true;
+  }
+
+  onComplete(): void {
+    const owner = this.owner;
+    this.owner = undefined;
+    owner?.declined(
+      this.status,
+      this.raw,
+      this.statusText,
+      this.size > DECLINE_BODY_MAX ? undefined : Buffer.concat(this.chunks, this.size),
+    );
+  }
+
+  onError(err: Error): void {
+    const owner = this.owner;
+    this.owner = undefined;
+    owner?.failed(err);
+  }
+}

@@ -1,0 +1,88 @@
+// The one place an answered request is counted and logged (plain requests and upgrades): the request metrics, the
+// LLM token and timing metrics, and the access-log line.
+import type { IncomingMessage } from 'node:http';
+import type { Route } from '../routing/types.js';
+import type { Variant } from '../gateway/forward/targets.js';
+import type { TokenUsage, UsageMeter } from '../gateway/openai/usage-meter.js';
+import type { AccessLog } from './access-log.js';
+import type { Metrics } from './metrics.js';
+
+export interface Observers {
+  metrics: Metrics;
+  access: AccessLog | undefined;
+}
+
+export interface Answer {
+  req: IncomingMessage;
+  client: string;
+  requestId: string;
+  route: Route | undefined;
+  keyName: string;
+  status: number;
+  /** performance.now() at arrival. */
+  started: number;
+  upstream: string;
+  bytesIn: number;
+  bytesOut: number;
+  error: string | undefined;
+  /** LLM answers that completed: what their usage and timing said. */
+  llm?: LlmFigures;
+  /** Deployments with a canary: the variant that answered (none when the gateway answered before choosing). */
+  variant?: Variant;
+}
+
+export interface LlmFigures {
+  tokens: TokenUsage | undefined;
+  /** Seconds from arrival to the first token. */
+  ttft: number | undefined;
+  /** Seconds per output token after the first (streams). */
+  tpot: number | undefined;
+}
+
+/**
+ * TTFT: to the first data event of a stream; for a non-streamed answer, to its first byte when it reports generated
+ * tokens (an embedding has no first token). Time per output token: streams that completed (`endAt`, else 0) with
+ * more than one completion token. An answer cut short gives what it reported before it ended.
+ */
+export function llmFigures(m: UsageMeter, started: number, endAt: number): LlmFigures {
+  const tokens = m.usage;
+  const first = m.firstAt && (m.streamed || (tokens !== undefined && tokens.completion > 0)) ? m.firstAt : 0;
+  const ttft = first ? (first - started) / 1000 : undefined;
+  const tpot =
+    m.streamed && first && endAt && tokens && tokens.completion > 1
+      ? (endAt - first) / 1000 / (tokens.completion - 1)
+      : undefined;
+  return { tokens, ttft, tpot };
+}
+
+export function recordAnswer(obs: Observers, a: Answer): void {
+  const seconds = (performance.now() - a.started) / 1000;
+  const project = a.route?.project ?? '';
+  const deployment = a.route?.deployment ?? '';
+  obs.metrics.observeRequest(project, deployment, a.status, seconds, a.variant);
+  const llm = a.llm;
+  if (llm && (llm.tokens || llm.ttft !== undefined))
+    obs.metrics.observeLlm(project, deployment, a.keyName, llm.tokens, llm.ttft, llm.tpot);
+  const access = obs.access;
+  if (!access) return;
+  const url = a.req.url ?? '/';
+  const q = url.indexOf('?');
+  access.log({
+    requestId: a.requestId,
+    method: a.req.method ?? '',
+    path: q === -1 ? url : url.slice(0, q),
+    status: a.status,
+    ms: Math.round(seconds * 10000) / 10,
+    project,
+    deployment,
+    key: a.keyName,
+    client: a.client,
+    upstream: a.upstream,
+    bytesIn: a.bytesIn,
+    bytesOut: a.bytesOut,
+    error: a.error,
+    promptTokens: llm?.tokens?.prompt,
+    completionTokens: llm?.tokens?.completion,
+    ttftMs: llm?.ttft !== undefined ? Math.round(llm.ttft * 10000) / 10 : undefined,
+  });
+}
