@@ -19,7 +19,7 @@ export interface AdminDeps {
 }
 
 /**
- * The admin surface as an express app (the design names express; it is off the data path, where docs/decisions.md
+ * The admin surface as an express app (express for its routing; it is off the data path, where docs/decisions.md
  * keeps node:http). Routing is exact (case-sensitive, no trailing-slash aliases); GET and HEAD only; every answer is
  * `cache-control: no-store` without an ETag, since every figure is live.
  */

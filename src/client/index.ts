@@ -1,4 +1,4 @@
-// servegate/client: the Deployment class. URL helpers in the seed's exact formats, and request helpers that send
+// servegate/client: the Deployment class. URL helpers in the exact formats of docs/spec.md, and request helpers that send
 // `authorization: ApiKey <key>` and turn the gateway's error bodies into GatewayError. Uses global fetch only.
 import { deploymentUrls, MODEL_SERVERS, routeKindOf } from '../routing/names.js';
 import type { ModelServer, RouteKind } from '../routing/kinds.js';

@@ -80,7 +80,7 @@ export interface DeploymentUrls {
   endpointUrl?: string;
 }
 
-/** The URLs of a deployment, exactly as the seed gives them. */
+/** The URLs of a deployment, exactly as docs/spec.md §2 gives them. */
 export function deploymentUrls(
   publicUrl: string,
   project: string,
