@@ -1,8 +1,11 @@
 // Part A: the gateway data plane against direct-to-backend and nginx, same machine, same backend, same run.
 // 1. closed-loop throughput and CPU per request (wrk, else autocannon), 64 connections, access log off and on;
 // 2. added latency at a fixed rate (open loop); 3. SSE chunks pass unbuffered; 4. RSS over 1,000,000 requests.
+// With --baseline-dist <dir> (ctx.baseline), a second gateway from that other build of dist/ ('servegate-old') is an
+// extra target of 1-3: its closed loops alternate with the current build's in rounds, and it takes its turn in the
+// open-loop slices and the SSE streams, so that the figures of the old and the new build come from the same run.
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, relative } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { request } from 'undici';
@@ -39,6 +42,9 @@ const STREAM_BODY = JSON.stringify({
   stream: true,
   messages: [{ role: 'user', content: 'count to 40' }],
 });
+
+/** The name of the baseline gateway (--baseline-dist) in the tables and in bench-results.json. */
+const OLD = 'servegate-old';
 
 /** The two access-log modes, run in this order; the goals are judged on 'off'. */
 const MODES = {
@@ -161,14 +167,19 @@ function writeManifests(dir, backendPort, ssePort, { prefix, sha256 }) {
   return manifests;
 }
 
-/** servegate in one access-log mode (bench/lib/servegate.mjs startGateway), checked to answer 200 with the key, 401 without. */
-async function startServegate(ctx, dir, manifests, mode) {
+/**
+ * servegate in one access-log mode (bench/lib/servegate.mjs startGateway), checked to answer 200 with the key, 401
+ * without. With `baseline` (bench/lib/servegate.mjs baselineCli), the gateway of that other build instead.
+ */
+async function startServegate(ctx, dir, manifests, mode, baseline) {
   const base = (gw) => `http://127.0.0.1:${gw.port}/v1/${PROJECT}`;
+  const name = `${baseline ? OLD : 'servegate'}-log-${mode}`;
   const gw = await startGateway(dir, ['--manifests', manifests], {
     accessLog: mode === 'on',
-    name: `servegate-log-${mode}`,
-    gcLog: join(dir, `servegate-log-${mode}-gc.txt`),
-    profileDir: ctx.profileDir && join(ctx.profileDir, `gateway-log-${mode}`),
+    name,
+    cli: baseline?.cli,
+    gcLog: join(dir, `${name}-gc.txt`),
+    profileDir: ctx.profileDir && join(ctx.profileDir, `gateway${baseline ? '-old' : ''}-log-${mode}`),
     ready: (g) =>
       waitFor(
         'servegate route',
@@ -178,7 +189,7 @@ async function startServegate(ctx, dir, manifests, mode) {
   });
   gw.url = `${base(gw)}/${DEPLOYMENT}${MODEL_PATH}`;
   gw.streamUrl = `${base(gw)}/${STREAM_DEPLOYMENT}${STREAM_PATH}`;
-  gw.gcLog = join(dir, `servegate-log-${mode}-gc.txt`);
+  gw.gcLog = join(dir, `${name}-gc.txt`);
   gw.logFile = gw.stdoutFile;
   await probe(gw.url, { 'content-type': 'application/json' }, 401);
   return gw;
@@ -189,28 +200,104 @@ function usable(r) {
   return r && !r.errors && !r.non2xx ? r : undefined;
 }
 
-/** Says once, loudly, that the gateway process died, with the tail of its output. */
-function reportDeath(child, results) {
-  if (!child || results.gatewayDied || (child.exitCode === null && child.signalCode === null)) return;
-  results.gatewayDied = { exit: child.exitCode ?? child.signalCode, output: outputOf(child, 3000) };
-  log(`  ERROR: the servegate process died (exit ${child.exitCode ?? child.signalCode}); its last output:`);
+/** Says once, loudly, that the gateway process (or with `key` 'baselineDied', the baseline's) died, with the tail of its output. */
+function reportDeath(child, results, key = 'gatewayDied') {
+  if (!child || results[key] || (child.exitCode === null && child.signalCode === null)) return;
+  results[key] = { exit: child.exitCode ?? child.signalCode, output: outputOf(child, 3000) };
+  log(
+    `  ERROR: the ${key === 'gatewayDied' ? 'servegate' : OLD} process died (exit ${child.exitCode ?? child.signalCode}); its last output:`,
+  );
   for (const line of outputOf(child).trim().split('\n').slice(-30)) log(`    ${line}`);
 }
 
-/** The closed-loop runs of one access-log mode, one target after the other; prints their table. */
+/**
+ * Closed loop on the current build and the baseline build in alternating rounds: after a warm-up of each, `rounds`
+ * rounds of `roundSeconds` per build (about --seconds in all), in the order new old, old new, new old, ... so that a
+ * drift of the machine falls on both alike. Each build's figure sums its rounds (requests, duration, CPU of its
+ * process group); p50/p99 are the medians of its rounds (wrk reports percentiles per run). Also returns each
+ * round's figures. Resolves { [name]: result } in the shape of throughput().
+ */
+async function alternatingThroughput(ctx, pair) {
+  const roundSeconds = ctx.seconds >= 4 ? 2 : 1;
+  const rounds = Math.max(2, Math.round(ctx.seconds / roundSeconds));
+  const acc = {};
+  for (const t of pair) {
+    const warm = ctx.warmupSeconds > 0 ? await closedRun(ctx, t.url, ctx.warmupSeconds) : { requests: 0 };
+    acc[t.name] = { warmupRequests: warm.requests, rounds: [] };
+  }
+  for (let i = 0; i < rounds; i++) {
+    for (const t of i % 2 ? [...pair].reverse() : pair) {
+      await sleep(300);
+      const snap = cpuSnapshot();
+      const cpu0 = groupCpuSeconds(t.child.pid);
+      const r = await closedRun(ctx, t.url, roundSeconds);
+      const cpu = groupCpuSeconds(t.child.pid) - cpu0;
+      acc[t.name].rounds.push({ ...r, seconds: r.requests / r.rps, cpu, otherCores: otherCores(snap, cpuSnapshot()) });
+    }
+  }
+  const out = {};
+  for (const [name, a] of Object.entries(acc)) {
+    const sum = (k) => a.rounds.reduce((s, x) => s + (Number.isFinite(x[k]) ? x[k] : 0), 0);
+    const requests = sum('requests');
+    const seconds = sum('seconds');
+    const cpu = sum('cpu');
+    out[name] = {
+      rps: requests / seconds,
+      p50Ms: median(a.rounds.map((x) => x.p50Ms)),
+      p99Ms: median(a.rounds.map((x) => x.p99Ms)),
+      requests,
+      errors: sum('errors'),
+      non2xx: sum('non2xx'),
+      warmupRequests: a.warmupRequests,
+      serverCpuShare: cpu / seconds,
+      serverCpuUsPerRequest: (cpu * 1e6) / requests,
+      otherCores: a.rounds.reduce((s, x) => s + x.otherCores * x.seconds, 0) / seconds,
+      rounds: a.rounds.map((x) => ({
+        rps: x.rps,
+        p99Ms: x.p99Ms,
+        requests: x.requests,
+        cpuUsPerRequest: (x.cpu * 1e6) / x.requests,
+        otherCores: x.otherCores,
+      })),
+      roundSeconds,
+    };
+  }
+  return out;
+}
+
+/**
+ * The closed-loop runs of one access-log mode, one target after the other (with a baseline build, the two
+ * servegate builds last, in alternating rounds: alternatingThroughput); prints their table.
+ */
 async function closedLoopMode(ctx, mode, targets, results) {
   const out = {};
-  for (const t of targets) {
+  const pair = ['servegate', OLD].map((n) => targets.find((t) => t.name === n));
+  const alternate = pair.every(Boolean);
+  for (const t of alternate ? targets.filter((x) => !pair.includes(x)) : targets) {
     const r = await throughput(ctx, t.url, t.child);
     out[t.name] = r;
-    if (r.errors || r.non2xx) log(`  WARNING ${t.name}: ${r.errors} socket errors, ${r.non2xx} non-2xx responses`);
     if (t.name === 'servegate') reportDeath(t.child, results);
+    if (t.name === OLD) reportDeath(t.child, results, 'baselineDied');
     await sleep(500);
   }
+  if (alternate) {
+    Object.assign(out, await alternatingThroughput(ctx, pair));
+    reportDeath(pair[0].child, results);
+    reportDeath(pair[1].child, results, 'baselineDied');
+  }
+  for (const [name, r] of Object.entries(out))
+    if (r.errors || r.non2xx) log(`  WARNING ${name}: ${r.errors} socket errors, ${r.non2xx} non-2xx responses`);
   log('');
+  const old = targets.find((t) => t.name === OLD);
   log(
-    `  (${mode === 'off' ? 'a' : 'b'}) ${MODES[mode].title}: nginx ${MODES[mode].nginx}; servegate ${targets.find((t) => t.name === 'servegate')?.logMode ?? 'not running'}`,
+    `  (${mode === 'off' ? 'a' : 'b'}) ${MODES[mode].title}: nginx ${MODES[mode].nginx}; servegate ${targets.find((t) => t.name === 'servegate')?.logMode ?? 'not running'}${old ? `; ${OLD} ${old.logMode}` : ''}`,
   );
+  if (alternate) {
+    const r = out.servegate;
+    log(
+      `  (servegate and ${OLD}: ${ctx.warmupSeconds} s warm-up each, then ${r.rounds.length} rounds of ${r.roundSeconds} s each in alternating order; p50/p99 = median of the rounds)`,
+    );
+  }
   const rows = [['target', 'requests/s', 'p50', 'p99', 'errors', 'server CPU', 'CPU/request', 'other CPU']];
   for (const [name, r] of Object.entries(out)) {
     rows.push([
@@ -292,9 +379,65 @@ function printComparison(results) {
     if (!lines) continue;
     const f = (v) => (v === undefined ? 'n/a' : v.toFixed(2));
     log(
-      `  ${MODES[mode].title}: access-log lines per request: servegate ${f(lines.servegate)}, nginx ${f(lines.nginx)}`,
+      `  ${MODES[mode].title}: access-log lines per request: servegate ${f(lines.servegate)}, nginx ${f(lines.nginx)}${OLD in lines ? `, ${OLD} ${f(lines[OLD])}` : ''}`,
     );
   }
+}
+
+/** The current build against the baseline build (--baseline-dist) in one mode, from the alternating rounds. */
+function versusBaseline(mode) {
+  const n = usable(mode?.servegate);
+  const o = usable(mode?.[OLD]);
+  if (!n || !o) return undefined;
+  const perRound = n.rounds?.map((r, i) => r.cpuUsPerRequest / o.rounds[i]?.cpuUsPerRequest) ?? [];
+  return {
+    cpuNewOverOld: n.serverCpuUsPerRequest / o.serverCpuUsPerRequest,
+    throughputNewOverOld: n.rps / o.rps,
+    cpuNewOverOldByRound: perRound,
+    newCpuUs: n.serverCpuUsPerRequest,
+    oldCpuUs: o.serverCpuUsPerRequest,
+    newRps: n.rps,
+    oldRps: o.rps,
+  };
+}
+
+/** Prints the table "new build vs old build" (closed loop, both log modes) with the per-round spread. */
+function printBaselineComparison(ctx, results) {
+  log('');
+  log(
+    `  servegate (this build, dist/) vs ${OLD} (--baseline-dist ${ctx.baseline.label}), same run, alternating rounds:`,
+  );
+  const rows = [
+    [
+      'closed loop',
+      'new CPU/req',
+      'old CPU/req',
+      'new÷old CPU',
+      'rounds new÷old CPU',
+      'new/s',
+      'old/s',
+      'new÷old req/s',
+    ],
+  ];
+  for (const mode of Object.keys(MODES)) {
+    const v = results.baseline.closedLoop[mode];
+    if (!v) continue;
+    const spread = v.cpuNewOverOldByRound.filter(Number.isFinite);
+    rows.push([
+      MODES[mode].title,
+      us(v.newCpuUs),
+      us(v.oldCpuUs),
+      ratio(v.cpuNewOverOld),
+      spread.length ? `${ratio(Math.min(...spread))}–${ratio(Math.max(...spread))}` : 'n/a',
+      rps(v.newRps),
+      rps(v.oldRps),
+      ratio(v.throughputNewOverOld),
+    ]);
+  }
+  if (rows.length > 1) table(rows);
+  else log(`  servegate vs ${OLD}: n/a (no usable run of both)`);
+  log('  (new÷old CPU below 1.00× = the new build uses less CPU per request; the rounds column is the spread of the');
+  log('   same ratio round by round: a difference inside it is noise)');
 }
 
 /** GC events of the gateway (bench/lib/gc-probe.mjs lines): [{ at (epoch ms), kind, ms, flags }]. */
@@ -344,30 +487,33 @@ function slowDuringGc(events, r) {
  * Before the open loop: the old way (--cold-openloop: right after a closed loop on the gateway, 1 s warm-up), or a
  * settle period, a full GC forced in the gateway and a warm-up at the target rate. Returns the warm-up seconds.
  */
-async function prepareOpenLoop(ctx, gateway, results) {
+async function prepareOpenLoop(ctx, gateway, results, baselineGw) {
   if (ctx.coldOpenLoop) {
+    if (baselineGw) await closedRun(ctx, baselineGw.url, ctx.seconds);
     if (gateway) await closedRun(ctx, gateway.url, ctx.seconds);
     log(
-      `  (--cold-openloop: right after a ${ctx.seconds} s closed loop on servegate, 1 s warm-up per target, no settle, no forced GC)`,
+      `  (--cold-openloop: right after a ${ctx.seconds} s closed loop on ${baselineGw ? `${OLD} then ` : ''}servegate, 1 s warm-up per target, no settle, no forced GC)`,
     );
     return 1;
   }
   await sleep(ctx.settleSeconds * 1000);
   const gc = gateway && (await liveHeap(gateway.child));
   results.beforeOpenLoop = gc;
+  const oldGc = baselineGw && (await liveHeap(baselineGw.child));
+  if (baselineGw) results.baseline.beforeOpenLoop = oldGc;
   log(
-    `  before it: ${ctx.settleSeconds} s idle, then a full GC forced in servegate (live heap ${mb(gc?.liveHeap)}, RSS ${mb(gc?.rssAfterGc)}), then ${ctx.openLoopWarmup} s per target at the rate (not recorded)`,
+    `  before it: ${ctx.settleSeconds} s idle, then a full GC forced in servegate (live heap ${mb(gc?.liveHeap)}, RSS ${mb(gc?.rssAfterGc)})${baselineGw ? ` and in ${OLD} (live heap ${mb(oldGc?.liveHeap)}, RSS ${mb(oldGc?.rssAfterGc)})` : ''}, then ${ctx.openLoopWarmup} s per target at the rate (not recorded)`,
   );
   return ctx.openLoopWarmup;
 }
 
 /** Fixed-rate load on every target in alternating 1 s slices, after preparing (see above); prints the tables. */
-async function addedLatency(ctx, targets, gateway, results) {
+async function addedLatency(ctx, targets, gateway, results, baselineGw) {
   log('');
   log(
     `  open loop: ${ctx.rate} req/s, ${ctx.rateSeconds} s per target in alternating 1 s slices, latency from the scheduled send time`,
   );
-  const warmupSeconds = await prepareOpenLoop(ctx, gateway, results);
+  const warmupSeconds = await prepareOpenLoop(ctx, gateway, results, baselineGw);
   const load = {
     targets: targets.map(({ name, url }) => ({ name, url })),
     method: 'POST',
@@ -392,6 +538,7 @@ async function addedLatency(ctx, targets, gateway, results) {
     if (r.errors || r.non2xx) log(`  WARNING ${name}: ${r.errors} errors (${r.firstError ?? ''}), ${r.non2xx} non-2xx`);
   }
   reportDeath(gateway?.child, results);
+  reportDeath(baselineGw?.child, results, 'baselineDied');
   const rows = [['target', 'achieved', 'p50', 'p90', 'p99', 'max', 'p50 service', 'p99 service', 'new conns']];
   for (const [name, r] of Object.entries(runs)) {
     rows.push([
@@ -415,7 +562,7 @@ async function addedLatency(ctx, targets, gateway, results) {
   );
   for (const [name, r] of Object.entries(runs)) {
     log(
-      `  ${name.padEnd(9)} by slice, p99: ${r.bySlice.p99.map((v) => v.toFixed(1)).join(' ')} ms; slower than 2 ms: ${r.bySlice.slow.join(' ')}`,
+      `  ${name.padEnd(baselineGw ? OLD.length : 9)} by slice, p99: ${r.bySlice.p99.map((v) => v.toFixed(1)).join(' ')} ms; slower than 2 ms: ${r.bySlice.slow.join(' ')}`,
     );
   }
   await sleep(600); // the gateway writes its GC lines every 500 ms
@@ -430,6 +577,17 @@ async function addedLatency(ctx, targets, gateway, results) {
     log('');
     log(
       `  servegate added latency at ${ctx.rate} req/s: p50 ${signedMs(results.added.p50Ms)}, p99 ${signedMs(results.added.p99Ms)}`,
+    );
+  }
+  const ol = usable(runs[OLD]);
+  if (baselineGw) {
+    results.baseline.added =
+      ol && dl
+        ? { p50Ms: ol.fromSchedule.p50 - dl.fromSchedule.p50, p99Ms: ol.fromSchedule.p99 - dl.fromSchedule.p99 }
+        : undefined;
+    const a = results.baseline.added;
+    log(
+      `  ${OLD} added latency at ${ctx.rate} req/s: p50 ${signedMs(a?.p50Ms)}, p99 ${signedMs(a?.p99Ms)} (servegate p99 ${ms(gl?.fromSchedule.p99)} vs ${OLD} ${ms(ol?.fromSchedule.p99)}, same slices)`,
     );
   }
 }
@@ -472,10 +630,14 @@ function explainTail(ctx, gateway, runs, schedSamples, results) {
 }
 
 /** Streams from the SSE backend, direct and through the gateway in turn: median gap between events, first event. */
-async function sseCheck(ctx, sse, gateway) {
+async function sseCheck(ctx, sse, gateway, baselineGw) {
   const rounds = ctx.quick ? 1 : 3;
-  const runs = { direct: [], servegate: [] };
-  const url = { direct: `http://127.0.0.1:${sse.port}${STREAM_PATH}`, servegate: gateway.streamUrl };
+  const runs = { direct: [], servegate: [], ...(baselineGw ? { [OLD]: [] } : {}) };
+  const url = {
+    direct: `http://127.0.0.1:${sse.port}${STREAM_PATH}`,
+    servegate: gateway.streamUrl,
+    [OLD]: baselineGw?.streamUrl,
+  };
   for (let i = 0; i < rounds; i++) {
     for (const name of Object.keys(runs)) runs[name].push(await timeStream(url[name], ctx.headers, STREAM_BODY));
   }
@@ -487,6 +649,7 @@ async function sseCheck(ctx, sse, gateway) {
     lastMs: median(list.map((x) => x.arrivals.at(-1))),
   });
   const out = { direct: sum(runs.direct), servegate: sum(runs.servegate), gapMs: sse.gapMs, chunks: sse.chunks + 1 };
+  if (baselineGw) out[OLD] = sum(runs[OLD]);
   const gw = out.servegate;
   const d = out.direct;
   out.unbuffered =
@@ -502,7 +665,19 @@ async function sseCheck(ctx, sse, gateway) {
   table([
     ['path', 'status', 'events', 'median gap', 'first event', 'last event'],
     ['direct', d.statuses.join(','), String(d.events), ms(d.medianGapMs), ms(d.firstMs), ms(d.lastMs)],
-    ['servegate', gw.statuses.join(','), String(gw.events), ms(gw.medianGapMs), ms(gw.firstMs), ms(gw.lastMs)],
+    ...[
+      ['servegate', gw],
+      [OLD, out[OLD]],
+    ]
+      .filter(([, x]) => x)
+      .map(([name, x]) => [
+        name,
+        x.statuses.join(','),
+        String(x.events),
+        ms(x.medianGapMs),
+        ms(x.firstMs),
+        ms(x.lastMs),
+      ]),
   ]);
   return out;
 }
@@ -629,6 +804,26 @@ function summaryLines(results) {
     }
   }
   if (results.logModeOff) lines.push(`servegate with access log off ran with: ${results.logModeOff.logMode}`);
+  const b = results.baseline;
+  if (b) {
+    for (const mode of Object.keys(MODES)) {
+      const v = b.closedLoop?.[mode];
+      if (!v) continue;
+      const spread = v.cpuNewOverOldByRound.filter(Number.isFinite);
+      lines.push(
+        `new vs old build (--baseline-dist ${b.dir}), ${MODES[mode].title}: CPU/request ${us(v.newCpuUs)} vs ${us(v.oldCpuUs)} = ${ratio(v.cpuNewOverOld)} new÷old (rounds ${spread.length ? `${ratio(Math.min(...spread))}–${ratio(Math.max(...spread))}` : 'n/a'}); ${rps(v.newRps)} vs ${rps(v.oldRps)} = ${ratio(v.throughputNewOverOld)}`,
+      );
+    }
+    if (b.openLoop)
+      lines.push(
+        `new vs old build, open loop at ${b.rate} req/s: p99 ${ms(b.openLoop.newP99Ms)} vs ${ms(b.openLoop.oldP99Ms)}; added p99 ${signedMs(results.added?.p99Ms)} vs ${signedMs(b.added?.p99Ms)}`,
+      );
+    if (b.sse)
+      lines.push(
+        `new vs old build, SSE median gap ${ms(b.sse.newGapMs)} vs ${ms(b.sse.oldGapMs)} (direct ${ms(b.sse.directGapMs)}); old ${b.sse.oldEvents} events, status ${b.sse.oldStatuses}`,
+      );
+    if (b.closedLoop?.off === undefined) lines.push(`new vs old build: n/a (${b.problem ?? 'no usable run of both'})`);
+  }
   return lines;
 }
 
@@ -657,6 +852,13 @@ export async function runGatewayBench(ctx) {
     log(
       '  nginx: worker_processes 1, path strip + API-key map; servegate: node dist/cli/main.js serve --manifests, 1 process, stdout to a file',
     );
+    if (ctx.baseline) {
+      results.baseline = { dir: ctx.baseline.label, cli: ctx.baseline.cli, rate: ctx.rate, closedLoop: {} };
+      log(
+        `  ${OLD}: the build in ${ctx.baseline.label} (--baseline-dist): node ${relative(ctx.root, ctx.baseline.cli)} serve --manifests, same manifests and settings`,
+      );
+      if (!manifests) results.baseline.problem = 'servegate not built';
+    }
 
     // 1. Throughput in each access-log mode; the off-mode servers stay up for the open loop, SSE and RSS runs.
     const keep = {};
@@ -690,7 +892,30 @@ export async function runGatewayBench(ctx) {
           log(`  servegate (${MODES[mode].title}): FAILED to start or to route: ${err.message}`);
         }
       }
+      let baselineGw;
+      if (manifests && ctx.baseline) {
+        try {
+          baselineGw = await startServegate(ctx, dir, manifests, mode, ctx.baseline);
+          started.push(baselineGw.child);
+          targets.push({
+            name: OLD,
+            url: baselineGw.url,
+            child: baselineGw.child,
+            logFile: baselineGw.logFile,
+            logMode: baselineGw.logMode,
+          });
+          if (mode === 'off') results.baseline.logModeOff = baselineGw.logMode;
+          if (gateway && baselineGw.fallback !== gateway.fallback)
+            log(
+              `  WARNING: ${MODES[mode].title}: servegate runs with ${gateway.logMode} but ${OLD} with ${baselineGw.logMode}: not the same job`,
+            );
+        } catch (err) {
+          results.baseline.problem = `${OLD} failed to start or to route: ${err.message.split('\n')[0]}`;
+          log(`  ${OLD} (${MODES[mode].title}): FAILED to start or to route: ${err.message}`);
+        }
+      }
       results.modes[mode] = await closedLoopMode(ctx, mode, targets, results);
+      if (results.baseline) results.baseline.closedLoop[mode] = versusBaseline(results.modes[mode]);
       results.ratios[mode] = versusNginx(results.modes[mode]);
       if (mode === 'on') {
         for (const t of targets) if (t.name !== 'direct') await stopProcess(t.child); // nginx flushes its log buffer on exit
@@ -700,18 +925,45 @@ export async function runGatewayBench(ctx) {
           targets.find((t) => t.name === name),
           results.modes[mode][name],
         );
-      results.logLines[mode] = { servegate: lines('servegate'), nginx: lines('nginx') };
-      if (mode === 'off') Object.assign(keep, { targets, gateway });
+      results.logLines[mode] = {
+        servegate: lines('servegate'),
+        nginx: lines('nginx'),
+        ...(baselineGw ? { [OLD]: lines(OLD) } : {}),
+      };
+      if (mode === 'off') Object.assign(keep, { targets, gateway, baselineGw });
     }
     printComparison(results);
+    if (results.baseline) printBaselineComparison(ctx, results);
 
-    // 2. Added latency at a fixed rate (access log off).
-    await addedLatency(ctx, keep.targets, keep.gateway, results);
+    // 2. Added latency at a fixed rate (access log off); a baseline that died is left out.
+    const old = results.baselineDied ? undefined : keep.baselineGw;
+    const openTargets = keep.targets.filter((t) => t.name !== OLD || old);
+    await addedLatency(ctx, openTargets, keep.gateway, results, old);
+    const nl = usable(results.openLoop?.servegate);
+    const ol = usable(results.openLoop?.[OLD]);
+    if (old && nl && ol)
+      results.baseline.openLoop = {
+        newP50Ms: nl.fromSchedule.p50,
+        oldP50Ms: ol.fromSchedule.p50,
+        newP99Ms: nl.fromSchedule.p99,
+        oldP99Ms: ol.fromSchedule.p99,
+      };
 
-    // 3. SSE and 4. RSS, through the access-log-off gateway.
+    // 3. SSE and 4. RSS, through the access-log-off gateway (SSE through the baseline too, which then stops).
     const gateway = keep.gateway;
     if (gateway && !results.gatewayDied) {
-      results.sse = await sseCheck(ctx, sse, gateway);
+      results.sse = await sseCheck(ctx, sse, gateway, results.baselineDied ? undefined : old);
+      const so = results.sse[OLD];
+      if (so)
+        results.baseline.sse = {
+          newGapMs: results.sse.servegate.medianGapMs,
+          oldGapMs: so.medianGapMs,
+          directGapMs: results.sse.direct.medianGapMs,
+          oldEvents: so.events,
+          oldStatuses: so.statuses.join(','),
+        };
+      if (old) await stopProcess(old.child); // not part of the RSS run
+
       results.rss = await rssOverRequests(ctx, gateway, results.modes.off?.servegate?.rps);
       printRss(ctx, results.rss);
       reportDeath(gateway.child, results);

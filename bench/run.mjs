@@ -4,20 +4,22 @@
 //                      [--settle 3] [--openloop-warmup 2] [--cold-openloop] [--requests-for-rss 1000000]
 //                      [--connections 64] [--threads 2] [--backend-workers 2] [--deployments 10000] [--events 200]
 //                      [--leader-seconds 15]
-//                      [--no-build] [--quick] [--profile] [--no-nginx] [--no-wrk]
+//                      [--no-build] [--quick] [--profile] [--no-nginx] [--no-wrk] [--baseline-dist <dir>]
 //   --quick: 2 s runs, 1,000 deployments, 20 events, 100,000 requests for RSS (checks the harness); --profile:
 //   gateway CPU profiles in .bench-tmp/profiles (summarise with node bench/profile-summary.mjs <file>).
+//   --baseline-dist <dir>: another built copy of dist/ (e.g. .bench-tmp/dist-before, an older commit's build) runs as
+//   a second gateway in Part A, alternating with this build, and the new÷old ratios are printed (docs/performance.md).
 // Loopback only; every process it starts is killed at the end, on Ctrl-C, on error and at the time limit.
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, platform, release, tmpdir, totalmem } from 'node:os';
-import { join } from 'node:path';
+import { join, relative } from 'node:path';
 import { parseArgs } from 'node:util';
 import { findExecutable, installCleanup, killAllSync, runToEnd } from './lib/procs.mjs';
 import { goalLog, log, mb, skipGoals, table } from './lib/report.mjs';
 import { goalTexts as gatewayGoals } from './gateway.mjs';
 import { goalTexts as kubernetesGoals } from './kubernetes.mjs';
-import { ROOT } from './lib/servegate.mjs';
+import { prepareBaseline, ROOT } from './lib/servegate.mjs';
 
 const { values: flags } = parseArgs({
   options: {
@@ -41,6 +43,7 @@ const { values: flags } = parseArgs({
     'no-nginx': { type: 'boolean', default: false },
     'no-wrk': { type: 'boolean', default: false },
     quick: { type: 'boolean', default: false },
+    'baseline-dist': { type: 'string' },
     help: { type: 'boolean', default: false },
   },
 });
@@ -54,7 +57,7 @@ if (flags.help) {
     '                        [--connections 64] [--threads 2] [--backend-workers 2] [--deployments 10000] [--events 200]',
   );
   log('                        [--leader-seconds 15]');
-  log('                        [--no-build] [--quick] [--profile] [--no-nginx] [--no-wrk]');
+  log('                        [--no-build] [--quick] [--profile] [--no-nginx] [--no-wrk] [--baseline-dist <dir>]');
   log(
     '  --settle: idle seconds before the open loop (then a forced GC in the gateway and --openloop-warmup s per target)',
   );
@@ -65,11 +68,25 @@ if (flags.help) {
   log(
     '  --profile: the gateway runs with --cpu-prof into .bench-tmp/profiles (read with node bench/profile-summary.mjs)',
   );
+  log('  --baseline-dist <dir>: Part A also runs the gateway of another built copy of dist/ (<dir>/cli/main.js), its');
+  log("    closed loops alternating with this build's, and prints CPU/request new÷old; <dir> must sit inside this");
+  log('    repository (e.g. .bench-tmp/dist-before) or another checkout with node_modules (docs/performance.md)');
   process.exit(0);
 }
 if (flags.only && !['gateway', 'kubernetes', 'limits'].includes(flags.only)) {
   process.stderr.write(`bench: --only must be "gateway", "kubernetes" or "limits", not "${flags.only}"\n`);
   process.exit(2);
+}
+
+// --baseline-dist: checked (and staged if need be) before anything starts: a wrong path should not cost a whole run.
+let baseline;
+if (flags['baseline-dist'] !== undefined) {
+  try {
+    baseline = prepareBaseline(flags['baseline-dist']);
+  } catch (err) {
+    process.stderr.write(`bench: ${err.message}\n`);
+    process.exit(2);
+  }
 }
 
 const num = (name) => {
@@ -110,10 +127,14 @@ const ctx = {
   stormSeconds: flags.quick ? 3 : num('leader-seconds'),
   quick: flags.quick,
   profileDir: flags.profile ? join(ROOT, '.bench-tmp', 'profiles') : undefined,
+  baseline,
 };
 
 // Time limit: 6 minutes for the fixed parts, plus the RSS run at 3,000 requests/s at worst.
-const limitMs = (6 * 60 + (flags.only === 'kubernetes' || flags.only === 'limits' ? 0 : ctx.rssRequests / 3000)) * 1000;
+// The baseline gateway (--baseline-dist) adds its closed loops in both log modes, its open-loop slices and SSE streams.
+const partA = flags.only !== 'kubernetes' && flags.only !== 'limits';
+const baselineSeconds = baseline && partA ? 2 * (ctx.warmupSeconds + ctx.seconds + 10) + ctx.rateSeconds + 30 : 0;
+const limitMs = (6 * 60 + baselineSeconds + (partA ? ctx.rssRequests / 3000 : 0)) * 1000;
 installCleanup(limitMs);
 
 const started = Date.now();
@@ -124,6 +145,10 @@ log(
 log(
   `nginx: ${tools.nginx ? `${tools.nginx} (${version(tools.nginx, ['-v'], /nginx\/[\d.]+/)})` : 'NOT FOUND — the nginx comparison is skipped and the backend is a Node cluster (apt-get install -y nginx-light)'}`,
 );
+if (baseline)
+  log(
+    `baseline: ${baseline.label} (--baseline-dist)${baseline.staged ? `, run from a copy in ${relative(ROOT, baseline.runDir)}` : ', run in place'} with the modules in ${baseline.nodeModules}${partA ? '' : ` — ignored: only Part A uses it (--only ${flags.only})`}`,
+  );
 log(
   `wrk:   ${tools.wrk ? `${tools.wrk} (${version(tools.wrk, ['-v'], /wrk \S+/)})` : 'NOT FOUND — closed-loop load uses autocannon instead (apt-get install -y wrk)'}`,
 );
@@ -194,7 +219,14 @@ ctx.dir = dir;
 const results = {
   date: new Date().toISOString(),
   machine: { cpus: cpus().length, model: cpus()[0]?.model, node: process.version },
-  settings: { ...ctx, tools: undefined, dir: undefined, root: undefined, headers: undefined },
+  settings: {
+    ...ctx,
+    tools: undefined,
+    dir: undefined,
+    root: undefined,
+    headers: undefined,
+    baseline: baseline?.label,
+  },
 };
 let failed = false;
 try {

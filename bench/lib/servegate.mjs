@@ -1,6 +1,6 @@
 // Starts the BUILT gateway (dist/cli/main.js) as its own process: one process = one worker.
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { cpSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { dirname, isAbsolute, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { performance } from 'node:perf_hooks';
 import { freePort, outputOf, startProcess, stopProcess } from './procs.mjs';
@@ -15,21 +15,74 @@ export function cliBuilt() {
 const GC_PROBE = fileURLToPath(new URL('./gc-probe.mjs', import.meta.url));
 
 /**
+ * Another built copy of dist/ for --baseline-dist, ready to run: resolves { cli, dir, label, runDir, staged,
+ * nodeModules } or throws with what is wrong. The entry is `<dir>/cli/main.js`, which every layout has. A build
+ * expects to sit at `<checkout>/dist`: its `.js` files are ES modules (Node needs "type": "module" in the nearest
+ * package.json), they import their dependencies by bare name (from a node_modules folder above them; NODE_PATH does
+ * not apply to ES modules), and cli/main.js reads `<dir>/../package.json` for its version. When `<dir>` is such a
+ * dist/ (e.g. that of a git worktree after `npm ci`), it runs in place, with that checkout's node_modules. Otherwise
+ * (e.g. .bench-tmp/dist-before, or any folder anywhere) it is copied to .bench-tmp/baseline/dist next to a copy of
+ * this repository's package.json, and runs with this repository's node_modules.
+ */
+export function prepareBaseline(dirArg) {
+  const dir = resolve(ROOT, dirArg);
+  const rel = relative(ROOT, dir);
+  const label = rel && !rel.startsWith('..') && !isAbsolute(rel) ? rel : dir;
+  if (!existsSync(join(dir, 'cli', 'main.js')))
+    throw new Error(
+      `--baseline-dist ${dirArg}: ${join(dir, 'cli', 'main.js')} not found (expected a built copy of dist/)`,
+    );
+  if (resolve(dir) === resolve(ROOT, 'dist'))
+    throw new Error(`--baseline-dist ${dirArg}: that is this build's dist/; give a copy of an older build`);
+  const modulesAbove = (from) => {
+    for (let at = from; ; at = dirname(at)) {
+      if (existsSync(join(at, 'node_modules', 'undici', 'package.json'))) return join(at, 'node_modules');
+      if (dirname(at) === at) return undefined;
+    }
+  };
+  const isModulePackage = (file) => {
+    try {
+      return JSON.parse(readFileSync(file, 'utf8')).type === 'module';
+    } catch {
+      return false;
+    }
+  };
+  const inPlaceModules = modulesAbove(dirname(dir));
+  if (isModulePackage(join(dirname(dir), 'package.json')) && inPlaceModules)
+    return { cli: join(dir, 'cli', 'main.js'), dir, label, runDir: dir, staged: false, nodeModules: inPlaceModules };
+  const stage = join(ROOT, '.bench-tmp', 'baseline');
+  const runDir = join(stage, 'dist');
+  rmSync(stage, { recursive: true, force: true });
+  mkdirSync(stage, { recursive: true });
+  cpSync(dir, runDir, { recursive: true });
+  writeFileSync(join(stage, 'package.json'), readFileSync(join(ROOT, 'package.json')));
+  return {
+    cli: join(runDir, 'cli', 'main.js'),
+    dir,
+    label,
+    runDir,
+    staged: true,
+    nodeModules: modulesAbove(stage),
+  };
+}
+
+/**
  * `node dist/cli/main.js serve <sourceArgs> --config <tmp> --port P --admin-port A`, stdout to <dir>/<name>-stdout.log
  * (the access log, when on, costs the benchmark process nothing). With `gcLog`, the GC pauses go to that file
- * (bench/lib/gc-probe.mjs). Resolves { child, port, adminPort } once started (readiness is for the caller to probe).
+ * (bench/lib/gc-probe.mjs). `cli`: another build's entry (prepareBaseline). Resolves { child, port, adminPort } once
+ * started (readiness is for the caller to probe).
  */
 export async function startGatewayProcess(
   dir,
   sourceArgs,
-  { env, config = {}, profileDir, name = 'servegate', gcLog } = {},
+  { env, config = {}, profileDir, name = 'servegate', gcLog, cli = CLI } = {},
 ) {
   const port = await freePort();
   const adminPort = await freePort();
   const configFile = join(dir, `${name}-config.json`);
   writeFileSync(configFile, JSON.stringify({ shutdown: { drainSeconds: 1 }, ...config }, null, 2));
   const args = [
-    CLI,
+    cli,
     'serve',
     ...sourceArgs,
     '--config',
