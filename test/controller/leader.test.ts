@@ -55,6 +55,24 @@ function lease() {
   return fake.get('coordination.k8s.io/v1', 'Lease', NS, LEASE);
 }
 
+const isLeasePath = (path: string) => path.includes('/leases');
+/** Lease requests the fake API server has answered so far (any replica), in arrival order. */
+const leaseRequests = () => fake.requests.filter((r) => isLeasePath(r.path) && r.status !== 0);
+
+/**
+ * Waits until a replica has renewed the Lease successfully twice after the request at index `from` of fake.requests.
+ * A replica sends its next request only once it has handled the previous answer, so by then every answer before
+ * `from` has been acted on (a step-down it caused has happened).
+ */
+async function renewedTwiceAfter(from: number, what: string): Promise<void> {
+  await waitFor(
+    () =>
+      fake.requests.slice(from + 1).filter((r) => r.method === 'PUT' && isLeasePath(r.path) && r.status === 200)
+        .length >= 2,
+    what,
+  );
+}
+
 /** A TCP proxy in front of the fake API server that can be cut: one replica loses its network, the others do not. */
 class TcpProxy {
   private server: net.Server;
@@ -117,16 +135,24 @@ describe('leader election', () => {
   test('two replicas competing: exactly one leads, and the Lease names it', async () => {
     const a = elector('pod-a');
     const b = elector('pod-b');
-    a.e.start();
-    b.e.start();
-    const deadline = Date.now() + 1500;
+    const most: number[] = [];
+    const watch = setInterval(() => most.push([a.e, b.e].filter((x) => x.isLeader()).length), 10);
     let sawLeader = false;
-    while (Date.now() < deadline) {
-      const leaders = [a.e, b.e].filter((x) => x.isLeader());
-      expect(leaders.length).toBeLessThanOrEqual(1);
-      sawLeader ||= leaders.length === 1;
-      await new Promise((r) => setTimeout(r, 25));
+    try {
+      a.e.start();
+      b.e.start();
+      const leader = await waitFor(() => [a.e, b.e].find((x) => x.isLeader()) ?? false, 'one replica leads');
+      sawLeader = true;
+      const other = leader === a.e ? b : a;
+      // The contest is decided once the other replica has read the Lease naming the leader, and the leader has
+      // renewed twice after that (the other one tried as often in between): no fixed time to wait out.
+      await waitFor(() => other.e.leader() === leader.identity, 'the other replica to see the leader');
+      await renewedTwiceAfter(fake.requests.length - 1, 'two renewals by the leader after that');
+    } finally {
+      clearInterval(watch);
     }
+    expect(Math.max(0, ...most)).toBeLessThanOrEqual(1);
+    expect([a.e, b.e].filter((x) => x.isLeader())).toHaveLength(1);
     expect(sawLeader).toBe(true);
     const leader = [a.e, b.e].find((x) => x.isLeader())!;
     expect(lease()?.spec.holderIdentity).toBe(leader.identity);
@@ -140,7 +166,8 @@ describe('leader election', () => {
     await waitFor(() => a.e.isLeader(), 'pod-a leads');
     const b = elector('pod-b');
     b.e.start();
-    await new Promise((r) => setTimeout(r, 400));
+    // pod-b's first round has read the Lease, held and renewed by pod-a: pod-b stays a candidate.
+    await waitFor(() => b.e.leader() === 'pod-a', 'pod-b reads the lease');
     expect(b.e.isLeader()).toBe(false);
     expect(b.e.leader()).toBe('pod-a');
 
@@ -195,10 +222,12 @@ describe('leader election', () => {
     const { e, events } = elector('pod-a');
     e.start();
     await waitFor(() => e.leader() === 'someone-else', 'pod-a reads the lease');
-    await new Promise((r) => setTimeout(r, 500));
+    // Three rounds in which pod-a could have taken the Lease (it read it each time) instead of a fixed wait.
+    await waitFor(() => leaseRequests().filter((r) => r.method === 'GET').length >= 3, 'three reads of the lease');
     expect(e.isLeader()).toBe(false);
     expect(events).toEqual([]);
     expect(lease()?.spec.holderIdentity).toBe('someone-else');
+    expect(leaseRequests().filter((r) => r.method !== 'GET')).toEqual([]); // never even tried to write it
   });
 
   test('an expired Lease of a dead replica is taken over at once and its transitions counted', async () => {
@@ -232,7 +261,8 @@ describe('leader election', () => {
     // One conflict while leading does not cost leadership either (renewDeadline 2 s, retry 0.15 s).
     fake.failNext(1, 409, (m, p) => m === 'PUT' && p.includes('/leases'));
     await waitFor(() => fake.requests.filter((r) => r.status === 409).length === 2, 'second conflict');
-    await new Promise((r) => setTimeout(r, 300));
+    const conflict = fake.requests.findLastIndex((r) => r.status === 409);
+    await renewedTwiceAfter(conflict, 'two renewals after the conflict');
     expect(e.isLeader()).toBe(true);
     expect(e.stats.losses).toBe(0);
   });
@@ -257,7 +287,8 @@ describe('leader election', () => {
     await waitFor(() => e.isLeader(), 'pod-a leads');
     fake.failNext(2, 500, (m, p) => p.includes('/leases'));
     await waitFor(() => fake.requests.filter((r) => r.status === 500).length === 2, 'two 500s');
-    await new Promise((r) => setTimeout(r, 300));
+    const failed = fake.requests.findLastIndex((r) => r.status === 500);
+    await renewedTwiceAfter(failed, 'two renewals after the 500s');
     expect(e.isLeader()).toBe(true);
     expect(e.stats.losses).toBe(0);
   });

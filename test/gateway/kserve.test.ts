@@ -431,13 +431,16 @@ describe('ServingDeployment: scale from zero', () => {
     const answers: Array<Promise<Awaited<ReturnType<typeof call>>>> = [];
     for (let i = 0; i < 3; i++) {
       answers.push(call(`/v1/demo/cold/req-${i}`, { body: `{"n":${i}}` }));
-      await new Promise((r) => setTimeout(r, 50));
+      // The next request is sent once this one is held, so the arrival order is the order sent.
+      await waitFor(async () =>
+        expect(await metrics()).toContain(`servegate_pending_requests{project="demo",deployment="cold"} ${i + 1}`),
+      );
     }
-    await waitFor(async () =>
-      expect(await metrics()).toContain('servegate_pending_requests{project="demo",deployment="cold"} 3'),
-    );
     expect(seenBy('cold')).toHaveLength(0);
+    // Stays: the stimulus is an endpoint ready 2 s later; the gauge and backend read after it show nothing moved.
     await new Promise((r) => setTimeout(r, 2000 - (Date.now() - start)));
+    expect(await metrics()).toContain('servegate_pending_requests{project="demo",deployment="cold"} 3');
+    expect(seenBy('cold')).toHaveLength(0);
     setEndpointReady('demo/cold', ports.cold, true);
     const done = await Promise.all(answers);
     expect(done.map((d) => d.status)).toEqual([200, 200, 200]);
@@ -451,7 +454,13 @@ describe('ServingDeployment: scale from zero', () => {
   test('the hold does not count against timeoutSeconds (1 s here): held 1.5 s, then a 0.7 s answer arrives', async () => {
     const start = Date.now();
     const answer = call('/v1/demo/slow/work');
-    await new Promise((r) => setTimeout(r, 1500));
+    await waitFor(async () =>
+      expect(await metrics()).toContain('servegate_pending_requests{project="demo",deployment="slow"} 1'),
+    );
+    // Stays: a hold past timeoutSeconds (1 s) is the stimulus; the gauge and backend read after it show it held.
+    await new Promise((r) => setTimeout(r, 1500 - (Date.now() - start)));
+    expect(await metrics()).toContain('servegate_pending_requests{project="demo",deployment="slow"} 1');
+    expect(seenBy('slow')).toHaveLength(0);
     setEndpointReady('demo/slow', ports.slow, true);
     const r = await answer;
     expect(r.status).toBe(200);

@@ -11,6 +11,7 @@ import { buildRouteTable } from '../../src/routing/build.js';
 import type { Snapshot } from '../../src/routing/types.js';
 import { FilesSource, listManifestFiles, type FilesSourceOptions } from '../../src/sources/files/index.js';
 import { parseManifests } from '../../src/sources/manifests.js';
+import { waitFor } from '../support/wait.js';
 
 /** The reload contract: a change shows up in a snapshot within one second. */
 const CONTRACT_MS = 1000;
@@ -326,11 +327,13 @@ describe('FilesSource', () => {
     const dir = await tempDir();
     const text = sdepYaml('a');
     await writeFile(join(dir, 'a.yaml'), text);
-    const { rec } = await startSource(dir, { pollIntervalMs: 100 });
+    const { source, rec } = await startSource(dir, { pollIntervalMs: 100 });
     await writeFile(join(dir, 'a.yaml'), text); // same bytes, new mtime
     await writeFile(join(dir, 'a.yaml~'), 'editor backup'); // ignored file
-    // A marker change afterwards proves the watcher and poll had time to see the rewrites above.
-    await new Promise((r) => setTimeout(r, 600));
+    // refresh() reads every file again and resolves once that read is published (or found unchanged): the rewrites
+    // above have been read before the marker is written, instead of hoping the watcher or poll did in a fixed time.
+    await source.refresh();
+    expect(rec.snapshots).toHaveLength(1);
     await writeFile(join(dir, 'b.yaml'), sdepYaml('b'));
     await rec.until((s) => names(s).join() === 'a,b', 'the marker file');
     expect(rec.snapshots).toHaveLength(2);
@@ -387,9 +390,13 @@ describe('FilesSource', () => {
     const dir = await tempDir();
     await writeFile(join(dir, 'a.yaml'), sdepYaml('a'));
     const { source, rec } = await startSource(dir, { pollIntervalMs: 100 });
+    // A second source on the same folder, still running: when it has seen the change, the stopped one would have too.
+    const control = await startSource(dir, { pollIntervalMs: 100 });
     await source.stop();
     await writeFile(join(dir, 'b.yaml'), sdepYaml('b'));
-    await new Promise((r) => setTimeout(r, CONTRACT_MS + 200));
+    await control.rec.until((s) => names(s).join() === 'a,b', 'the change, in the running source');
+    // Stays: proving nothing arrives needs a window; two poll periods past the control's snapshot, anchored on it.
+    await new Promise((r) => setTimeout(r, 200));
     expect(rec.snapshots).toHaveLength(1);
   });
 
@@ -404,8 +411,7 @@ describe('FilesSource', () => {
       throw new Error('consumer bug');
     });
     await writeFile(join(dir, 'b.yaml'), sdepYaml('b'));
-    const deadline = Date.now() + CONTRACT_MS;
-    while (seen.length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    await waitFor(() => seen.length >= 2, 'the snapshot after the throwing one', CONTRACT_MS);
     expect(seen.map(names)).toEqual([['a'], ['a', 'b']]);
   });
 

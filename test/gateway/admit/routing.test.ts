@@ -126,24 +126,30 @@ describe('predictive deployments', () => {
   });
 
   test.each([
-    ['an object without instances or inputs', { data: [[1]] }],
-    ['a JSON array', [[1, 2]]],
-    ['a JSON string', 'instances'],
-  ])('a predict body that is %s is 400', async (_what, body) => {
+    [
+      'an object without instances or inputs',
+      { data: [[1]] },
+      'a :predict body needs "instances" (a list) or "inputs"',
+    ],
+    ['a JSON array', [[1, 2]], 'request body must be a JSON object with "instances" or "inputs"'],
+    ['a JSON string', 'instances', 'request body must be a JSON object with "instances" or "inputs"'],
+  ])('a predict body that is %s is 400', async (_what, body, error) => {
     const before = v1.requests.length;
     const r = await send(`${gw.url}/v1/demo/iris/v1/models/iris:predict`, {
       headers: { ...auth(), 'content-type': 'application/json' },
       body: JSON.stringify(body),
     });
     expect(r.status).toBe(400);
-    expect(r.json().error).toMatch(/instances|inputs/);
+    expect(r.json()).toEqual({ error });
     expect(v1.requests.length).toBe(before);
   });
 
-  test('a :predict GET is refused without reaching the backend', async () => {
+  test('a :predict GET is refused with 405 (Allow: POST) without reaching the backend', async () => {
     const before = v1.requests.length;
     const r = await send(`${gw.url}/v1/demo/iris/v1/models/iris:predict`, { headers: auth() });
-    expect([404, 405]).toContain(r.status);
+    expect(r.status).toBe(405);
+    expect(r.headers.allow).toBe('POST');
+    expect(r.json()).toEqual({ error: 'GET is not allowed on :predict; use POST' });
     expect(v1.requests.length).toBe(before);
   });
 
@@ -399,14 +405,16 @@ describe('legacy host routing', () => {
     expect(v1.last().url).toBe('/v1/models/iris:predict');
   });
 
-  test('an unknown hostname under the serverless domain is not routed anywhere', async () => {
+  test('an unknown hostname under the serverless domain is 404, not routed anywhere', async () => {
     const before = v1.requests.length;
     const r = await send(`${gw.url}/v1/models/fraud:predict`, {
       headers: { ...auth(), host: 'nope.fraud-detection.serving.example.com' },
       body: { instances: [[1]] },
     });
-    // Falls back to path routing, where "models" is a project the key does not hold (403) or an unknown one (404).
-    expect([403, 404]).toContain(r.status);
+    // No fallback to path routing (which would read "models" as a project): the legacy host names no deployment.
+    expect(r.status).toBe(404);
+    expect(r.json().error).toMatch(/^no deployment is served at host "nope\.fraud-detection\.serving\.example\.com"/);
     expect(v1.requests.length).toBe(before);
+    expect(secretBackend.requests.length).toBe(0);
   });
 });

@@ -10,6 +10,7 @@ import { expect } from '../../support/expect.js';
 import { RecordingBackend, sleep, startOpenAIBackend, type OpenAIBackend } from '../../support/backends.js';
 import { eventually, RawClient, rawHttp, send, startGateway, type Gateway, type Reply } from '../../support/harness.js';
 import { CLI } from '../../support/paths.js';
+import { waitFor } from '../../support/wait.js';
 import {
   ConcurrencyBackend,
   DecliningUpgradeBackend,
@@ -75,6 +76,7 @@ describe('refused upgrade requests', () => {
   afterAll(async () => {
     for (const c of opened) c.close();
     // A gateway that leaked the refused sockets never finishes closing its listener: do not wait for it forever.
+    // Stays: a bound on cleanup, not a wait before an assertion.
     await Promise.race([gw?.close(), sleep(3000)]);
     await py?.close();
     await declining?.close();
@@ -239,6 +241,8 @@ describe('one gateway, misbehaving clients', () => {
   let py: ConcurrencyBackend;
   let big: RecordingBackend;
   let bigWritten = 0;
+  /** The big backend is waiting for 'drain': its last write() was refused by the buffers on the way to the client. */
+  let bigBlocked = false;
   let llm: OpenAIBackend;
   let gw: Gateway;
   let key: string;
@@ -260,10 +264,12 @@ describe('one gateway, misbehaving clients', () => {
       for (let i = 0; i < 1024 && !res.destroyed; i++) {
         bigWritten += chunk.length;
         if (!res.write(chunk)) {
+          bigBlocked = true;
           await new Promise<void>((r) => {
             res.once('drain', r);
             res.once('close', r);
           });
+          bigBlocked = false;
         }
       }
       if (!res.destroyed) res.end();
@@ -314,11 +320,15 @@ describe('one gateway, misbehaving clients', () => {
     const p = await connect();
     p.write(pipeline(200, (i) => rawHttp('GET', `/v1/demo/py/delay/10000?i=${i}`, [host(), authz()])));
     await py.waitForRequests(1);
-    await sleep(200); // a gateway that forwards queued requests early would do it in this time
+    // Stays: "no queued request is forwarded early" has no event to wait for; the backend's count is read after it.
+    await sleep(200);
+    expect(py.requests.length, 'pipelined requests forwarded while the first was still running').toBe(1);
     p.reset();
     await allClosed(py, 1000, 'pipelined then reset');
     expect(py.requests.every((r) => r.aborted)).toBe(true);
-    expect(py.requests.length, 'pipelined requests forwarded before the first was answered').toBeLessThanOrEqual(2);
+    // The connection's queue is dropped (Conn 'close') before the first exchange frees its turn (its response's
+    // 'close', a later listener on the same socket event): nothing queued is started by the reset either.
+    expect(py.requests.length, 'pipelined requests forwarded before the first was answered').toBe(1);
     await eventually(
       async () =>
         expect(await metricValue(gw.adminUrl, INFLIGHT), 'requests still in flight').toBeLessThanOrEqual(inflight0),
@@ -428,12 +438,15 @@ describe('one gateway, misbehaving clients', () => {
     p.socket.pause(); // never reads
     p.write(rawHttp('GET', '/v1/demo/big/file', [host(), authz()]));
     await big.waitForRequests(1);
-    // The backend stalls once the buffers between it and the client are full.
+    // The backend stalls once the buffers between it and the client are full: it waits for a 'drain' that never comes.
     let last = -1;
     await eventually(
       async () => {
+        expect(bigBlocked).toBe(true);
         const now = bigWritten;
+        // Stays: a stall is "no drain for a while"; both ends of the window are anchored on the backend's own state.
         await sleep(300);
+        expect(bigBlocked).toBe(true);
         expect(bigWritten).toBe(now);
         last = now;
       },
@@ -474,7 +487,7 @@ describe('slow peers', () => {
       `GET /v1/demo/py/x HTTP/1.1\r\nHost: 127.0.0.1:${gw.port}\r\nAuthorization: ApiKey ${gw.keys['k-demo']}\r\nX-Slow: `,
     );
     for (let i = 0; i < 40 && !p.closed; i++) {
-      await sleep(100);
+      await sleep(100); // stays: the stimulus, a client sending a byte every 100 ms
       p.write('a');
     }
     await p.until((q) => q.closed, 1000, 'the gateway to close the connection');
@@ -599,7 +612,7 @@ describe('request bodies that stop arriving (limits.requestBodyIdleTimeoutSecond
       ]),
     );
     for (const ch of 'abcdef') {
-      await sleep(400);
+      await sleep(400); // stays: the stimulus, a body trickling a byte every 400 ms (2.4 s in all, never 1 s idle)
       c.write(ch);
     }
     const r = await c.final({ timeoutMs: 3000 });
@@ -752,7 +765,12 @@ stringData: {prefix: HardeningTestKey, projects: demo, sha256: ${createHash('sha
       answered.filter((r) => r.status !== 200),
       'requests in flight at SIGTERM that failed',
     ).toEqual([]);
-    const exited = await Promise.race([exit, sleep(7000).then(() => undefined)]);
+    await waitFor(
+      () => child!.exitCode !== null || child!.signalCode !== null,
+      'the process to exit after SIGTERM',
+      7000,
+    );
+    const exited = await exit;
     expect(exited, 'the process did not exit within 7 s of SIGTERM').toBeDefined();
     expect(exited!.at - signalAt, 'ms from SIGTERM to exit').toBeLessThan(5000);
     expect(exited!.code).toBe(0);
