@@ -1,6 +1,7 @@
 // Per-minute limits at the gateway (SPEC §9), in process: a key's Secret rpm, a deployment's spec.limits, tokens
 // charged from the answers' usage (streamed and not), the 429 with Retry-After and the OpenAI x-ratelimit-* headers in
-// the route's dialect, the openai SDK seeing a RateLimitError; and failed-authentication throttling per address.
+// the route's dialect, the openai SDK seeing a RateLimitError; failed-authentication throttling per address; and the
+// per-second bucket per key. Every 429 the gateway makes is tested here.
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import {
@@ -9,7 +10,7 @@ import {
   type OpenAIBackend,
   type RecordingBackend,
 } from '../support/backends.js';
-import { send, startGateway, type Gateway } from '../support/harness.js';
+import { send, startGateway, type Gateway, type Reply } from '../support/harness.js';
 import { metricValue } from '../support/metrics.js';
 
 let llm: OpenAIBackend;
@@ -160,5 +161,83 @@ describe('failed-authentication throttling (maxFailures 3 here)', () => {
         reason: 'failed_auth',
       }),
     ).toBe(3);
+  });
+});
+
+function expectKServeError(r: Reply, status: number) {
+  expect(r.status).toBe(status);
+  expect(String(r.headers['content-type'])).toMatch(/^application\/json/);
+  const body = r.json();
+  expect(typeof body.error).toBe('string');
+  expect(body.error.length).toBeGreaterThan(0);
+}
+
+function expectOpenAIError(r: Reply, status: number) {
+  expect(r.status).toBe(status);
+  expect(String(r.headers['content-type'])).toMatch(/^application\/json/);
+  const body = r.json();
+  expect(typeof body.error).toBe('object');
+  expect(body.error).toMatchObject({ type: 'rate_limit_error', code: 'rate_limit_exceeded' });
+}
+
+describe('per second per key (limits.rateLimitPerKey)', () => {
+  let limited: Gateway;
+  beforeAll(async () => {
+    limited = await startGateway({
+      // A burst of 2 and one token back every 100 s: nothing refills while the tests run, so the burst alone decides
+      // (at 1/s, a slow machine taking over a second for the six requests would get a third one through).
+      config: { limits: { rateLimitPerKey: 0.01, rateLimitBurst: 2 } },
+      deployments: [
+        { namespace: 'demo', name: 'app', type: 'python', url: py.url },
+        { namespace: 'demo', name: 'chat', modelServer: 'llm', url: llm.url },
+      ],
+      keys: [
+        { name: 'apikey-busy', projects: 'demo' },
+        { name: 'apikey-quiet', projects: 'demo' },
+      ],
+    });
+  });
+  afterAll(async () => {
+    await limited?.close();
+  });
+
+  test('a key over its rate gets 429 that never reaches the backend, while another key is unaffected', async () => {
+    const busy = { authorization: `ApiKey ${limited.keys['apikey-busy']}` };
+    const before = py.requests.length;
+    const statuses: number[] = [];
+    const replies: Reply[] = [];
+    for (let i = 0; i < 6; i++) {
+      const r = await send(`${limited.url}/v1/demo/app/rl`, { headers: busy });
+      statuses.push(r.status);
+      replies.push(r);
+    }
+    expect(statuses).toEqual([200, 200, 429, 429, 429, 429]);
+    const ok = statuses.filter((s) => s === 200).length;
+    expect(statuses.filter((s) => s === 429).length).toBe(6 - ok);
+    expectKServeError(
+      replies.find((r) => r.status === 429)!,
+      429,
+    );
+    expect(replies[2].headers['retry-after']).toBe('100');
+    expect(py.requests.length - before).toBe(ok);
+    expect(
+      metricValue((await send(`${limited.adminUrl}/metrics`)).text, 'servegate_rate_limited_total', {
+        scope: 'key',
+        kind: 'requests',
+        reason: 'per_second',
+      }),
+    ).toBe(4);
+
+    const quiet = await send(`${limited.url}/v1/demo/app/rl`, {
+      headers: { authorization: `ApiKey ${limited.keys['apikey-quiet']}` },
+    });
+    expect(quiet.status).toBe(200);
+  });
+
+  test('429 on an OpenAI route is an OpenAI error object', async () => {
+    const busy = { authorization: `ApiKey ${limited.keys['apikey-busy']}` };
+    let last: Reply | undefined;
+    for (let i = 0; i < 5; i++) last = await send(`${limited.url}/v1/demo/chat/v1/models`, { headers: busy });
+    expectOpenAIError(last!, 429);
   });
 });
