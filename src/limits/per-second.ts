@@ -18,9 +18,9 @@ export class PerSecondLimiter {
   }
 
   /** Takes a token for this key: undefined when allowed, else the 429 to answer. */
-  take(key: { namespace: string; name: string }, now: number): GatewayError | undefined {
+  take(key: { namespace: string; name: string; secretName?: string }, now: number): GatewayError | undefined {
     if (!this.enabled) return undefined;
-    const wait = this.wait(`${key.namespace}/${key.name}`, now);
+    const wait = this.wait(`${key.namespace}/${key.secretName ?? key.name}`, now);
     if (wait === 0) return undefined;
     return gatewayError('rate_limit_exceeded', `rate limit of ${this.perSecond} requests/s for this API key exceeded`, {
       'retry-after': String(wait),

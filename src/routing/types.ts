@@ -158,9 +158,19 @@ export interface PerMinuteLimits {
 }
 
 export interface ApiKeyRecord {
-  /** The Secret's name: sent upstream as x-servegate-key. */
+  /**
+   * The key's display name, unique among keys: the Secret's name in the keys namespace (as it always was), and
+   * "<namespace>/<Secret name>" for a Secret in another namespace (auth.projectNamespaceKeys), so that two Secrets of
+   * the same name never merge. Sent upstream as x-servegate-key; the `key` of the access log and the LLM metrics.
+   */
   name: string;
+  /** The Secret's namespace. */
   namespace: string;
+  /**
+   * The Secret's own name (metadata.name): with `namespace`, the Secret's identity (what per-key limit buckets should
+   * be keyed by). Always set by buildKeys; optional only so that hand-made records (tests) need not name it.
+   */
+  secretName?: string;
   prefix: string;
   /** 32 bytes: SHA-256 of "<prefix>.<secret>". */
   sha256: Buffer;

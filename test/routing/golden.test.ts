@@ -277,8 +277,10 @@ describe('buildRouteTable: the whole output for one fixture set', () => {
         'BBBBBBBBBBBBBBB2',
         [
           {
-            name: 'apikey-team',
+            // Outside the keys namespace: named with its namespace, so it never merges with a same-named Secret.
+            name: 'demo/apikey-team',
             namespace: 'demo',
+            secretName: 'apikey-team',
             prefix: 'BBBBBBBBBBBBBBB2',
             sha256: SHA,
             projects: '*',
@@ -293,6 +295,7 @@ describe('buildRouteTable: the whole output for one fixture set', () => {
           {
             name: 'apikey-ci',
             namespace: 'servegate',
+            secretName: 'apikey-ci',
             prefix: P1,
             sha256: SHA,
             projects: ['demo', 'fraud-detection'],

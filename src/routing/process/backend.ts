@@ -20,15 +20,24 @@ export function parseBackend(
     }
     if (raw.service !== undefined) return invalid('spec.backend takes either url or service/port, not both');
     if (typeof raw.url !== 'string') return invalid('spec.backend.url must be a string');
+    // Messages show the URL without its userinfo: they reach the status condition, /deployments, the admin page
+    // and the logs.
+    const shown = withoutUserinfo(raw.url);
     let u: URL;
     try {
       u = new URL(raw.url);
     } catch {
-      return invalid(`spec.backend.url "${raw.url}" is not a URL`);
+      return invalid(`spec.backend.url "${shown}" is not a URL`);
     }
-    if (u.protocol !== 'http:' || u.search || u.hash || u.username) {
+    // Any userinfo is refused, an empty one too (`http://@host`, `http://:pass@host`), which the URL parser drops.
+    if (u.username || u.password || hasUserinfo(raw.url)) {
       return invalid(
-        `spec.backend.url "${raw.url}" must be a plain http://host:port URL (optionally with a path prefix)`,
+        `spec.backend.url "${shown}" must not carry credentials (a userinfo "user:secret@" before the host)`,
+      );
+    }
+    if (u.protocol !== 'http:' || u.search || u.hash) {
+      return invalid(
+        `spec.backend.url "${shown}" must be a plain http://host:port URL (optionally with a path prefix)`,
       );
     }
     return { kind: 'url', url: `${u.origin}${u.pathname.replace(/\/+$/, '')}` };
@@ -99,6 +108,30 @@ export function parsePathPrefix(raw: unknown, field = 'spec.backend.path'): stri
     );
   }
   return raw.replace(/\/+$/, '');
+}
+
+/**
+ * Whether the authority of `raw` (as the WHATWG URL parser reads it: leading and trailing spaces and controls trimmed,
+ * tabs and newlines removed, "\\" a "/" for http) has an "@", i.e. a userinfo, even an empty one.
+ */
+function hasUserinfo(raw: string): boolean {
+  let text = raw.replace(/[\t\n\r]/g, '');
+  let i = 0;
+  while (i < text.length && text.charCodeAt(i) <= 0x20) i++; // leading C0 controls and spaces
+  text = text.slice(i);
+  const authority = /^[A-Za-z][A-Za-z0-9+.-]*:[/\\]*([^/\\?#]*)/.exec(text)?.[1] ?? '';
+  return authority.includes('@');
+}
+
+/**
+ * `raw` safe to echo: everything up to its last "@" (the userinfo, when there is one) replaced by "***", the scheme
+ * and slashes kept when they come first. A string without "@" is returned as it is.
+ */
+function withoutUserinfo(raw: string): string {
+  const at = raw.lastIndexOf('@');
+  if (at < 0) return raw;
+  const head = /^\s*[A-Za-z][A-Za-z0-9+.-]*:[/\\]+/.exec(raw.slice(0, at))?.[0].trim() ?? '';
+  return `${head}***${raw.slice(at)}`;
 }
 
 const PATH_PREFIX = /^(\/[A-Za-z0-9._~!$&'()*+,;=:@-]+)+\/?$/;

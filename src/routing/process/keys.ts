@@ -138,8 +138,10 @@ function parseKeySecret(
     limits[name] = Number(raw);
   }
   return {
-    name: s.metadata.name,
+    // Unique among keys: a Secret outside the keys namespace is named with its namespace (see ApiKeyRecord.name).
+    name: scoped ? `${s.metadata.namespace}/${s.metadata.name}` : s.metadata.name,
     namespace: s.metadata.namespace,
+    secretName: s.metadata.name,
     prefix,
     sha256: Buffer.from(sha, 'hex'),
     projects,
