@@ -19,6 +19,8 @@ export interface AccessRecord {
   completionTokens?: number;
   /** LLM answers: time to first token, ms. */
   ttftMs?: number;
+  /** The answer reported no usage (cut, or a backend that sends none): the token counts are the gateway's estimate. */
+  tokensEstimated?: boolean;
 }
 
 const FLUSH_MS = 100;
@@ -40,6 +42,7 @@ export class AccessLog {
       `,"client":${JSON.stringify(r.client)},"upstream":${JSON.stringify(r.upstream)},"bytesIn":${r.bytesIn},"bytesOut":${r.bytesOut}`;
     if (r.promptTokens !== undefined)
       line += `,"promptTokens":${r.promptTokens},"completionTokens":${r.completionTokens ?? 0}`;
+    if (r.tokensEstimated) line += `,"tokensEstimated":true`;
     if (r.ttftMs !== undefined) line += `,"ttftMs":${r.ttftMs}`;
     if (r.error !== undefined) line += `,"error":${JSON.stringify(r.error)}`;
     this.pending += `${line}}\n`;

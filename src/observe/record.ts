@@ -33,6 +33,8 @@ export interface Answer {
 
 export interface LlmFigures {
   tokens: TokenUsage | undefined;
+  /** The answer reported no usage: `tokens` is the gateway's estimate (what it charged). */
+  estimated?: boolean;
   /** Seconds from arrival to the first token. */
   ttft: number | undefined;
   /** Seconds per output token after the first (streams). */
@@ -44,8 +46,12 @@ export interface LlmFigures {
  * tokens (an embedding has no first token). Time per output token: streams that completed (`endAt`, else 0) with
  * more than one completion token. An answer cut short gives what it reported before it ended.
  */
-export function llmFigures(m: UsageMeter, started: number, endAt: number): LlmFigures {
-  const tokens = m.usage;
+export function llmFigures(
+  m: UsageMeter,
+  started: number,
+  endAt: number,
+  tokens: TokenUsage | undefined = m.usage,
+): LlmFigures {
   const first = m.firstAt && (m.streamed || (tokens !== undefined && tokens.completion > 0)) ? m.firstAt : 0;
   const ttft = first ? (first - started) / 1000 : undefined;
   const tpot =
@@ -84,5 +90,6 @@ export function recordAnswer(obs: Observers, a: Answer): void {
     promptTokens: llm?.tokens?.prompt,
     completionTokens: llm?.tokens?.completion,
     ttftMs: llm?.ttft !== undefined ? Math.round(llm.ttft * 10000) / 10 : undefined,
+    tokensEstimated: llm?.estimated,
   });
 }

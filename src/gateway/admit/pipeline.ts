@@ -23,7 +23,7 @@ import { ALLOWED_METHODS, preflightHeaderList, responseCorsList, type CorsPolicy
 import { checkSuffix, type BodyCheck } from './kind-rules.js';
 import { locate } from './route.js';
 import { gatewayError, type Dialect, type GatewayError } from '../http/errors.js';
-import { selectModel, servedModel } from '../openai/by-model.js';
+import { HIDDEN, selectModel, servedModel } from '../openai/by-model.js';
 
 /** What admission reads of a request: plain data from its head. */
 export interface RequestFacts {
@@ -202,7 +202,7 @@ export function admit(facts: RequestFacts, ctx: AdmitContext): Admission | Promi
       headers: cors,
     };
     // A websocket (the realtime API) names its model in the query: `?model=<project>/<deployment>`.
-    if (facts.upgrade) return admitUpgradeByModel(b, ctx, facts.now);
+    if (facts.upgrade) return admitUpgradeByModel(b, ctx, facts.now, facts.client);
     // The per-minute buckets wait for `model`; the key's per-second bucket is taken now, before the body is read.
     const error = ctx.perSecond.take(key, facts.now);
     if (!error) return b;
@@ -296,16 +296,33 @@ function byModelAccepted(b: ByModel, route: Route, search: string): Accepted {
   };
 }
 
+/**
+ * A `model` the key may not use: counted as a failed authorisation; a bare name hidden as not found also counts toward
+ * the failed-auth throttle of the address (SPEC §9), since guessing names is what the throttle slows.
+ */
+export function modelRefused(
+  error: GatewayError,
+  client: string | undefined,
+  ctx: Pick<AdmitContext, 'authFailures' | 'counters'>,
+): void {
+  if (error.code === 'model_forbidden') ctx.counters.authFailure('forbidden');
+  else if (HIDDEN.has(error)) {
+    ctx.counters.authFailure('forbidden');
+    if (client !== undefined) ctx.authFailures.failed(client);
+  }
+}
+
 /** A websocket on the OpenAI base URL (the realtime API): `?model=` names the deployment and is rewritten like a body's. */
 function admitUpgradeByModel(
   b: ByModel,
   ctx: AdmitContext,
   now: number,
+  client: string | undefined,
 ): Accepted | Refused | Promise<Accepted | Refused> {
   const params = new URLSearchParams(b.search);
   const route = selectModel(ctx.table, b.key, params.get('model') ?? undefined);
   if (route instanceof Error) {
-    if (route.code === 'model_forbidden') ctx.counters.authFailure('forbidden');
+    modelRefused(route, client, ctx);
     return { ...refused(route, 'openai', b.headers), key: b.key };
   }
   params.set('model', servedModel(route));

@@ -17,16 +17,18 @@ import type { Route } from '../../routing/types.js';
 import type { Charge } from '../../limits/per-minute.js';
 import type { RequestTrace } from '../../observe/tracing.js';
 import { llmFigures, recordAnswer } from '../../observe/record.js';
-import { admit, admitModel, type Accepted, type Admission, type ByModel } from '../admit/pipeline.js';
+import { admit, admitModel, modelRefused, type Accepted, type Admission, type ByModel } from '../admit/pipeline.js';
 import { isBinaryContentType, validateBody } from '../admit/kind-rules.js';
 import { decodeBody } from '../http/body-encoding.js';
-import { gatewayError, type Dialect, type GatewayError } from '../http/errors.js';
+import { gatewayError, GatewayError, type Dialect } from '../http/errors.js';
 import { clientRequestId, upstreamHeaders } from '../http/headers.js';
 import { pathOf } from '../http/path.js';
 import { clientAddress, headProblem, readHead, type RequestHead } from '../http/request-head.js';
 import { closeSocket, sendError, sendJson } from '../http/answers.js';
 import type { Conn, Job } from '../listen/connection.js';
 import { modelRetrieve, modelsList, prepareBody } from '../openai/by-model.js';
+import { llmMembers, otherDeploymentsModel, promptEstimateOf } from '../openai/llm-body.js';
+import { isObject } from '../../kube/objects.js';
 import type { PlaneContext } from './context.js';
 import { RETRY, shouldRetry } from './retry.js';
 import type { Held } from './scale-from-zero.js';
@@ -56,12 +58,16 @@ export class Exchange implements Job, Held, CallOwner {
   /** The route and key name as far as admission got (for the metric and the log line of a refusal too). */
   private routeOf: Route | undefined;
   private keyName = '';
+  /** The address failed authentications count against. */
+  private client: string | undefined;
   private dialect: Dialect = 'kserve';
   /** Header lines every answer of this request carries: request id, CORS, rate-limit, variant. */
   private extra: string[] = [];
   private charge: Charge | undefined;
   /** The gateway asked the backend for usage the client did not ask for: it is taken out of the answer. */
   private stripUsage = false;
+  /** LLM requests: prompt tokens guessed from the body, charged when the answer reports no usage. */
+  private promptEstimate = 0;
   private body: Buffer | Readable | null = null;
   private bodyLength: number | undefined;
   private chosen: Chosen | undefined;
@@ -162,7 +168,7 @@ export class Exchange implements Job, Held, CallOwner {
         authorization: head.authorization,
         contentType: head.contentType,
         now: Date.now(),
-        client: clientAddress(this.conn.client, head, ctx.head.trustForwarded),
+        client: (this.client = clientAddress(this.conn.client, head, ctx.head.trustForwarded)),
         origin: head.origin,
         preflight: head.method === 'OPTIONS' && !!head.origin && head.acrMethod,
         acrHeaders: head.acrHeaders,
@@ -242,7 +248,7 @@ export class Exchange implements Job, Held, CallOwner {
     const table = this.ctx.store.current();
     const body = b.modelId !== undefined ? modelRetrieve(table, b.key, b.modelId) : modelsList(table, b.key);
     if (body instanceof Error) {
-      if (body.code === 'model_forbidden') this.ctx.metrics.authFailures.inc({ reason: 'forbidden' });
+      modelRefused(body, this.client, this.ctx.admission);
       return this.refuse(body, unread);
     }
     this.ended = 'answered';
@@ -300,9 +306,38 @@ export class Exchange implements Job, Held, CallOwner {
   /** `wire`: the body as sent; `plain`: decoded (the same buffer without a Content-Encoding). */
   private bodyChecked(wire: Buffer, plain: Buffer, b: ByModel | undefined): void {
     if (b) return this.routeByModel(b, plain, wire !== plain);
-    const invalid = validateBody(this.d!.check, plain);
+    const d = this.d!;
+    if (d.route.kind === 'llm' && d.check === 'json' && plain.length > 0) return this.llmBody(d, wire, plain);
+    const invalid = validateBody(d.check, plain);
     if (invalid) return this.refuse(invalid);
     // Checked decoded, forwarded as sent: the backend gets the client's bytes and their Content-Encoding.
+    this.body = wire;
+    this.bodyLength = wire.length;
+    this.pickPhase(undefined);
+  }
+
+  /**
+   * An LLM deployment's own URL: the body is forwarded as sent, once the members the gateway reads are unambiguous
+   * (openai/llm-body.ts) and `model` does not name another deployment's model on a shared backend.
+   */
+  private llmBody(d: Accepted, wire: Buffer, plain: Buffer): void {
+    const doc = parseJson(plain);
+    if (doc instanceof GatewayError) return this.refuse(doc);
+    if (isObject(doc)) {
+      const members = llmMembers(plain);
+      if (members instanceof Error) return this.refuse(members);
+      const other = otherDeploymentsModel(this.ctx.store.current(), d.route, doc.model);
+      if (other) {
+        this.ctx.metrics.authFailures.inc({ reason: 'forbidden' });
+        return this.refuse(
+          gatewayError(
+            'model_forbidden',
+            `the model "${String(doc.model)}" is served by another deployment; this URL serves "${d.route.modelName ?? d.route.deployment}"`,
+          ),
+        );
+      }
+      this.promptEstimate = promptEstimateOf(doc);
+    }
     this.body = wire;
     this.bodyLength = wire.length;
     this.pickPhase(undefined);
@@ -313,11 +348,12 @@ export class Exchange implements Job, Held, CallOwner {
     const ctx = this.ctx;
     const p = prepareBody(ctx.store.current(), b, buf);
     if (p instanceof Error) {
-      if (p.code === 'model_forbidden') ctx.metrics.authFailures.inc({ reason: 'forbidden' });
+      modelRefused(p, this.client, ctx.admission);
       return this.refuse(p);
     }
     this.routeOf = p.route;
     this.stripUsage = p.stripUsage;
+    this.promptEstimate = p.promptEstimate;
     // The rewritten body goes on decoded: its Content-Encoding no longer applies.
     if (decoded) this.head!.forward = withoutHeader(this.head!.forward, 'content-encoding');
     this.body = p.body;
@@ -420,6 +456,7 @@ export class Exchange implements Job, Held, CallOwner {
       backendAuthority: target.authority,
       trustForwarded: ctx.head.trustForwarded,
       contentLength: this.bodyLength,
+      identity: route.kind === 'llm',
       traceparent: this.trace?.traceparent,
       tracestate: this.trace?.tracestate,
     });
@@ -567,7 +604,10 @@ export class Exchange implements Job, Held, CallOwner {
   private record(status: number): void {
     const call = this.call;
     const meter = call?.meter;
-    const usage = meter?.usage;
+    // An LLM answer that reports no usage (cut short, the client gone, or a backend that never sends it) is charged
+    // what is known: the prompt as guessed from the request, and a token for each event that carried generated text.
+    const estimated = meter !== undefined && meter.usage === undefined && this.promptEstimate + meter.generated > 0;
+    const usage = estimated ? { prompt: this.promptEstimate, completion: meter.generated } : meter?.usage;
     if (this.charge && usage) this.ctx.perMinute.charge(this.charge, usage.prompt + usage.completion);
     if (this.trace) {
       if (this.routeOf) this.trace.route(this.routeOf.project, this.routeOf.deployment);
@@ -585,7 +625,7 @@ export class Exchange implements Job, Held, CallOwner {
       bytesIn: this.bodyLength ?? 0,
       bytesOut: call?.bytesOut ?? 0,
       error: this.error,
-      llm: meter ? llmFigures(meter, this.started, call.endAt) : undefined,
+      llm: meter ? { ...llmFigures(meter, this.started, call.endAt, usage), estimated } : undefined,
       variant: this.variant,
     });
   }
@@ -612,6 +652,15 @@ function limitStream(req: IncomingMessage, max: number): Readable {
     if (!req.complete) t.destroy(new Error('client aborted'));
   });
   return req.pipe(t);
+}
+
+/** JSON.parse of a body, or the 400 that says why it is not JSON. */
+function parseJson(b: Buffer): unknown {
+  try {
+    return JSON.parse(b.toString('utf8'));
+  } catch (err) {
+    return gatewayError('invalid_json', `request body is not valid JSON: ${(err as Error).message}`);
+  }
 }
 
 /** A flat [name, value, ...] list without the lines named `name` (lower case). */

@@ -14,6 +14,11 @@ export interface UpstreamContext {
   trustForwarded: boolean;
   /** Content length to send, when known. */
   contentLength?: number;
+  /**
+   * The gateway reads the answer (LLM usage): it asks for it uncompressed (`accept-encoding: identity`, the client's
+   * own Accept-Encoding not forwarded), since a compressed answer would hide its usage.
+   */
+  identity?: boolean;
   /** Tracing on: the gateway's span as the backend's parent (the client's own were not forwarded). */
   traceparent?: string;
   tracestate?: string;
@@ -21,7 +26,7 @@ export interface UpstreamContext {
 
 /** The whole header list for the backend: the client's forwardable lines plus the gateway's own. */
 export function upstreamHeaders(head: RequestHead, ctx: UpstreamContext): string[] {
-  const out = head.forward.slice();
+  const out = ctx.identity ? withoutAcceptEncoding(head.forward) : head.forward.slice();
   const trusted = ctx.trustForwarded;
   out.push('x-forwarded-for', trusted && head.xff ? `${head.xff}, ${ctx.clientIp}` : ctx.clientIp);
   if (!trusted || head.xfProto === undefined) out.push('x-forwarded-proto', ctx.proto);
@@ -39,6 +44,7 @@ export function upstreamHeaders(head: RequestHead, ctx: UpstreamContext): string
     ctx.backendAuthority,
   );
   if (ctx.contentLength !== undefined) out.push('content-length', String(ctx.contentLength));
+  if (ctx.identity) out.push('accept-encoding', 'identity');
   if (ctx.traceparent) out.push('traceparent', ctx.traceparent);
   if (ctx.tracestate) out.push('tracestate', ctx.tracestate);
   return out;
@@ -92,4 +98,10 @@ const REQUEST_ID = /^[\x21-\x7e]{1,200}$/;
 export function clientRequestId(value: string | string[] | undefined): string | undefined {
   if (typeof value !== 'string') return undefined;
   return REQUEST_ID.test(value) ? value : undefined;
+}
+
+function withoutAcceptEncoding(list: readonly string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < list.length; i += 2) if (list[i] !== 'accept-encoding') out.push(list[i], list[i + 1]);
+  return out;
 }

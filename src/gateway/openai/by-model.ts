@@ -6,13 +6,10 @@ import { isObject } from '../../kube/objects.js';
 import type { ApiKeyRecord, Route, RouteTable } from '../../routing/types.js';
 import { grantsProject } from '../admit/auth.js';
 import { gatewayError, type GatewayError } from '../http/errors.js';
-import { appendMember, memberSpan, objectLayout, replaceSpan } from './json-members.js';
+import { editLlmBody, llmMembers, type LlmBody } from './llm-body.js';
 
 /** The path segments of the base URL. */
 export const BASE_SEGMENTS = ['openai', 'v1'] as const;
-
-/** OpenAI routes whose streams report usage only when `stream_options.include_usage` asks for it. */
-const USAGE_OPTION_ROUTES = new Set(['/v1/chat/completions', '/v1/completions']);
 
 /** Per table: LLM routes by deployment name (a request with a bare name looks up one list, not every route). */
 const llmIndexes = new WeakMap<RouteTable, Map<string, Route[]>>();
@@ -101,21 +98,23 @@ export function selectModel(table: RouteTable, key: ApiKeyRecord, model: unknown
     const ids = mine.map((r) => `"${modelId(r)}"`).join(', ');
     return gatewayError('invalid_body', `the model ${shown} is ambiguous: it names ${ids}; use one of those`);
   }
-  if (named.length > 0) return gatewayError('model_forbidden', `API key "${key.name}" may not use model ${shown}`);
-  return gatewayError('model_not_found', `the model ${shown} does not exist (${LIST_HINT})`);
+  const notFound = gatewayError('model_not_found', `the model ${shown} does not exist (${LIST_HINT})`);
+  // A bare name that only projects the key does not grant have: answered exactly like an unknown one, so that no
+  // answer tells which other projects exist; marked, so that it counts as a failed authorisation.
+  if (named.length > 0) HIDDEN.add(notFound);
+  return notFound;
 }
 
-export interface PreparedBody {
+/** Not-found answers that hide a model the key is not granted (they count toward the failed-auth throttle). */
+export const HIDDEN = new WeakSet<GatewayError>();
+
+export interface PreparedBody extends LlmBody {
   route: Route;
-  body: Buffer;
-  /** The gateway asked the backend for a usage chunk the client did not ask for: it is taken out of the stream. */
-  stripUsage: boolean;
 }
 
 /**
- * A JSON body sent to the base URL: the deployment its `model` names, and the body to forward — `model` rewritten
- * to the served name, and `stream_options.include_usage` added to a streamed (chat) completion that lacks it, so
- * that its tokens are counted. Only those bytes change; the rest is forwarded as sent.
+ * A JSON body sent to the base URL: the deployment its `model` names, and the body to forward with the edits of
+ * llm-body.ts (`model` rewritten to the served name, the stream flag and the usage request).
  */
 export function prepareBody(
   table: RouteTable,
@@ -123,43 +122,24 @@ export function prepareBody(
   raw: Buffer,
 ): PreparedBody | GatewayError {
   if (raw.length === 0) return selectModel(table, d.key, undefined) as GatewayError;
+  const doc = parseObject(raw, 'the request body must be a JSON object with a "model"');
+  if (doc instanceof Error) return doc;
+  // The spelling of "model" is checked before it picks a deployment: a "MODEL" member could name another.
+  const members = llmMembers(raw);
+  if (members instanceof Error) return members;
+  const route = selectModel(table, d.key, doc.model);
+  if (route instanceof Error) return route;
+  return { ...editLlmBody(raw, doc, members, d.rest, servedModel(route)), route };
+}
+
+/** JSON.parse of a body that must be an object. */
+export function parseObject(raw: Buffer, notObject: string): Record<string, unknown> | GatewayError {
   let doc: unknown;
   try {
     doc = JSON.parse(raw.toString('utf8'));
   } catch (err) {
     return gatewayError('invalid_json', `request body is not valid JSON: ${(err as Error).message}`);
   }
-  if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) {
-    return gatewayError('invalid_body', 'the request body must be a JSON object with a "model"');
-  }
-  const o = doc as Record<string, unknown>;
-  // Two "model" members: the gateway would route by the last (as JSON.parse reads it) while a backend that keeps the
-  // first would serve another model under this key's grant. Ambiguous bodies are refused.
-  if (objectLayout(raw)!.members.filter((m) => m.name === 'model').length > 1) {
-    return gatewayError('invalid_body', 'the request body has more than one "model" member; send exactly one');
-  }
-  const route = selectModel(table, d.key, o.model);
-  if (route instanceof Error) return route;
-  let body = raw;
-  const served = servedModel(route);
-  if (o.model !== served) {
-    const span = memberSpan(objectLayout(body)!, 'model')!;
-    body = replaceSpan(body, span.start, span.end, JSON.stringify(served));
-  }
-  let stripUsage = false;
-  const so = o.stream_options;
-  const asked = isObject(so) && so.include_usage === true;
-  if (
-    o.stream === true &&
-    !asked &&
-    USAGE_OPTION_ROUTES.has(d.rest) &&
-    (so === undefined || so === null || isObject(so))
-  ) {
-    const layout = objectLayout(body)!;
-    const value = JSON.stringify({ ...(isObject(so) ? so : {}), include_usage: true });
-    const span = so === undefined ? undefined : memberSpan(layout, 'stream_options');
-    body = span ? replaceSpan(body, span.start, span.end, value) : appendMember(body, layout, 'stream_options', value);
-    stripUsage = true;
-  }
-  return { route, body, stripUsage };
+  if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) return gatewayError('invalid_body', notObject);
+  return doc as Record<string, unknown>;
 }

@@ -17,6 +17,11 @@ export interface UsageMeter {
   /** The end of the answer: bytes still held, if any. */
   end(): Buffer | undefined;
   readonly usage: TokenUsage | undefined;
+  /**
+   * Streams: data events that carried generated text (each proves at least one completion token), for charging an
+   * answer that ends without its usage.
+   */
+  readonly generated: number;
   /** performance.now() of the first data event (streams) or the first body byte (JSON); 0 = none yet. */
   readonly firstAt: number;
   readonly streamed: boolean;
@@ -70,12 +75,32 @@ function num(v: unknown): number | undefined {
   return typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : undefined;
 }
 
+/** Member names whose non-empty string value is generated text: chat and completions deltas, tool-call arguments,
+ * the Responses API's `delta`. */
+const TEXT_KEYS = ['"content":', '"text":', '"arguments":', '"delta":'].map((k) => Buffer.from(k));
+
+/** A data line [s, stop) holding a non-empty string under one of TEXT_KEYS. */
+export function carriesText(buf: Buffer, s: number, stop: number): boolean {
+  const line = buf.subarray(s, stop);
+  for (const key of TEXT_KEYS) {
+    let at = line.indexOf(key);
+    while (at !== -1) {
+      let j = at + key.length;
+      while (line[j] === 0x20) j++;
+      if (line[j] === 0x22 && j + 1 < line.length && line[j + 1] !== 0x22) return true;
+      at = line.indexOf(key, at + key.length);
+    }
+  }
+  return false;
+}
+
 // ---- event streams ------------------------------------------------------------------------------------------------
 
 type Piece = Buffer | [number, number];
 
 export class SseUsageMeter implements UsageMeter {
   usage: TokenUsage | undefined;
+  generated = 0;
   firstAt = 0;
   readonly streamed = true;
   /** The beginning of a line that has not ended yet (a copy), while it is short enough to read. */
@@ -246,6 +271,7 @@ export class SseUsageMeter implements UsageMeter {
     if (buf[s] === 0x20) s++;
     if (!this.firstAt && !(stop - s === 6 && buf[s] === 0x5b && buf.toString('latin1', s, stop) === '[DONE]'))
       this.firstAt = now;
+    if (carriesText(buf, s, stop)) this.generated++;
     if (!hasUsage) return undefined;
     let doc: unknown;
     try {
@@ -279,6 +305,7 @@ export class SseUsageMeter implements UsageMeter {
  */
 export class JsonUsageMeter implements UsageMeter {
   usage: TokenUsage | undefined;
+  readonly generated = 0;
   firstAt = 0;
   readonly streamed = false;
   /** The last bytes of the previous chunk, so a `"usage"` split between chunks is seen. */

@@ -292,7 +292,8 @@ describe('refusals name the model and never reach a backend', () => {
       'model_forbidden',
       OpenAI.PermissionDeniedError,
     ],
-    ['a bare name only an ungranted project has', 'gpt', 403, 'model_forbidden', OpenAI.PermissionDeniedError],
+    // Answered exactly like an unknown name: no answer tells which other projects have a deployment of that name.
+    ['a bare name only an ungranted project has', 'gpt', 404, 'model_not_found', OpenAI.NotFoundError],
   ] as const)('%s (%s) → %i', async (_what, model, status, code, errorClass) => {
     const r = await chatTo(app, { model, messages: [{ role: 'user', content: 'x' }] });
     expect(r.status).toBe(status);

@@ -113,7 +113,7 @@ describe('selectModel', () => {
     ['genai/llama/x', 'genai', '404 model_not_found'],
     ['secret/gpt', 'genai', '403 model_forbidden'],
     ['secret/nope', 'genai', '403 model_forbidden'],
-    ['gpt', 'genai', '403 model_forbidden'],
+    ['gpt', 'genai', '404 model_not_found'], // only an ungranted project has it: as unknown
     ['nope', 'genai', '404 model_not_found'],
     ['/llama', 'genai', '404 model_not_found'],
     [undefined, 'genai', '400 invalid_body'],

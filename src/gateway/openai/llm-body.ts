@@ -1,0 +1,174 @@
+// The edits the gateway makes to an LLM request body before forwarding it (per-deployment URLs and the OpenAI base URL
+// alike), so that what the backend serves and what the gateway meters cannot be steered by how the client spells
+// things:
+// - `model`, `stream` and `stream_options` are read the way servers read them: one member each, in lower case (Go's
+//   JSON decoder matches names case-insensitively, so `"MODEL"` could name another model than the one checked) — any
+//   other spelling or a repeat is refused;
+// - `model` is set to the name the deployment serves, when the gateway knows it;
+// - `stream` is read as vLLM's and LiteLLM's request models coerce it (`1`, `"true"`, `"yes"`, ...) and written back
+//   as a JSON boolean, so every server reads the same value;
+// - a stream of a route that reports usage only when asked is asked for it (`stream_options.include_usage`), and the
+//   usage event is then taken out of the answer again (`stripUsage`): the client gets what it asked for, the
+//   gateway meters every stream.
+// Every other byte is forwarded as the client sent it (json-members.ts edits in place).
+import { isObject } from '../../kube/objects.js';
+import type { Backend, Route, RouteTable } from '../../routing/types.js';
+import { gatewayError, type GatewayError } from '../http/errors.js';
+import { objectLayout, type MemberSpan, type ObjectLayout } from './json-members.js';
+
+/** OpenAI routes whose streams report usage only when `stream_options.include_usage` asks for it. */
+export const USAGE_OPTION_ROUTES = new Set(['/v1/chat/completions', '/v1/completions']);
+
+/** Members the gateway reads or edits: each must appear once, spelled in lower case. */
+const READ_MEMBERS = ['model', 'stream', 'stream_options'];
+
+export interface LlmBody {
+  /** The body to forward (`raw` itself when nothing changed). */
+  body: Buffer;
+  changed: boolean;
+  /** The gateway asked for usage the client did not ask for: it is taken out of the answer. */
+  stripUsage: boolean;
+  /** The request asks for a stream (as the servers read `stream`). */
+  stream: boolean;
+  /** Prompt tokens guessed from the request (about 4 bytes a token): charged when an answer reports no usage. */
+  promptEstimate: number;
+}
+
+/** Where the members the gateway reads sit in the body; refused when one is spelled otherwise or repeated. */
+export interface LlmMembers {
+  layout: ObjectLayout;
+  seen: Map<string, MemberSpan>;
+}
+
+/** `raw`: a body JSON.parse read as an object. */
+export function llmMembers(raw: Buffer): LlmMembers | GatewayError {
+  const layout = objectLayout(raw)!;
+  const seen = new Map<string, MemberSpan>();
+  for (const m of layout.members) {
+    const lower = m.name.toLowerCase();
+    if (!READ_MEMBERS.includes(lower)) continue;
+    if (m.name !== lower) {
+      return gatewayError(
+        'invalid_body',
+        `the request body has a member "${m.name}": write it "${lower}" (in lower case), exactly once`,
+      );
+    }
+    if (seen.has(lower))
+      return gatewayError('invalid_body', `the request body has more than one "${lower}" member; send exactly one`);
+    seen.set(lower, m);
+  }
+  return { layout, seen };
+}
+
+/**
+ * `raw`: the (decoded) body; `doc`: JSON.parse of it, an object; `members`: llmMembers(raw). `path`: the OpenAI path
+ * without query ("/v1/chat/completions"). `servedModel`: the model the deployment serves, when known.
+ */
+export function editLlmBody(
+  raw: Buffer,
+  doc: Record<string, unknown>,
+  members: LlmMembers,
+  path: string,
+  servedModel: string | undefined,
+): LlmBody {
+  const { layout, seen } = members;
+  const edits: Array<{ start: number; end: number; text: string }> = [];
+  const append: string[] = [];
+  const set = (name: string, valueJson: string): void => {
+    const m = seen.get(name);
+    if (m) edits.push({ start: m.start, end: m.end, text: valueJson });
+    else append.push(`${JSON.stringify(name)}:${valueJson}`);
+  };
+
+  if (servedModel !== undefined && doc.model !== servedModel) set('model', JSON.stringify(servedModel));
+
+  const stream = coerceBool(doc.stream);
+  if (stream !== undefined && typeof doc.stream !== 'boolean') set('stream', String(stream));
+
+  let stripUsage = false;
+  const so = doc.stream_options;
+  if (stream === true && USAGE_OPTION_ROUTES.has(path) && (so === undefined || so === null || isObject(so))) {
+    const asked = isObject(so) && coerceBool(so.include_usage) === true;
+    if (!asked) {
+      set('stream_options', JSON.stringify({ ...(isObject(so) ? so : {}), include_usage: true }));
+      stripUsage = true;
+    }
+  }
+
+  const promptEstimate = estimatePrompt(doc);
+  if (edits.length === 0 && append.length === 0)
+    return { body: raw, changed: false, stripUsage, stream: stream === true, promptEstimate };
+  // Applied from the end, so that earlier offsets stay valid; added members go before the closing brace.
+  const parts: Buffer[] = [];
+  let tail = raw.length;
+  const closing = append.length === 0 ? '' : (layout.members.length ? ',' : '') + append.join(',');
+  const all = [...edits, ...(closing ? [{ start: layout.close, end: layout.close, text: closing }] : [])].sort(
+    (a, b) => b.start - a.start,
+  );
+  for (const e of all) {
+    parts.unshift(Buffer.from(e.text, 'utf8'), raw.subarray(e.end, tail));
+    tail = e.start;
+  }
+  parts.unshift(raw.subarray(0, tail));
+  return { body: Buffer.concat(parts), changed: true, stripUsage, stream: stream === true, promptEstimate };
+}
+
+/**
+ * A flag as pydantic's lax mode reads it (vLLM's and LiteLLM's request models): booleans, 0 and 1, and the strings
+ * "true"/"false", "1"/"0", "yes"/"no", "on"/"off", "t"/"f", "y"/"n" in any case. undefined: absent or not a flag
+ * (the server refuses it; the gateway leaves it alone).
+ */
+export function coerceBool(v: unknown): boolean | undefined {
+  if (typeof v === 'boolean') return v;
+  if (v === 1) return true;
+  if (v === 0) return false;
+  if (typeof v !== 'string') return undefined;
+  const s = v.trim().toLowerCase();
+  if (s === 'true' || s === '1' || s === 'yes' || s === 'on' || s === 't' || s === 'y') return true;
+  if (s === 'false' || s === '0' || s === 'no' || s === 'off' || s === 'f' || s === 'n') return false;
+  return undefined;
+}
+
+/** About 4 bytes of text a token (the usual rule of thumb for BPE vocabularies), over what the model reads. */
+function estimatePrompt(doc: Record<string, unknown>): number {
+  const input = doc.messages ?? doc.prompt ?? doc.input;
+  if (input === undefined) return 0;
+  const text = typeof input === 'string' ? input : JSON.stringify(input);
+  return Math.ceil(Buffer.byteLength(text, 'utf8') / 4);
+}
+
+/** Per table: LLM routes by the backend they share (a Service port or a URL). */
+const byBackend = new WeakMap<RouteTable, Map<string, Route[]>>();
+
+function backendKey(b: Backend): string {
+  return b.kind === 'url' ? `url:${b.url}` : `svc:${b.namespace}/${b.service}:${b.port}`;
+}
+
+/**
+ * A deployment's own URL forwards the body unchanged, so on a backend that serves several deployments' models (one
+ * vLLM with several LoRA adapters, one Ollama) `model` could name another deployment's model than this one's. When
+ * it names the served model of another deployment on the same backend, the request is refused.
+ */
+export function otherDeploymentsModel(table: RouteTable, route: Route, model: unknown): Route | undefined {
+  if (typeof model !== 'string' || model === (route.modelName ?? route.deployment)) return undefined;
+  let idx = byBackend.get(table);
+  if (!idx) {
+    idx = new Map();
+    for (const r of table.routes) {
+      if (r.kind !== 'llm') continue;
+      const k = backendKey(r.backend);
+      const list = idx.get(k);
+      if (list) list.push(r);
+      else idx.set(k, [r]);
+    }
+    byBackend.set(table, idx);
+  }
+  const shared = idx.get(backendKey(route.backend));
+  if (!shared || shared.length < 2) return undefined;
+  return shared.find((r) => r.id !== route.id && (r.modelName ?? r.deployment) === model);
+}
+
+/** The prompt-token guess of a body (see LlmBody.promptEstimate). */
+export function promptEstimateOf(doc: Record<string, unknown>): number {
+  return estimatePrompt(doc);
+}
