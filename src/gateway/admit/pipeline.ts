@@ -5,8 +5,8 @@
 //   2. method    Expect other than 100-continue (417), TRACE/TRACK (405)
 //   3. preflight a CORS preflight is answered here, before any key is asked for
 //   4. route     where the path points (legacy Host, /v1/<project>/<deployment>, the OpenAI base URL)
-//   5. throttle  an address past the failed-authentication limit is refused before its key is hashed
-//   6. key       missing, malformed, unknown or expired: 401 (counted toward the throttle)
+//   5. key       missing, malformed, unknown or expired: 401, counted against the client address;
+//   6. throttle  past the failed-authentication limit that failure is 429 instead (a valid key is always served)
 //   7. grant     the key's projects: 403; then an unknown deployment: 404
 //   8. kind      the deployment kind's rules: suffix and verb (404/405/415), websockets only where a kind takes them
 //   9. limits    per second per key, then per minute per key and per deployment (sync in process, a promise with Redis)
@@ -156,36 +156,15 @@ export function admit(facts: RequestFacts, ctx: AdmitContext): Admission | Promi
   if (at.at === 'bad-path') return refused(at.error, at.dialect, cors);
   const route = at.at === 'deployment' ? at.route : undefined;
 
-  // 5. An address that failed authentication too often is refused before its key costs a hash (SPEC §9).
-  if (facts.client !== undefined && ctx.authFailures.enabled) {
-    const blocked = ctx.authFailures.blockedFor(facts.client);
-    if (blocked > 0) {
-      ctx.counters.rateLimited({ scope: 'client', kind: 'auth_failures', reason: 'failed_auth' });
-      const s = Math.ceil(blocked / 1000);
-      const error = gatewayError(
-        'rate_limit_exceeded',
-        `too many failed authentications from ${facts.client}; retry after ${s} s`,
-        { 'retry-after': String(s) },
-      );
-      return { ok: false, kind: 'refused', error, dialect: at.dialect, route, close: false, headers: cors };
-    }
-  }
-
-  // 6. The key.
+  // 5-6. The key. A failure counts against the address; past the failed-auth limit a failing request gets 429
+  // instead of 401 (a valid key is served even from a throttled address: one NAT can hide many clients).
   const auth = parseAuthorization(facts.authorization);
   const verified = 'failure' in auth ? auth : verifyKey(ctx.table.keys, auth.key, facts.now);
   if ('failure' in verified) {
     ctx.counters.authFailure(verified.failure);
-    if (facts.client !== undefined) ctx.authFailures.failed(facts.client);
-    return {
-      ok: false,
-      kind: 'refused',
-      error: authError(verified.failure),
-      dialect: at.dialect,
-      route,
-      close: false,
-      headers: cors,
-    };
+    const throttled = facts.client !== undefined ? throttle(facts.client, ctx) : undefined;
+    const error = throttled ?? authError(verified.failure);
+    return { ok: false, kind: 'refused', error, dialect: at.dialect, route, close: false, headers: cors };
   }
   const key = verified.record;
 
@@ -327,6 +306,22 @@ function admitUpgradeByModel(
   }
   params.set('model', servedModel(route));
   return limit(byModelAccepted(b, route, `?${params.toString()}`), ctx, now);
+}
+
+/**
+ * Records a failed authentication from `client`; when the address is past the failed-auth limit, the 429 it gets
+ * instead of a 401 (counted in servegate_rate_limited_total).
+ */
+function throttle(client: string, ctx: Pick<AdmitContext, 'authFailures' | 'counters'>): GatewayError | undefined {
+  if (!ctx.authFailures.enabled) return undefined;
+  const blocked = ctx.authFailures.blockedFor(client);
+  ctx.authFailures.failed(client);
+  if (blocked <= 0) return undefined;
+  ctx.counters.rateLimited({ scope: 'client', kind: 'auth_failures', reason: 'failed_auth' });
+  const s = Math.ceil(blocked / 1000);
+  return gatewayError('rate_limit_exceeded', `too many failed authentications from ${client}; retry after ${s} s`, {
+    'retry-after': String(s),
+  });
 }
 
 /** Step 9: the per-second bucket of the key, then the per-minute buckets. */

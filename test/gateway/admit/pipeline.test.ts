@@ -1,5 +1,5 @@
 // The admission pipeline as a table (facts in, the whole decision out), in the order docs/gateway.md draws: head,
-// method, preflight, route, failed-auth throttle, key, grant, kind rules, per-second and per-minute limits. Each row
+// method, preflight, route, key, failed-auth throttle, grant, kind rules, per-second and per-minute limits. Each row
 // runs its requests through one fresh context and compares the last decision, and what admission counted, whole.
 import { describe, expect, test } from '@jest/globals';
 import { gatewayError } from '../../../src/gateway/http/errors.js';
@@ -203,13 +203,9 @@ const rows: Row[] = [
     { authFailures: ['missing'], rateLimited: [] },
   ],
   [
-    '5. past the failed-auth limit the address gets 429, before its key is looked at',
+    '6. past the failed-auth limit a failing request from the address gets 429 instead of 401',
     { maxFailures: 1 },
-    [
-      facts(CHAT, { key: 'AAAAAAAAAAAAAAAA.bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb' }),
-      facts(CHAT),
-      facts(CHAT, { key: demo.key }),
-    ],
+    [facts(CHAT, { key: 'AAAAAAAAAAAAAAAA.bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb' }), facts(CHAT), facts(CHAT)],
     {
       kind: 'refused',
       error: err('rate_limit_exceeded', 'too many failed authentications from 192.0.2.1; retry after 60 s', {
@@ -222,9 +218,30 @@ const rows: Row[] = [
       headers: [],
     },
     {
-      authFailures: ['unknown', 'missing'],
+      authFailures: ['unknown', 'missing', 'missing'],
       rateLimited: [{ scope: 'client', kind: 'auth_failures', reason: 'failed_auth' }],
     },
+  ],
+  [
+    '6. a valid key from a throttled address is served (one NAT hides many clients)',
+    { maxFailures: 1 },
+    [
+      facts(CHAT, { key: 'AAAAAAAAAAAAAAAA.bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb' }),
+      facts(CHAT),
+      facts(CHAT, { key: demo.key }),
+    ],
+    {
+      kind: 'route',
+      route: 'demo/chat',
+      key: 'key-demo',
+      upstreamPath: '/v1/chat/completions',
+      check: 'json',
+      dialect: 'openai',
+      project: 'demo',
+      headers: [],
+      charge: undefined,
+    },
+    { authFailures: ['unknown', 'missing'], rateLimited: [] },
   ],
   [
     '7. a key for another project: 403, counted as forbidden',
