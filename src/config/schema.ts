@@ -59,6 +59,18 @@ export const configSchema = z
         headersTimeoutSeconds: seconds.default(30),
         /** A request body that sends no byte for this long is ended (408; the backend's request is aborted). */
         requestBodyIdleTimeoutSeconds: seconds.default(30),
+        /**
+         * A request body slower than this on average over any 10 s (after its first 10 s) is ended with 408: a
+         * trickling client cannot pin a backend request for minutes. 0 = off.
+         */
+        requestBodyMinBytesPerSecond: z.number().int().min(0).default(1024),
+        /**
+         * A body with a Content-Encoding that the gateway must read is decoded to at most this many bytes (413
+         * above): a few hundred compressed bytes cannot become tens of megabytes of JSON.
+         */
+        maxDecodedBodyBytes: positiveInt.default(8_388_608),
+        /** Bodies decoded at once; more wait their turn (up to 64 waiting, then 503). */
+        decodeConcurrency: z.number().int().min(1).max(64).default(2),
         /** More header lines than this: 431 (Apache's LimitRequestFields default). */
         maxRequestHeaders: z.number().int().min(1).max(4000).default(100),
         /** Requests per second per API key, 0 = unlimited. */
@@ -99,6 +111,9 @@ export const configSchema = z
         streamIdleTimeoutSeconds: 300,
         headersTimeoutSeconds: 30,
         requestBodyIdleTimeoutSeconds: 30,
+        requestBodyMinBytesPerSecond: 1024,
+        maxDecodedBodyBytes: 8_388_608,
+        decodeConcurrency: 2,
         maxRequestHeaders: 100,
         rateLimitPerKey: 0,
         rateLimitBurst: 0,

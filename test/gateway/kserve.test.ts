@@ -2,7 +2,7 @@
 // KServe set-ups (serverless ExternalName predictors, transformers, V2, the Hugging Face runtime, the IS Ready
 // condition), and the ServingDeployment fields protocol, backend.path, canary and scaleFromZero.
 import { createServer, type IncomingMessage, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import net, { type AddressInfo } from 'node:net';
 import { Agent, request } from 'undici';
 import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import { waitFor } from '../support/wait.js';
@@ -206,12 +206,13 @@ beforeAll(async () => {
   scaledDown('slow', ports.slow, { scaleFromZero: { holdSeconds: 10 }, timeoutSeconds: 1 });
   scaledDown('brief', ports.cold, { scaleFromZero: { holdSeconds: 1 } });
   scaledDown('down', ports.cold, {});
+  scaledDown('unsent', ports.cold, { scaleFromZero: { holdSeconds: 20 } });
 
   const config = parseConfig(
     {
       publicUrl: 'https://models.example.com',
       kubernetes: { kserve: { enabled: true } },
-      limits: { scaleFromZeroMaxQueue: 3, scaleFromZeroMaxQueueBytes: 4096 },
+      limits: { scaleFromZeroMaxQueue: 3, scaleFromZeroMaxQueueBytes: 4096, requestBodyIdleTimeoutSeconds: 2 },
     },
     { port: 0, namespace: 'servegate' },
   );
@@ -476,6 +477,43 @@ describe('ServingDeployment: scale from zero', () => {
     expect(r.json.error).toMatch(/no ready endpoint within 1s/);
     expect(Date.now() - start).toBeGreaterThanOrEqual(950);
     expect(seen.some((s) => s.path === '/late')).toBe(false);
+  });
+
+  test('a held body counts the bytes received, not declared; one that sends nothing is timed out like any other', async () => {
+    // 16 MiB declared, nothing sent: it takes none of the 4 KiB byte bound.
+    const silent = net.connect(gw.port, '127.0.0.1');
+    let answer = '';
+    silent.on('data', (c: Buffer) => (answer += c.toString('latin1')));
+    const closed = new Promise<void>((r) => silent.once('close', () => r()));
+    silent.write(
+      `POST /v1/demo/unsent/never-sent HTTP/1.1\r\nHost: x\r\nAuthorization: ApiKey ${key.key}\r\n` +
+        'Content-Type: application/octet-stream\r\nContent-Length: 16777216\r\n\r\n',
+    );
+    await waitFor(async () =>
+      expect(await metrics()).toContain('servegate_pending_requests{project="demo",deployment="unsent"} 1'),
+    );
+    // Another request with a 3 KiB body is held beside it (3 KiB of the 4 KiB are taken: by this one alone).
+    const ac = new AbortController();
+    const small = call('/v1/demo/unsent/held-small', {
+      body: JSON.stringify({ pad: 'y'.repeat(3000) }),
+      signal: ac.signal,
+    }).then(
+      (r) => r.status,
+      (e: Error) => e.name,
+    );
+    await waitFor(async () =>
+      expect(await metrics()).toContain('servegate_pending_requests{project="demo",deployment="unsent"} 2'),
+    );
+    // The silent one: 408 after requestBodyIdleTimeoutSeconds (2 s here), held or not, and its connection closes.
+    await closed;
+    expect(answer).toMatch(/^HTTP\/1\.1 408 /);
+    expect(answer).toContain('the request body sent no data for 2s');
+    await waitFor(async () =>
+      expect(await metrics()).toContain('servegate_pending_requests{project="demo",deployment="unsent"} 1'),
+    );
+    ac.abort();
+    expect(await small).toBe('AbortError');
+    expect(seen.some((s) => s.path === '/never-sent' || s.path === '/held-small')).toBe(false);
   });
 
   test('a client that leaves while held is dropped from the queue and never forwarded', async () => {

@@ -8,6 +8,7 @@ import type { Tracing } from '../../observe/tracing.js';
 import type { RouteStore } from '../../routing/store.js';
 import type { AdmitContext } from '../admit/pipeline.js';
 import type { CorsPolicy } from '../admit/cors.js';
+import type { DecodeBudget } from '../http/body-encoding.js';
 import type { HeadOptions } from '../http/request-head.js';
 import type { Drain } from '../listen/drain.js';
 import type { Pools } from './pools.js';
@@ -29,6 +30,12 @@ export interface PlaneContext {
   drain: Drain;
   head: HeadOptions;
   maxBody: number;
+  /** Decoded size limit of a compressed body the gateway reads (never above maxBody). */
+  maxDecoded: number;
+  /** Compressed bodies are decoded a few at a time. */
+  decoder: DecodeBudget;
+  /** Slowest average body rate over 10 s (bytes/s; 0 = off). */
+  bodyMinRate: number;
   maxHeaders: number;
   streamIdleMs: number;
   bodyIdleMs: number;

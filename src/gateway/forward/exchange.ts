@@ -11,7 +11,7 @@
 // A class rather than closures: one object is made per request, and it drops its references when it is over.
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { Transform, type Readable } from 'node:stream';
+import { PassThrough, Transform, type Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
 import type { Route } from '../../routing/types.js';
 import type { Charge } from '../../limits/per-minute.js';
@@ -19,7 +19,6 @@ import type { RequestTrace } from '../../observe/tracing.js';
 import { llmFigures, recordAnswer } from '../../observe/record.js';
 import { admit, admitModel, modelRefused, type Accepted, type Admission, type ByModel } from '../admit/pipeline.js';
 import { isBinaryContentType, validateBody } from '../admit/kind-rules.js';
-import { decodeBody } from '../http/body-encoding.js';
 import { gatewayError, GatewayError, type Dialect } from '../http/errors.js';
 import { clientRequestId, upstreamHeaders } from '../http/headers.js';
 import { pathOf } from '../http/path.js';
@@ -35,6 +34,9 @@ import type { Held } from './scale-from-zero.js';
 import type { Chosen, Variant } from './targets.js';
 import { UpstreamCall, type CallOwner } from './upstream-call.js';
 import { BODY_TOO_LARGE, ClientGone, mapUpstreamError, tooLarge, unavailable } from './upstream-errors.js';
+
+/** The window of the body's minimum rate (limits.requestBodyMinBytesPerSecond), and the time before it starts. */
+const BODY_RATE_WINDOW_MS = 10_000;
 
 /** The gateway ended the backend call itself (body timeout, a parse error in the body) and answers on its own. */
 class EndedByGateway extends Error {
@@ -77,11 +79,16 @@ export class Exchange implements Job, Held, CallOwner {
   private attempts = 0;
   /** Waiting in the scale-from-zero queue for a first ready endpoint. */
   private held = false;
+  /** Held with its body still coming: stops reading it and gives the body to forward. */
+  private unhold: (() => Buffer | Readable) | undefined;
   private closeAfter = false;
   private error: string | undefined;
   // Body idle watch: the connection's bytes read at the last tick, and when they last moved.
   private seenBytes = -1;
   private seenAt = 0;
+  private startedAt = 0;
+  /** Body rate watch: [time, bytes read, ...] of the ticks in the last window. */
+  private rate: number[] | undefined;
 
   constructor(
     private readonly ctx: PlaneContext,
@@ -99,7 +106,7 @@ export class Exchange implements Job, Held, CallOwner {
     this.res.once('close', this.onClose);
     // The body idle clock starts now: the sweep then fires between bodyIdleMs and bodyIdleMs + its 1 s period.
     this.seenBytes = this.conn.socket.bytesRead;
-    this.seenAt = Date.now();
+    this.seenAt = this.startedAt = Date.now();
     this.guarded(() => this.admitPhase());
   }
 
@@ -111,15 +118,20 @@ export class Exchange implements Job, Held, CallOwner {
 
   tick(now: number): void {
     const req = this.req;
-    if (this.ended || this.held || !req) return;
-    // Idle only when the client is the slow side: data waiting in the request's buffer means we are (back-pressure).
-    if (!req.complete && req.readableLength === 0) {
-      const read = this.conn.socket.bytesRead;
-      if (read !== this.seenBytes) {
-        this.seenBytes = read;
-        this.seenAt = now;
-      } else if (now - this.seenAt >= this.ctx.bodyIdleMs) {
-        return this.bodyTimedOut();
+    if (this.ended || !req) return;
+    // The body's clocks run while it is held too: a held request that sends nothing is timed out like any other.
+    // Idle or slow only when the client is the slow side: data waiting in the request's buffer means we are.
+    if (!req.complete) {
+      if (req.readableLength > 0) this.rate = undefined;
+      else {
+        const read = this.conn.socket.bytesRead;
+        if (read !== this.seenBytes) {
+          this.seenBytes = read;
+          this.seenAt = now;
+        } else if (now - this.seenAt >= this.ctx.bodyIdleMs) {
+          return this.bodyTimedOut('idle');
+        }
+        if (this.tooSlow(now, read)) return this.bodyTimedOut('slow');
       }
     }
     // A client that stops reading its answer holds the backend as long as a stalled stream would, not longer.
@@ -129,6 +141,19 @@ export class Exchange implements Job, Held, CallOwner {
       this.call!.abort(new ClientGone());
       this.res.destroy();
     }
+  }
+
+  /**
+   * The body's average rate over the last 10 s, once it has been coming for 10 s, is below limits.requestBodyMinBytesPerSecond
+   * (seconds when the gateway held the body back do not count: the window starts again after them).
+   */
+  private tooSlow(now: number, read: number): boolean {
+    const min = this.ctx.bodyMinRate;
+    if (min <= 0 || now - this.startedAt < BODY_RATE_WINDOW_MS) return false;
+    const rate = (this.rate ??= []);
+    rate.push(now, read);
+    while (rate.length > 2 && now - rate[2] >= BODY_RATE_WINDOW_MS) rate.splice(0, 2);
+    return now - rate[0] >= BODY_RATE_WINDOW_MS && read - rate[1] < (min * (now - rate[0])) / 1000;
   }
 
   /** Shutdown deadline: an event stream ends cleanly at an event boundary; anything else is cut. */
@@ -296,7 +321,7 @@ export class Exchange implements Job, Held, CallOwner {
     if (this.ended) return;
     const coding = this.head!.contentEncoding;
     if (coding === undefined || coding === 'identity' || wire.length === 0) return this.bodyChecked(wire, wire, b);
-    decodeBody(wire, coding, this.ctx.maxBody, (err, plain) => {
+    this.ctx.decoder.decode(wire, coding, this.ctx.maxDecoded, (err, plain) => {
       if (this.ended) return;
       if (err) return this.refuse(err);
       this.bodyChecked(wire, plain!, b);
@@ -370,13 +395,18 @@ export class Exchange implements Job, Held, CallOwner {
     });
   }
 
-  private bodyTimedOut(): void {
-    const idle = this.ctx.bodyIdleMs / 1000;
-    this.error = 'request body idle timeout';
-    this.ctx.metrics.upstreamErrors.inc({ cause: 'client_body_timeout' });
-    this.call?.abort(new EndedByGateway('request body idle timeout'));
+  /** The body stopped (`idle`) or trickles (`slow`): 408, and the backend's request is aborted. */
+  private bodyTimedOut(why: 'idle' | 'slow'): void {
+    const { ctx } = this;
+    const message =
+      why === 'idle'
+        ? `the request body sent no data for ${ctx.bodyIdleMs / 1000}s`
+        : `the request body arrived slower than ${ctx.bodyMinRate} bytes/s over ${BODY_RATE_WINDOW_MS / 1000}s`;
+    this.error = why === 'idle' ? 'request body idle timeout' : 'request body too slow';
+    ctx.metrics.upstreamErrors.inc({ cause: why === 'idle' ? 'client_body_timeout' : 'client_body_too_slow' });
+    this.call?.abort(new EndedByGateway(this.error));
     if (this.res.headersSent) this.res.destroy();
-    else this.refuse(gatewayError('request_timeout', `the request body sent no data for ${idle}s`), true);
+    else this.refuse(gatewayError('request_timeout', message), true);
   }
 
   // ---- pick --------------------------------------------------------------------------------------------------------
@@ -400,14 +430,56 @@ export class Exchange implements Job, Held, CallOwner {
     this.refuse(unavailable(route));
   }
 
-  /** Scale from zero: waits in the deployment's queue until an endpoint is ready (tryForward) or the hold ends. */
+  /**
+   * Scale from zero: waits in the deployment's queue until an endpoint is ready (tryForward) or the hold ends. A body
+   * still coming is read while it waits and counted as it arrives (bytes received, never bytes declared): past the
+   * queue's byte bound the request is answered 503 at once.
+   */
   private hold(route: Route): void {
-    const full = this.ctx.holds.add(route, this, this.bodyLength ?? 0, route.holdMs!);
+    const body = this.body;
+    const bytes = Buffer.isBuffer(body) ? body.length : 0;
+    const full = this.ctx.holds.add(route, this, bytes, route.holdMs!);
     if (full) {
       this.ctx.metrics.upstreamErrors.inc({ cause: 'hold_queue_full' });
       return this.refuse(unavailable(route, 'hold_full'));
     }
     this.held = true;
+    if (body && !Buffer.isBuffer(body)) {
+      const kept: Buffer[] = [];
+      let size = 0;
+      let ended = false;
+      const onData = (c: Buffer): void => {
+        kept.push(c);
+        size += c.length;
+        if (this.ctx.holds.grow(this, c.length)) return;
+        stop();
+        this.ctx.metrics.upstreamErrors.inc({ cause: 'hold_queue_full' });
+        this.refuse(unavailable(route, 'hold_full'));
+      };
+      const onEnd = (): void => {
+        ended = true;
+      };
+      const onError = (err: NodeJS.ErrnoException): void => {
+        stop();
+        if (err.code === BODY_TOO_LARGE) this.refuse(tooLarge(this.ctx.maxBody), true);
+        // Anything else is the client going away: the response's close ends the exchange.
+      };
+      const stop = (): void => {
+        body.off('data', onData).off('end', onEnd).off('error', onError);
+      };
+      body.on('data', onData).on('end', onEnd).on('error', onError);
+      this.unhold = (): Buffer | Readable => {
+        stop();
+        // A body that came whole while held goes as a buffer; else what came goes first, then the rest as it comes.
+        if (ended) return kept.length === 1 ? kept[0] : Buffer.concat(kept, size);
+        body.pause();
+        const out = new PassThrough();
+        for (const c of kept) out.write(c);
+        body.once('error', (err) => out.destroy(err));
+        body.pipe(out);
+        return out;
+      };
+    }
   }
 
   /** Held: forwards now if the deployment (as the current table has it) has a ready endpoint. */
@@ -420,6 +492,11 @@ export class Exchange implements Job, Held, CallOwner {
     const chosen = route.notReady ? undefined : this.ctx.picker.choose(route);
     if (!chosen) return false;
     this.held = false;
+    if (this.unhold) {
+      const body = (this.body = this.unhold());
+      if (Buffer.isBuffer(body)) this.bodyLength = body.length;
+      this.unhold = undefined;
+    }
     d.route = this.routeOf = route;
     this.callPhase(chosen);
     return true;
@@ -539,7 +616,18 @@ export class Exchange implements Job, Held, CallOwner {
       'backend answer ended early',
     );
     this.error = `backend answer cut (${cause})`;
-    this.res.destroy();
+    const res = this.res;
+    // An event stream ends with one last event in the route's dialect, so that an SDK raises an error instead of
+    // returning a silently shortened answer; then the connection closes (never a clean end).
+    if (this.call?.sse && !res.destroyed && res.writable) {
+      const message =
+        cause === 'stream_idle_timeout'
+          ? `the backend sent nothing for ${this.ctx.streamIdleMs / 1000}s: the answer is incomplete`
+          : 'the backend broke off its answer: the answer is incomplete';
+      res.write(streamErrorEvent(this.dialect, message, cause), () => res.destroy());
+      return;
+    }
+    res.destroy();
   }
 
   /** The gateway's own answer. `close`: the connection closes after it (a body not read, or not to be trusted). */
@@ -551,6 +639,10 @@ export class Exchange implements Job, Held, CallOwner {
       return;
     }
     this.ended = 'answered';
+    if (this.held) {
+      this.held = false;
+      this.ctx.holds.remove(this);
+    }
     // A body not read (or not yet sent, waiting for 100-continue) must not be taken for the next request.
     const unread = !this.req.complete && (this.head?.chunked || (this.head?.contentLength ?? 0) > 0);
     const closing = close || unread || this.ctx.drain.draining;
@@ -652,6 +744,12 @@ function limitStream(req: IncomingMessage, max: number): Readable {
     if (!req.complete) t.destroy(new Error('client aborted'));
   });
   return req.pipe(t);
+}
+
+/** The last event of a broken stream, after a blank line that ends any event left open. */
+function streamErrorEvent(dialect: Dialect, message: string, code: string): string {
+  const error = dialect === 'openai' ? { message, type: 'upstream_error', code } : message;
+  return `\n\ndata: ${JSON.stringify({ error })}\n\n`;
 }
 
 /** JSON.parse of a body, or the 400 that says why it is not JSON. */

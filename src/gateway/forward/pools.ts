@@ -1,5 +1,6 @@
-// One keep-alive undici Pool per backend origin (pools unused for a while are closed), and the one fact undici does
-// not tell a response's handler: whether the connection it ended on was reset.
+// One keep-alive undici Pool per backend origin (pools unused for a while are closed), the one fact undici does not
+// tell a response's handler (whether the connection it ended on was reset), and the one answer undici cannot take
+// (a `100 Continue` nobody asked for, which it treats as a broken connection).
 import type { Socket } from 'node:net';
 import { buildConnector, Pool } from 'undici';
 
@@ -27,7 +28,10 @@ export class Pools {
     };
     this.connect = (opts, cb) =>
       base(opts, (err, socket) => {
-        if (socket) (socket as Socket).on('error', markReset);
+        if (socket) {
+          (socket as Socket).on('error', markReset);
+          dropUnaskedContinue(socket as Socket);
+        }
         cb(err, socket as never);
       });
   }
@@ -70,4 +74,58 @@ export class Pools {
     this.pools.clear();
     await Promise.all(all.map((e) => e.pool.destroy().catch(() => undefined)));
   }
+}
+
+/** "HTTP/1.x 100 " at the start of `b` (13 bytes or more). */
+const isContinue = (b: Buffer): boolean =>
+  b[9] === 0x31 && b[10] === 0x30 && b[11] === 0x30 && b[12] === 0x20 && b.toString('latin1', 0, 7) === 'HTTP/1.';
+
+const REQUEST_LINE = /^[A-Z]+ \S+ HTTP\/1\.1\r\n/;
+const HEAD_END = Buffer.from('\r\n\r\n');
+
+/**
+ * A backend may send `100 Continue` before its answer without being asked (RFC 9110 §15.2: a client must accept any
+ * number of 1xx answers). undici never sends Expect, so it takes an unasked 100 for a broken connection and destroys
+ * it — after the backend processed the request. The gateway does not forward 1xx answers, so every `100` that starts
+ * an answer is taken out of the bytes before undici reads them (other 1xx codes undici already skips).
+ */
+function dropUnaskedContinue(socket: Socket): void {
+  const read = socket.read.bind(socket);
+  const write = socket.write.bind(socket) as (...args: unknown[]) => boolean;
+  /** A request head was written and no byte of its answer read yet. */
+  let atStart = false;
+  socket.write = ((...args: unknown[]) => {
+    const chunk = args[0];
+    if (typeof chunk === 'string' && REQUEST_LINE.test(chunk)) atStart = true;
+    return write(...args);
+  }) as typeof socket.write;
+  /** The start of an answer too short to tell yet, kept until more bytes come. */
+  let held: Buffer | undefined;
+  socket.read = ((size?: number) => {
+    let chunk = read(size) as Buffer | null;
+    if (held) {
+      chunk = chunk ? Buffer.concat([held, chunk]) : held;
+      held = undefined;
+    }
+    while (atStart && chunk !== null) {
+      if (chunk.length < 13) {
+        // Not enough to tell: kept, read again when more comes.
+        held = chunk;
+        return null;
+      }
+      if (!isContinue(chunk)) {
+        atStart = false;
+        break;
+      }
+      const end = chunk.indexOf(HEAD_END);
+      if (end === -1) {
+        // A 100 whose head has not ended yet.
+        held = chunk;
+        return null;
+      }
+      const rest = chunk.subarray(end + 4);
+      chunk = rest.length ? rest : (read(size) as Buffer | null);
+    }
+    return chunk;
+  }) as typeof socket.read;
 }

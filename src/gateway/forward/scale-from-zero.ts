@@ -61,6 +61,21 @@ export class HoldQueues {
     return undefined;
   }
 
+  /**
+   * `held` received `bytes` more of its body while waiting: counted; false when that passes the queue's byte bound
+   * (the caller answers 503 and takes it out).
+   */
+  grow(held: Held, bytes: number): boolean {
+    const id = this.where.get(held);
+    if (id === undefined) return true;
+    const q = this.queues.get(id)!;
+    const e = q.entries.find((x) => x.held === held);
+    if (!e) return true;
+    e.bytes += bytes;
+    q.bytes += bytes;
+    return q.bytes <= this.limits.maxQueueBytes;
+  }
+
   /** Takes `held` out (its client left, or it was forwarded); false when it was not held. */
   remove(held: Held): boolean {
     const id = this.where.get(held);

@@ -37,6 +37,10 @@ export interface CallOptions {
   head: boolean;
 }
 
+/** Media types are case-insensitive (RFC 9110 §8.3.1): `Text/Event-Stream` is an event stream too. */
+const isEventStream = (type: string): boolean =>
+  type.length >= 17 && type.slice(0, 17).toLowerCase() === 'text/event-stream';
+
 const NO_BODY_STATUS = (s: number): boolean => s === 204 || s === 304 || (s >= 100 && s < 200);
 const JSON_TYPE = /^application\/(?:[\w.+-]*\+)?json\b/i;
 
@@ -88,7 +92,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     const down = downstreamHeaders(raw, opts.stripCors);
     const list = down.list;
     for (let i = 0; i < opts.extra.length; i++) list.push(opts.extra[i]);
-    const sse = (this.sse = down.contentType !== undefined && down.contentType.startsWith('text/event-stream'));
+    const sse = (this.sse = down.contentType !== undefined && isEventStream(down.contentType));
     if (sse) {
       list.push('x-accel-buffering', 'no');
       if (!down.cacheControl) list.push('cache-control', 'no-cache');

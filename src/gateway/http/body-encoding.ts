@@ -1,6 +1,8 @@
 // A Content-Encoding on a body the gateway must read (JSON checks, the `model` of /openai/v1): decoded off the event
-// loop (zlib's thread pool), never past the body limit (a decompression bomb stops at the limit: 413), and refused
-// with 415 for codings the gateway does not know. Routes that forward bodies unread never get here.
+// loop (zlib's thread pool), never past the decoded-body limit (limits.maxDecodedBodyBytes, far below the body limit:
+// a few hundred bytes of brotli must not become tens of megabytes of JSON to parse; a bomb stops at the limit: 413),
+// a few at a time (the rest wait their turn, a bounded queue, then 503), and refused with 415 for codings the gateway
+// does not know. Routes that forward bodies unread never get here.
 import { brotliDecompress, gunzip, inflate, inflateRaw, type InputType } from 'node:zlib';
 import { gatewayError, type GatewayError } from './errors.js';
 
@@ -52,4 +54,46 @@ export function decodeBody(
       return done(gatewayError('body_too_large', `the ${c}-decoded body is larger than the limit of ${max} bytes`));
     done(gatewayError('invalid_body', `the body is not valid ${c}: ${err.message}`));
   });
+}
+
+/** Decodes at most `concurrency` bodies at once; up to `maxWaiting` more wait in arrival order; past that, 503. */
+export class DecodeBudget {
+  private active = 0;
+  private readonly waiting: Array<() => void> = [];
+
+  constructor(
+    private readonly concurrency: number,
+    private readonly maxWaiting = 64,
+  ) {}
+
+  /** Decodes as decodeBody does, when a turn is free. */
+  decode(
+    buf: Buffer,
+    coding: string,
+    max: number,
+    done: (err: GatewayError | undefined, plain?: Buffer) => void,
+  ): void {
+    const run = (): void => {
+      this.active++;
+      decodeBody(buf, coding, max, (err, plain) => {
+        this.active--;
+        this.waiting.shift()?.();
+        done(err, plain);
+      });
+    };
+    if (this.active < this.concurrency) return run();
+    if (this.waiting.length >= this.maxWaiting) {
+      return done(
+        gatewayError('server_busy', 'too many compressed request bodies are being decoded; retry shortly', {
+          'retry-after': '1',
+        }),
+      );
+    }
+    this.waiting.push(run);
+  }
+
+  /** Decodes running and waiting (tests). */
+  get load(): { active: number; waiting: number } {
+    return { active: this.active, waiting: this.waiting.length };
+  }
 }

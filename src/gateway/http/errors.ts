@@ -21,6 +21,7 @@ export type ErrorCode =
   | 'body_too_large'
   | 'rate_limit_exceeded'
   | 'limits_unavailable'
+  | 'server_busy'
   | 'unsupported_media_type'
   | 'backend_unavailable'
   | 'backend_error'
@@ -49,6 +50,7 @@ const STATUS: Record<ErrorCode, number> = {
   body_too_large: 413,
   rate_limit_exceeded: 429,
   limits_unavailable: 503,
+  server_busy: 503,
   unsupported_media_type: 415,
   backend_unavailable: 502,
   backend_error: 502,

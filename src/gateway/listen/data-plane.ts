@@ -21,6 +21,7 @@ import { ALLOWED_METHODS, corsPolicy } from '../admit/cors.js';
 import type { Drain } from './drain.js';
 import { gatewayError } from '../http/errors.js';
 import { Exchange } from '../forward/exchange.js';
+import { DecodeBudget } from '../http/body-encoding.js';
 import type { PlaneContext } from '../forward/context.js';
 import type { Metrics } from '../../observe/metrics.js';
 import { PerSecondLimiter } from '../../limits/per-second.js';
@@ -105,6 +106,9 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
     tracing: deps.tracing,
     holds,
     maxBody: limits.maxRequestBodyBytes,
+    maxDecoded: Math.min(limits.maxDecodedBodyBytes, limits.maxRequestBodyBytes),
+    decoder: new DecodeBudget(limits.decodeConcurrency),
+    bodyMinRate: limits.requestBodyMinBytesPerSecond,
     maxHeaders: limits.maxRequestHeaders,
     streamIdleMs: limits.streamIdleTimeoutSeconds * 1000,
     bodyIdleMs: limits.requestBodyIdleTimeoutSeconds * 1000,

@@ -2,7 +2,6 @@
 // body's `model` ("<project>/<deployment>", or the bare deployment name when it is unambiguous among the key's
 // projects) picks the deployment and is rewritten to the name the backend serves; `GET /openai/v1/models` lists what
 // the key may use. Plain functions of the table, the key and the request body.
-import { isObject } from '../../kube/objects.js';
 import type { ApiKeyRecord, Route, RouteTable } from '../../routing/types.js';
 import { grantsProject } from '../admit/auth.js';
 import { gatewayError, type GatewayError } from '../http/errors.js';

@@ -1,0 +1,154 @@
+// Backends that do what HTTP allows but clients rarely see: interim 1xx answers nobody asked for (SPEC §6: the client
+// gets the final answer, never a 502 for a request the backend processed), and event streams that break after they
+// started (SPEC §6: one last event in the route's dialect, then the connection closes).
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
+import { Conn, RawBackend, type RawRequest } from '../../support/raw-backend.js';
+import { send, startGateway, type Gateway } from '../../support/harness.js';
+import { metricValue } from '../../support/metrics.js';
+import { waitFor } from '../../support/wait.js';
+import type { Socket } from 'node:net';
+
+/** What the backend writes for a request, by its path. */
+const scripts: Record<string, (req: RawRequest, s: Socket) => void> = {};
+let raw: RawBackend;
+let gw: Gateway;
+
+const answer = (body: string, extra = ''): string =>
+  `HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n${extra}\r\n${body}`;
+
+beforeAll(async () => {
+  raw = await new RawBackend((req, s) => {
+    const path = req.target.replace(/\?.*/, '');
+    const script = scripts[path.slice(path.lastIndexOf('/'))];
+    if (script) script(req, s);
+    else s.write(answer('{"ok":true}'));
+  }).listen();
+  gw = await startGateway({
+    deployments: [
+      { namespace: 'demo', name: 'app', type: 'python', url: raw.url },
+      { namespace: 'demo', name: 'chat', modelServer: 'llm', url: raw.url },
+    ],
+    keys: [{ name: 'k', projects: 'demo' }],
+  });
+});
+
+afterAll(async () => {
+  await gw?.close();
+  await raw?.close();
+});
+
+const auth = () => ({ authorization: `ApiKey ${gw.keys.k}` });
+
+describe('interim answers the gateway did not ask for', () => {
+  test.each([
+    ['one 100 Continue', (s: Socket) => s.write('HTTP/1.1 100 Continue\r\n\r\n' + answer('{"n":1}'))],
+    [
+      'a 100 Continue in pieces, then the answer in another write',
+      (s: Socket) => {
+        s.write('HTTP/1.1 1');
+        setTimeout(() => s.write('00 Continue\r\n'), 20);
+        setTimeout(() => s.write('\r\n'), 40);
+        setTimeout(() => s.write(answer('{"n":2}')), 60);
+      },
+    ],
+    [
+      'two 100s, a 102 and a 103 before the answer',
+      (s: Socket) =>
+        s.write(
+          'HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 102 Processing\r\n\r\n' +
+            'HTTP/1.1 103 Early Hints\r\nlink: </a.css>; rel=preload\r\n\r\n' +
+            answer('{"n":3}'),
+        ),
+    ],
+  ])('%s: the client gets the final answer, the backend saw one request', async (name, script) => {
+    const path = `/interim-${name.length}`;
+    scripts[path] = (_req, s) => script(s);
+    const before = raw.requests.length;
+    const r = await send(`${gw.url}/v1/demo/app${path}`, { method: 'POST', headers: auth(), body: { x: 1 } });
+    expect(r.status).toBe(200);
+    expect(r.json()).toEqual({ n: name.startsWith('one') ? 1 : name.startsWith('a ') ? 2 : 3 });
+    expect(raw.requests.length - before).toBe(1);
+    // The connection stays usable: the next request on the pool is answered.
+    const again = await send(`${gw.url}/v1/demo/app/plain`, { headers: auth() });
+    expect(again.status).toBe(200);
+  });
+});
+
+describe('an event stream that breaks after it started', () => {
+  const sseHead = 'HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n';
+  const chunk = (text: string) => `${Buffer.byteLength(text).toString(16)}\r\n${text}\r\n`;
+  const event = (i: number) =>
+    chunk(
+      `data: ${JSON.stringify({ id: 'x', object: 'chat.completion.chunk', choices: [{ index: 0, delta: { content: `tok${i}` } }] })}\n\n`,
+    );
+
+  test('OpenAI route: the SDK raises the error event instead of returning a shortened answer', async () => {
+    scripts['/completions'] = (_req, s) => {
+      s.write(sseHead + event(0) + event(1));
+      setTimeout(() => s.resetAndDestroy(), 30);
+    };
+    const client = new OpenAI({ baseURL: `${gw.url}/v1/demo/chat/v1`, apiKey: gw.keys.k, maxRetries: 0 });
+    const stream = await client.chat.completions.create({
+      model: 'chat',
+      messages: [{ role: 'user', content: 'x' }],
+      stream: true,
+    });
+    const got: string[] = [];
+    let error: unknown;
+    try {
+      for await (const c of stream) got.push(c.choices[0]?.delta?.content ?? '');
+    } catch (err) {
+      error = err;
+    }
+    expect(got).toEqual(['tok0', 'tok1']);
+    expect(error).toBeInstanceOf(OpenAI.APIError);
+    expect((error as Error).message).toContain('the backend broke off its answer: the answer is incomplete');
+    expect(
+      metricValue((await send(`${gw.adminUrl}/metrics`)).text, 'servegate_upstream_errors_total', { cause: 'reset' }),
+    ).toBeGreaterThanOrEqual(1);
+  });
+
+  test('the bytes: the events sent, a blank line, the error event in the route dialect, then no clean end', async () => {
+    scripts['/events'] = (_req, s) => {
+      s.write(sseHead + chunk('data: {"half":'));
+      setTimeout(() => s.resetAndDestroy(), 30);
+    };
+    const c = await Conn.connect(gw.port);
+    c.write(`GET /v1/demo/app/events HTTP/1.1\r\nHost: x\r\nAuthorization: ApiKey ${gw.keys.k}\r\n\r\n`);
+    await c.closed();
+    const text = c.text;
+    expect(text).toContain('data: {"half":');
+    expect(text).toContain('\n\ndata: {"error":"the backend broke off its answer: the answer is incomplete"}\n\n');
+    // No terminating zero-length chunk: the client sees the stream cut, never a clean end.
+    expect(text.endsWith('0\r\n\r\n')).toBe(false);
+  });
+
+  test('a media type in another case (Text/Event-Stream) is an event stream too: flushed, metered', async () => {
+    scripts['/completions'] = (_req, s) => {
+      s.write(
+        'HTTP/1.1 200 OK\r\ncontent-type: Text/Event-Stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n\r\n' +
+          event(0) +
+          chunk(
+            `data: ${JSON.stringify({ id: 'x', choices: [], usage: { prompt_tokens: 7, completion_tokens: 1 } })}\n\n`,
+          ) +
+          chunk('data: [DONE]\n\n') +
+          '0\r\n\r\n',
+      );
+    };
+    const tokens = async () =>
+      metricValue((await send(`${gw.adminUrl}/metrics`)).text, 'servegate_llm_tokens_total', {
+        project: 'demo',
+        deployment: 'chat',
+        type: 'prompt',
+      }) ?? 0;
+    const before = await tokens();
+    const r = await send(`${gw.url}/v1/demo/chat/v1/chat/completions`, {
+      headers: auth(),
+      body: { model: 'chat', messages: [], stream: true, stream_options: { include_usage: true } },
+    });
+    expect(r.status).toBe(200);
+    expect(r.headers['x-accel-buffering']).toBe('no');
+    await waitFor(async () => (await tokens()) === before + 7, 'the usage to be counted');
+  });
+});
