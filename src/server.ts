@@ -7,6 +7,7 @@ import { adminHandler } from './admin/listener.js';
 import { createDataPlane } from './gateway/listen/data-plane.js';
 import { Drain } from './gateway/listen/drain.js';
 import { HoldQueues } from './gateway/forward/scale-from-zero.js';
+import { EndpointStats } from './gateway/forward/endpoint-stats.js';
 import { Metrics } from './observe/metrics.js';
 import { CertificateReloader, CertificateError } from './gateway/listen/tls.js';
 import type { Tracing } from './observe/tracing.js';
@@ -58,7 +59,16 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
     maxQueue: config.limits.scaleFromZeroMaxQueue,
     maxQueueBytes: config.limits.scaleFromZeroMaxQueueBytes,
   });
-  const metrics = new Metrics(opts.processMetrics ?? true, () => holds.pending(store.current().routes));
+  // What LLM endpoints report about their load (SPEC §12): scraped by the data plane, read by the metrics.
+  const endpointStats = new EndpointStats(config.balancing);
+  const metrics = new Metrics(opts.processMetrics ?? true, {
+    pending: () => holds.pending(store.current().routes),
+    endpoints: () =>
+      endpointStats.snapshot().map((e) => {
+        const fresh = endpointStats.fresh(e.origin);
+        return { address: e.address, waiting: fresh?.waiting, kv: fresh?.kv, errors: e.errors };
+      }),
+  });
   observeBuilds(store, metrics, logger);
   const drain = new Drain();
 
@@ -152,6 +162,7 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
     logger,
     drain,
     holds,
+    endpointStats,
     endpoints: opts.endpoints,
     tracing,
     limitStore,

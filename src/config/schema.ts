@@ -155,6 +155,30 @@ export const configSchema = z
       })
       .strict()
       .default({ otlpEndpoint: '', sampleRatio: 1 }),
+    /** Endpoint picking of LLM deployments (SPEC §12): scraping the servers' metrics, and saturation bounds. */
+    balancing: z
+      .object({
+        /** How often each LLM endpoint's metrics are scraped (in the background, never on a request's path). */
+        scrapeIntervalMs: z.number().int().min(10).max(60_000).default(100),
+        /** Scraped figures older than this are not used (the endpoint is judged by in-flight counts alone). */
+        staleAfterMs: z.number().int().min(10).max(600_000).default(1000),
+        /** An endpoint with more waiting requests than this is avoided while another is not. */
+        maxWaiting: z.number().min(0).default(5),
+        /** An endpoint with a larger KV-cache use (0-1) than this is avoided while another is not. */
+        maxKvCache: z.number().min(0).max(1).default(0.8),
+        /** Bounded load: no endpoint gets more in flight than max(maxLoadFactor × mean, mean + maxLoadSlack). */
+        maxLoadFactor: z.number().min(1).default(1.25),
+        maxLoadSlack: z.number().min(0).default(2),
+      })
+      .strict()
+      .default({
+        scrapeIntervalMs: 100,
+        staleAfterMs: 1000,
+        maxWaiting: 5,
+        maxKvCache: 0.8,
+        maxLoadFactor: 1.25,
+        maxLoadSlack: 2,
+      }),
     /** Trust X-Forwarded-* from the client (set only behind a trusted load balancer). */
     trustForwardedHeaders: z.boolean().default(false),
     /**

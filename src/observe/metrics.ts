@@ -2,6 +2,14 @@
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import { CompactHistogram, type HistogramSeries } from './histogram.js';
 
+/** Figures read at scrape time from the parts that hold them. */
+export interface MetricSources {
+  /** Held requests per deployment (scale from zero). */
+  pending?: () => Iterable<{ project: string; deployment: string; count: number }>;
+  /** LLM endpoints: what each last reported (fresh figures only) and its scrape errors. */
+  endpoints?: () => Iterable<{ address: string; waiting?: number; kv?: number; errors: number }>;
+}
+
 interface RouteCounters {
   project: string;
   deployment: string;
@@ -175,8 +183,68 @@ export class Metrics {
     registers: [this.registry],
     collect: (): void => {
       this.pending.reset();
-      for (const p of this.pendingOf()) this.pending.set({ project: p.project, deployment: p.deployment }, p.count);
+      for (const p of this.sources.pending?.() ?? [])
+        this.pending.set({ project: p.project, deployment: p.deployment }, p.count);
     },
+  });
+
+  // ---- endpoint picking (SPEC §12) ----------------------------------------------------------------------------------
+
+  readonly endpointPicks = new Counter({
+    name: 'servegate_endpoint_picks_total',
+    help: "Endpoints picked for requests to deployments with more than one ready endpoint, by reason (prefix: the prompt prefix's endpoint; load: another, the first being saturated, or no prefix; only: one endpoint; round-robin)",
+    labelNames: ['project', 'deployment', 'reason'] as const,
+    registers: [this.registry],
+  });
+  private picks = new Map<string, { inc(): void }>();
+
+  /** One pick (a cached child per deployment and reason: no label lookup per request). */
+  endpointPick(project: string, deployment: string, reason: string): void {
+    const k = `${project}\u0000${deployment}\u0000${reason}`;
+    let c = this.picks.get(k);
+    if (!c) {
+      c = this.endpointPicks.labels({ project, deployment, reason });
+      this.picks.set(k, c);
+    }
+    c.inc();
+  }
+
+  readonly endpointWaiting: Gauge = new Gauge({
+    name: 'servegate_endpoint_waiting',
+    help: 'Requests waiting at an LLM endpoint, as it last reported them (vllm:num_requests_waiting), by endpoint address; absent while its figures are stale',
+    labelNames: ['endpoint'] as const,
+    registers: [this.registry],
+    collect: (): void => this.collectEndpoints(),
+  });
+  readonly endpointKvCache = new Gauge({
+    name: 'servegate_endpoint_kv_cache_usage',
+    help: 'KV-cache use (0-1) of an LLM endpoint, as it last reported it (vllm:kv_cache_usage_perc), by endpoint address',
+    labelNames: ['endpoint'] as const,
+    registers: [this.registry],
+  });
+  readonly endpointScrapeErrors = new Gauge({
+    name: 'servegate_endpoint_scrape_errors_total',
+    help: "Failed scrapes of an LLM endpoint's metrics since start, by endpoint address (such an endpoint is judged by in-flight requests alone)",
+    labelNames: ['endpoint'] as const,
+    registers: [this.registry],
+  });
+
+  private collectEndpoints(): void {
+    this.endpointWaiting.reset();
+    this.endpointKvCache.reset();
+    this.endpointScrapeErrors.reset();
+    for (const e of this.sources.endpoints?.() ?? []) {
+      if (e.waiting !== undefined) this.endpointWaiting.set({ endpoint: e.address }, e.waiting);
+      if (e.kv !== undefined) this.endpointKvCache.set({ endpoint: e.address }, e.kv);
+      if (e.errors) this.endpointScrapeErrors.set({ endpoint: e.address }, e.errors);
+    }
+  }
+
+  readonly fallbacks = new Counter({
+    name: 'servegate_fallbacks_total',
+    help: 'Requests sent to a fallback deployment after theirs failed before answering, by project, deployment, the fallback (to: project/deployment) and reason (connect, 5xx, 429, no_endpoint, timeout)',
+    labelNames: ['project', 'deployment', 'to', 'reason'] as const,
+    registers: [this.registry],
   });
 
   /** Totals per deployment since start (the admin page's live figures are differences of two of these). */
@@ -256,12 +324,12 @@ export class Metrics {
   }
 
   /**
-   * `defaults`: the standard process_* and nodejs_* metrics. `pendingOf`: held requests per deployment (scale from
-   * zero), read at scrape time.
+   * `defaults`: the standard process_* and nodejs_* metrics. `sources`: figures read at scrape time (held requests,
+   * LLM endpoints).
    */
   constructor(
     defaults = true,
-    private readonly pendingOf: () => Iterable<{ project: string; deployment: string; count: number }> = () => [],
+    private readonly sources: MetricSources = {},
   ) {
     // Standard names (process_*, nodejs_*): what stock Node.js dashboards and alerts query (SPEC §11).
     if (defaults) collectDefaultMetrics({ register: this.registry });

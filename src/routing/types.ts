@@ -92,6 +92,8 @@ export interface ReadError {
 /** Where a route's traffic goes. */
 export type Backend =
   | { kind: 'url'; url: string }
+  /** Files source: the endpoints of one backend (SPEC §12), picked per request like a Service's ready endpoints. */
+  | { kind: 'urls'; urls: readonly string[] }
   | {
       kind: 'service';
       namespace: string;
@@ -150,6 +152,19 @@ export interface Route {
   canary?: Canary;
   /** Set when the resource itself says it is not ready (an InferenceService's Ready condition): why. */
   notReady?: string;
+  /** spec.balancing: how an endpoint is picked among the backend's ready endpoints (SPEC §12). */
+  balancing: Balancing;
+  /** spec.fallbacks: deployments tried in order when this one fails before answering, as "<project>/<deployment>". */
+  fallbacks?: readonly string[];
+}
+
+export type BalancingPolicy = 'llm' | 'least-request' | 'round-robin';
+
+export interface Balancing {
+  policy: BalancingPolicy;
+  /** Where each endpoint serves its metrics (llm policy): path, and port (0 = the serving port). */
+  metricsPath: string;
+  metricsPort: number;
 }
 
 export interface PerMinuteLimits {

@@ -9,6 +9,7 @@ const base = {
   verbs: [],
   backend: { kind: 'url' as const, url: 'http://x' },
   timeoutMs: 1000,
+  balancing: { policy: 'round-robin' as const, metricsPath: '/metrics', metricsPort: 0 },
 };
 const llm: Route = {
   ...base,

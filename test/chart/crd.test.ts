@@ -126,6 +126,13 @@ const celTwins: Record<string, (self: Json) => boolean> = {
     (self) =>
       (has(self, 'service') && has(self, 'port') && !has(self, 'url')) ||
       (has(self, 'url') && !has(self, 'service') && !has(self, 'port')),
+  '(has(self.service) && has(self.port) && !has(self.url) && !has(self.urls)) || (has(self.url) && !has(self.service) && !has(self.port) && !has(self.urls)) || (has(self.urls) && !has(self.service) && !has(self.port) && !has(self.url))':
+    (self) => {
+      const [service, port, url, urls] = ['service', 'port', 'url', 'urls'].map((k) => has(self, k));
+      return (
+        (service && port && !url && !urls) || (url && !service && !port && !urls) || (urls && !service && !port && !url)
+      );
+    },
   "!has(self.protocol) || self.protocol == 'v1' || (self.type == 'model' && has(self.modelServer) && self.modelServer != 'llm')":
     (self) =>
       !has(self, 'protocol') ||

@@ -104,6 +104,7 @@ describe('buildRouteTable: the whole output for one fixture set', () => {
           targetPort: 8080,
         },
         timeoutMs: 60_000,
+        balancing: { policy: 'round-robin', metricsPath: '/metrics', metricsPort: 0 },
         hostname: 'fraud.fraud-detection.serving.example.com',
       },
       {
@@ -119,6 +120,7 @@ describe('buildRouteTable: the whole output for one fixture set', () => {
         verbs: ['predict', 'classify', 'regress'],
         backend: { kind: 'service', namespace: 'demo', service: 'tf', port: 8501, portName: 'rest', targetPort: 8501 },
         timeoutMs: 5_000,
+        balancing: { policy: 'round-robin', metricsPath: '/metrics', metricsPort: 0 },
         hostname: 'flowers.demo.serving.example.com',
       },
       {
@@ -141,6 +143,7 @@ describe('buildRouteTable: the whole output for one fixture set', () => {
           targetPort: 'http',
         },
         timeoutMs: 60_000,
+        balancing: { policy: 'llm', metricsPath: '/metrics', metricsPort: 0 },
         hostname: 'chat.demo.serving.example.com',
       },
       {
@@ -156,6 +159,7 @@ describe('buildRouteTable: the whole output for one fixture set', () => {
         verbs: [],
         backend: { kind: 'service', namespace: 'demo', service: 'echo', port: 80, portName: 'http', targetPort: 8080 },
         timeoutMs: 60_000,
+        balancing: { policy: 'round-robin', metricsPath: '/metrics', metricsPort: 0 },
         hostname: 'echo.demo.serving.example.com',
       },
       {
@@ -178,6 +182,7 @@ describe('buildRouteTable: the whole output for one fixture set', () => {
           targetPort: 8080,
         },
         timeoutMs: 60_000,
+        balancing: { policy: 'round-robin', metricsPath: '/metrics', metricsPort: 0 },
         hostname: 'iris.kserve-test.serving.example.com',
       },
     ]);

@@ -25,7 +25,8 @@ import { pathOf } from '../http/path.js';
 import { clientAddress, headProblem, readHead, type RequestHead } from '../http/request-head.js';
 import { closeSocket, sendError, sendJson } from '../http/answers.js';
 import type { Conn, Job } from '../listen/connection.js';
-import { modelRetrieve, modelsList, prepareBody } from '../openai/by-model.js';
+import { modelRetrieve, modelsList, prepareBody, servedModel } from '../openai/by-model.js';
+import { prefixKey } from '../openai/prefix.js';
 import { llmMembers, otherDeploymentsModel, promptEstimateOf } from '../openai/llm-body.js';
 import { isObject } from '../../kube/objects.js';
 import type { PlaneContext } from './context.js';
@@ -70,6 +71,8 @@ export class Exchange implements Job, Held, CallOwner {
   private stripUsage = false;
   /** LLM requests: prompt tokens guessed from the body, charged when the answer reports no usage. */
   private promptEstimate = 0;
+  /** LLM requests: the hash of the prompt's prefix, for endpoint picking (openai/prefix.ts). */
+  private prefix: number | undefined;
   private body: Buffer | Readable | null = null;
   private bodyLength: number | undefined;
   private chosen: Chosen | undefined;
@@ -362,6 +365,7 @@ export class Exchange implements Job, Held, CallOwner {
         );
       }
       this.promptEstimate = promptEstimateOf(doc);
+      if (d.route.balancing.policy === 'llm') this.prefix = prefixKey(doc, servedModel(d.route));
     }
     this.body = wire;
     this.bodyLength = wire.length;
@@ -379,6 +383,7 @@ export class Exchange implements Job, Held, CallOwner {
     this.routeOf = p.route;
     this.stripUsage = p.stripUsage;
     this.promptEstimate = p.promptEstimate;
+    if (p.route.balancing.policy === 'llm') this.prefix = prefixKey(p.doc, servedModel(p.route));
     // The rewritten body goes on decoded: its Content-Encoding no longer applies.
     if (decoded) this.head!.forward = withoutHeader(this.head!.forward, 'content-encoding');
     this.body = p.body;
@@ -419,10 +424,11 @@ export class Exchange implements Job, Held, CallOwner {
     let chosen: Chosen | undefined;
     if (avoid !== undefined && this.chosen) {
       // The retry: the same backend (and variant), another address when it has one.
-      const target = ctx.picker.pick(this.chosen.backend, avoid);
+      const target = ctx.picker.pick(route, this.chosen.backend, avoid, this.prefix);
       chosen = target && { ...this.chosen, target };
     } else if (!route.notReady) {
-      chosen = ctx.picker.choose(route);
+      chosen = ctx.picker.choose(route, this.prefix);
+      if (chosen?.reason) ctx.metrics.endpointPick(route.project, route.deployment, chosen.reason);
     }
     if (chosen) return this.callPhase(chosen);
     if (avoid === undefined && route.holdMs) return this.hold(route);
@@ -489,7 +495,7 @@ export class Exchange implements Job, Held, CallOwner {
     const old = d.route;
     const current = this.ctx.store.current().byPath.get(`${old.project}/${old.deployment}`);
     const route = current && current.id === old.id ? current : old;
-    const chosen = route.notReady ? undefined : this.ctx.picker.choose(route);
+    const chosen = route.notReady ? undefined : this.ctx.picker.choose(route, this.prefix);
     if (!chosen) return false;
     this.held = false;
     if (this.unhold) {
@@ -548,9 +554,11 @@ export class Exchange implements Job, Held, CallOwner {
         stripCors: ctx.cors.enabled,
         closing: ctx.drain.draining,
         head: req.method === 'HEAD',
+        origin: target.origin,
       },
       ctx.metrics,
       ctx.pools,
+      ctx.picker,
     ));
     try {
       ctx.pools.get(target.origin).dispatch(

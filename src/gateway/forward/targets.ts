@@ -1,7 +1,15 @@
-// Where a request goes: the backend (and canary variant) and the address for this request, round-robin over the
-// ready endpoints.
+// Where a request goes: the backend (and canary variant), then one of its ready endpoints, by the route's balancing
+// policy (SPEC §12):
+// - round-robin: in turn;
+// - least-request: the fewest requests this gateway has in flight there;
+// - llm: the endpoint the prompt's prefix hashes to (rendezvous hashing over the ready endpoints: a deterministic
+//   function of the prefix and the endpoint set, so every gateway replica picks the same endpoint for the same
+//   prompt with no shared state), unless it is saturated — scraped waiting requests or KV-cache use over their
+//   bounds, or in-flight requests over the bounded load — then the next endpoint in the prefix's rendezvous order
+//   that is not; when every one is saturated, the least loaded.
 import type { Backend, Route } from '../../routing/types.js';
 import type { EndpointAddress, EndpointResolver } from '../../sources/types.js';
+import type { EndpointStats } from './endpoint-stats.js';
 
 export interface Target {
   origin: string;
@@ -9,97 +17,263 @@ export interface Target {
   authority: string;
   /** Path prefix of a url backend ("" for services). */
   basePath: string;
+  /** host:port, for logs and metrics. */
+  address: string;
+  /** 32-bit hash of the address: its half of the rendezvous score. */
+  hash: number;
 }
 
 export type Variant = 'primary' | 'canary';
+
+export type PickReason = 'prefix' | 'load' | 'only' | 'round-robin';
 
 export interface Chosen {
   target: Target;
   backend: Backend;
   /** Set when the route has a canary: which backend answers. */
   variant?: Variant;
+  /** Why this endpoint (set when there was more than one to choose from). */
+  reason?: PickReason;
 }
+
+export interface BalancingLimits {
+  /** Scraped waiting requests above this: saturated. */
+  maxWaiting: number;
+  /** Scraped KV-cache use (0-1) above this: saturated. */
+  maxKvCache: number;
+  /** Bounded load: in flight above max(maxLoadFactor × mean, mean + maxLoadSlack) while another is below: avoided. */
+  maxLoadFactor: number;
+  maxLoadSlack: number;
+}
+
+export const DEFAULT_LIMITS: BalancingLimits = { maxWaiting: 5, maxKvCache: 0.8, maxLoadFactor: 1.25, maxLoadSlack: 2 };
 
 /** Picks the backend address for one request. undefined = the Service has no ready endpoint. */
 export class TargetPicker {
-  private rr = new WeakMap<readonly EndpointAddress[], number>();
+  private rr = new WeakMap<object, number>();
   private urlTargets = new Map<string, Target>();
+  private listTargets = new WeakMap<object, readonly Target[]>();
   /** Per canaried route: the canary's share accumulated so far, in percent (a smooth weighted split, see choose). */
   private credit = new WeakMap<Route, number>();
+  /** Requests this gateway has in flight per endpoint origin. */
+  private readonly inflight = new Map<string, number>();
 
-  constructor(private readonly endpoints?: EndpointResolver) {}
+  constructor(
+    private readonly endpoints?: EndpointResolver,
+    private readonly stats?: EndpointStats,
+    private readonly limits: BalancingLimits = DEFAULT_LIMITS,
+  ) {}
 
   /**
    * The backend and address for one request of `route`. With a canary, `percent` of the requests go to it, spread
    * evenly (every request adds `percent` to a credit; one that brings it to 100 goes to the canary and takes 100
    * off), so 0 and 100 are exact and any share holds within one request over any run. A variant with no ready
-   * endpoint hands its request to the other. undefined: no ready endpoint anywhere.
+   * endpoint hands its request to the other. undefined: no ready endpoint anywhere. `prefix`: the prompt's prefix
+   * hash (llm policy).
    */
-  choose(route: Route): Chosen | undefined {
+  choose(route: Route, prefix?: number): Chosen | undefined {
     const canary = route.canary;
-    if (!canary) {
-      const target = this.pick(route.backend);
-      return target && { target, backend: route.backend };
-    }
+    if (!canary) return this.chosen(route, route.backend, prefix);
     const credit = (this.credit.get(route) ?? 0) + canary.percent;
     const toCanary = credit >= 100;
     this.credit.set(route, toCanary ? credit - 100 : credit);
     const first = toCanary ? canary.backend : route.backend;
-    const t1 = this.pick(first);
-    if (t1) return { target: t1, backend: first, variant: toCanary ? 'canary' : 'primary' };
+    const c1 = this.chosen(route, first, prefix);
+    if (c1) return { ...c1, variant: toCanary ? 'canary' : 'primary' };
     const second = toCanary ? route.backend : canary.backend;
-    const t2 = this.pick(second);
-    return t2 && { target: t2, backend: second, variant: toCanary ? 'primary' : 'canary' };
+    const c2 = this.chosen(route, second, prefix);
+    return c2 && { ...c2, variant: toCanary ? 'primary' : 'canary' };
   }
 
-  pick(backend: Backend, avoid?: string): Target | undefined {
-    if (backend.kind === 'url') {
-      let t = this.urlTargets.get(backend.url);
-      if (!t) {
-        const u = new URL(backend.url);
-        t = { origin: u.origin, authority: u.host, basePath: u.pathname === '/' ? '' : u.pathname };
-        this.urlTargets.set(backend.url, t);
+  /** Another address of the same backend than `avoid` (the retry after a failed connect), by the same policy. */
+  pick(route: Route, backend: Backend, avoid: string, prefix?: number): Target | undefined {
+    return this.chosen(route, backend, prefix, avoid)?.target;
+  }
+
+  /** A request to `origin` starts / ends: the in-flight counts least-request and the bounded load read. */
+  begin(origin: string): void {
+    this.inflight.set(origin, (this.inflight.get(origin) ?? 0) + 1);
+  }
+
+  end(origin: string): void {
+    const n = (this.inflight.get(origin) ?? 1) - 1;
+    if (n <= 0) this.inflight.delete(origin);
+    else this.inflight.set(origin, n);
+  }
+
+  inflightAt(origin: string): number {
+    return this.inflight.get(origin) ?? 0;
+  }
+
+  /**
+   * The ready endpoints of a backend. undefined: the backend has no endpoint list (a files-source Service, reached
+   * through cluster DNS as kube-proxy would; an ExternalName Service): one target stands for it.
+   */
+  targets(backend: Backend): readonly Target[] | undefined {
+    if (backend.kind === 'url') return [this.urlTarget(backend.url)];
+    if (backend.kind === 'urls') {
+      let list = this.listTargets.get(backend);
+      if (!list) {
+        list = backend.urls.map((u) => this.urlTarget(u));
+        this.listTargets.set(backend, list);
       }
-      return t;
+      return list;
     }
+    if (backend.externalName) return undefined;
+    const eps = this.endpoints?.endpoints(backend);
+    if (eps === undefined) return undefined;
+    let list = this.listTargets.get(eps);
+    if (!list) {
+      const authority = `${backend.service}.${backend.namespace}.svc:${backend.port}`;
+      list = eps.map((ep) => {
+        const a = addr(ep);
+        return { origin: `http://${a}`, authority, basePath: '', address: a, hash: hash32(a) };
+      });
+      this.listTargets.set(eps, list);
+    }
+    return list;
+  }
+
+  private chosen(route: Route, backend: Backend, prefix?: number, avoid?: string): Chosen | undefined {
+    const list = this.targets(backend);
+    if (list === undefined) {
+      const target = this.single(backend);
+      return target && { target, backend };
+    }
+    if (list.length === 0) return undefined;
+    if (list.length === 1) return { target: list[0], backend, reason: 'only' };
+    const policy = route.balancing.policy;
+    if (policy === 'round-robin') return { target: this.roundRobin(list, avoid), backend, reason: 'round-robin' };
+    if (policy === 'least-request' || prefix === undefined)
+      return { target: this.leastLoaded(list, avoid, policy === 'llm'), backend, reason: 'load' };
+    return this.byPrefix(list, backend, prefix, avoid);
+  }
+
+  /** llm: the first endpoint in the prefix's rendezvous order that is not saturated. */
+  private byPrefix(list: readonly Target[], backend: Backend, prefix: number, avoid?: string): Chosen {
+    const { maxWaiting, maxKvCache, maxLoadFactor, maxLoadSlack } = this.limits;
+    let total = 1; // the request being placed
+    for (const t of list) total += this.inflightAt(t.origin);
+    const mean = total / list.length;
+    const bound = Math.max(maxLoadFactor * mean, mean + maxLoadSlack);
+    let top: Target | undefined;
+    let topScore = -1;
+    let best: Target | undefined;
+    let bestScore = -1;
+    for (const t of list) {
+      if (t.address === avoid) continue;
+      const score = mix32(prefix ^ t.hash);
+      if (score > topScore) {
+        topScore = score;
+        top = t;
+      }
+      if (score <= bestScore) continue;
+      if (this.inflightAt(t.origin) + 1 > bound) continue;
+      const s = this.stats?.fresh(t.origin);
+      if (s && (s.waiting > maxWaiting || (s.kv !== undefined && s.kv > maxKvCache))) continue;
+      bestScore = score;
+      best = t;
+    }
+    if (best) return { target: best, backend, reason: best === top ? 'prefix' : 'load' };
+    return { target: this.leastLoaded(list, avoid, true), backend, reason: 'load' };
+  }
+
+  /** The fewest in flight here (with `scraped`: plus the waiting requests the endpoint reports); ties in turn. */
+  private leastLoaded(list: readonly Target[], avoid: string | undefined, scraped: boolean): Target {
+    const start = this.next(list);
+    let best = list[start];
+    let bestLoad = Infinity;
+    for (let k = 0; k < list.length; k++) {
+      const t = list[(start + k) % list.length];
+      if (t.address === avoid && list.length > 1) continue;
+      let load = this.inflightAt(t.origin);
+      if (scraped) {
+        const s = this.stats?.fresh(t.origin);
+        if (s) load += s.waiting + (s.kv ?? 0);
+      }
+      if (load < bestLoad) {
+        bestLoad = load;
+        best = t;
+      }
+    }
+    return best;
+  }
+
+  private roundRobin(list: readonly Target[], avoid?: string): Target {
+    let i = this.next(list);
+    if (avoid !== undefined && list[i].address === avoid) i = this.next(list);
+    return list[i];
+  }
+
+  private next(list: readonly Target[]): number {
+    const i = this.rr.get(list) ?? 0;
+    this.rr.set(list, (i + 1) % list.length);
+    return i % list.length;
+  }
+
+  private urlTarget(url: string): Target {
+    let t = this.urlTargets.get(url);
+    if (!t) {
+      const u = new URL(url);
+      t = {
+        origin: u.origin,
+        authority: u.host,
+        basePath: u.pathname === '/' ? '' : u.pathname,
+        address: u.host,
+        hash: hash32(u.host),
+      };
+      this.urlTargets.set(url, t);
+    }
+    return t;
+  }
+
+  /** A backend reached by name: an ExternalName Service, or a Service through cluster DNS (files source). */
+  private single(backend: Backend): Target | undefined {
+    if (backend.kind !== 'service') return undefined;
     if (backend.externalName) {
       // Knative serverless: the Service's external name (its gateway), with the Host Knative routes on.
       const key = `${backend.externalName}|${backend.port}|${backend.service}.${backend.namespace}`;
       let t = this.urlTargets.get(key);
       if (!t) {
         const host = backend.externalName.includes(':') ? `[${backend.externalName}]` : backend.externalName;
+        const address = `${host}:${backend.port}`;
         t = {
-          origin: `http://${host}:${backend.port}`,
+          origin: `http://${address}`,
           authority: `${backend.service}.${backend.namespace}.svc.cluster.local`,
           basePath: '',
+          address,
+          hash: hash32(address),
         };
         this.urlTargets.set(key, t);
       }
       return t;
     }
-    const list = this.endpoints?.endpoints(backend);
-    if (list === undefined) {
-      // No endpoint tracking (files source): go through cluster DNS, as kube-proxy would.
-      const authority = `${backend.service}.${backend.namespace}.svc:${backend.port}`;
-      return { origin: `http://${authority}`, authority, basePath: '' };
-    }
-    if (list.length === 0) return undefined;
-    let i = this.rr.get(list) ?? 0;
-    let ep = list[i % list.length];
-    if (avoid && list.length > 1 && addr(ep) === avoid) {
-      i++;
-      ep = list[i % list.length];
-    }
-    this.rr.set(list, (i + 1) % list.length);
-    const a = addr(ep);
-    return {
-      origin: `http://${a}`,
-      authority: `${backend.service}.${backend.namespace}.svc:${backend.port}`,
-      basePath: '',
-    };
+    // No endpoint tracking (files source): go through cluster DNS, as kube-proxy would.
+    const authority = `${backend.service}.${backend.namespace}.svc:${backend.port}`;
+    return { origin: `http://${authority}`, authority, basePath: '', address: authority, hash: hash32(authority) };
   }
 }
 
 function addr(ep: EndpointAddress): string {
   return ep.host.includes(':') ? `[${ep.host}]:${ep.port}` : `${ep.host}:${ep.port}`;
+}
+
+/** FNV-1a, 32 bits. */
+export function hash32(s: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < s.length; i++) {
+    h ^= s.charCodeAt(i);
+    h = Math.imul(h, 0x01000193);
+  }
+  return h >>> 0;
+}
+
+/** A 32-bit finaliser (murmur3's): spreads the rendezvous score of (prefix, endpoint) evenly. */
+function mix32(x: number): number {
+  x ^= x >>> 16;
+  x = Math.imul(x, 0x85ebca6b);
+  x ^= x >>> 13;
+  x = Math.imul(x, 0xc2b2ae35);
+  x ^= x >>> 16;
+  return x >>> 0;
 }

@@ -35,6 +35,14 @@ export interface CallOptions {
   /** Connection: close on the answer (shutting down). */
   closing: boolean;
   head: boolean;
+  /** The endpoint's origin: counted in flight there while the call lasts. */
+  origin: string;
+}
+
+/** In-flight counts per endpoint (the picker's). */
+export interface EndpointLoads {
+  begin(origin: string): void;
+  end(origin: string): void;
 }
 
 /** Media types are case-insensitive (RFC 9110 §8.3.1): `Text/Event-Stream` is an event stream too. */
@@ -62,13 +70,18 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   private abortReason: Error | undefined;
   private resumeFn: (() => void) | undefined;
 
+  private readonly origin: string;
+
   constructor(
     private owner: CallOwner | undefined,
     private opts: CallOptions | undefined,
     private readonly metrics: Metrics,
     private readonly pools: Pools,
+    private readonly loads: EndpointLoads,
   ) {
     metrics.inflightNow++;
+    this.origin = opts!.origin;
+    loads.begin(this.origin);
   }
 
   /** Ends the call now, or as soon as it starts. */
@@ -174,6 +187,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     if (!this.inflight) return;
     this.inflight = false;
     this.metrics.inflightNow--;
+    this.loads.end(this.origin);
   }
 }
 

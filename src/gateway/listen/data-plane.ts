@@ -12,6 +12,7 @@ import {
 import { createServer as createHttpsServer } from 'node:https';
 import type { Socket } from 'node:net';
 import type { Config } from '../../config/schema.js';
+import type { Route } from '../../routing/types.js';
 import { logWriter, type Logger } from '../../log.js';
 import type { RouteStore } from '../../routing/store.js';
 import type { EndpointResolver } from '../../sources/types.js';
@@ -33,6 +34,7 @@ import { MemoryLimitStore } from '../../limits/memory.js';
 import { PerMinuteLimits } from '../../limits/per-minute.js';
 import { UpgradeJob } from '../forward/websocket.js';
 import type { HoldQueues } from '../forward/scale-from-zero.js';
+import type { EndpointStats, ScrapeTarget } from '../forward/endpoint-stats.js';
 import { Pools } from '../forward/pools.js';
 import { TargetPicker } from '../forward/targets.js';
 
@@ -44,6 +46,8 @@ export interface DataPlaneDeps {
   drain: Drain;
   /** The scale-from-zero queues (made by the caller, which also reads them for servegate_pending_requests). */
   holds: HoldQueues;
+  /** What LLM endpoints report about their load (made by the caller, which also reads it for the metrics). */
+  endpointStats?: EndpointStats;
   endpoints?: EndpointResolver;
   /** Tracing on (tracing.otlpEndpoint set). */
   tracing?: Tracing;
@@ -75,6 +79,9 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
   const limits = config.limits;
   const cors = corsPolicy(config.cors);
   const perMinute = new PerMinuteLimits(deps.limitStore ?? new MemoryLimitStore(), limits.perKey);
+  const picker = new TargetPicker(deps.endpoints, deps.endpointStats, config.balancing);
+  // The endpoints of every deployment picked by its servers' load: their metrics are scraped in the background.
+  deps.endpointStats?.start(() => scrapeTargets(store.current().routes, picker));
   const ctx: PlaneContext = {
     store,
     metrics,
@@ -95,7 +102,7 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
       },
     },
     perMinute,
-    picker: new TargetPicker(deps.endpoints),
+    picker,
     pools: new Pools(),
     drain,
     head: {
@@ -229,8 +236,25 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
       clearInterval(sweep);
       for (const u of unsubscribe) u?.();
       holds.close();
+      await deps.endpointStats?.close();
       ctx.access?.flush();
       await ctx.pools.close();
     },
   };
+}
+
+/** Where the metrics of each endpoint of an llm-policy deployment are (its serving port, or balancing.metricsPort). */
+function* scrapeTargets(routes: Iterable<Route>, picker: TargetPicker): Iterable<ScrapeTarget> {
+  for (const r of routes) {
+    if (r.balancing.policy !== 'llm') continue;
+    for (const backend of r.canary ? [r.backend, r.canary.backend] : [r.backend]) {
+      const list = picker.targets(backend);
+      if (!list || list.length < 2) continue;
+      for (const t of list) {
+        const u = new URL(t.origin);
+        if (r.balancing.metricsPort) u.port = String(r.balancing.metricsPort);
+        yield { origin: t.origin, address: t.address, metricsUrl: `${u.origin}${r.balancing.metricsPath}` };
+      }
+    }
+  }
 }

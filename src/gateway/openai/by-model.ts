@@ -109,6 +109,8 @@ export const HIDDEN = new WeakSet<GatewayError>();
 
 export interface PreparedBody extends LlmBody {
   route: Route;
+  /** The body as JSON.parse read it (before the edits). */
+  doc: Record<string, unknown>;
 }
 
 /**
@@ -128,7 +130,7 @@ export function prepareBody(
   if (members instanceof Error) return members;
   const route = selectModel(table, d.key, doc.model);
   if (route instanceof Error) return route;
-  return { ...editLlmBody(raw, doc, members, d.rest, servedModel(route)), route };
+  return { ...editLlmBody(raw, doc, members, d.rest, servedModel(route)), route, doc };
 }
 
 /** JSON.parse of a body that must be an object. */

@@ -141,7 +141,9 @@ function estimatePrompt(doc: Record<string, unknown>): number {
 const byBackend = new WeakMap<RouteTable, Map<string, Route[]>>();
 
 function backendKey(b: Backend): string {
-  return b.kind === 'url' ? `url:${b.url}` : `svc:${b.namespace}/${b.service}:${b.port}`;
+  if (b.kind === 'url') return `url:${b.url}`;
+  if (b.kind === 'urls') return `urls:${b.urls.join(',')}`;
+  return `svc:${b.namespace}/${b.service}:${b.port}`;
 }
 
 /**

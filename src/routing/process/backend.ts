@@ -12,6 +12,26 @@ export function parseBackend(
   services: Map<string, ServiceResource> | undefined,
 ): Backend | Refusal {
   if (!isObject(raw)) return invalid('spec.backend is required: {service, port} (or {url} in the files source)');
+  if (raw.urls !== undefined) {
+    if (source !== 'files') {
+      return invalid(
+        'spec.backend.urls is refused in the kubernetes source: name a Service in the same namespace with backend.service and backend.port (its ready endpoints are picked from)',
+      );
+    }
+    if (raw.service !== undefined || raw.url !== undefined)
+      return invalid('spec.backend takes one of url, urls or service/port');
+    if (!Array.isArray(raw.urls) || raw.urls.length === 0 || raw.urls.length > 256)
+      return invalid('spec.backend.urls must be a list of 1 to 256 http://host:port URLs');
+    const urls: string[] = [];
+    for (const u of raw.urls) {
+      const one = parseBackend({ url: u }, namespace, source, services);
+      if ('reason' in one)
+        return { ...one, message: one.message.replace('spec.backend.url', 'spec.backend.urls entry') };
+      const url = (one as { url: string }).url;
+      if (!urls.includes(url)) urls.push(url);
+    }
+    return urls.length === 1 ? { kind: 'url', url: urls[0] } : { kind: 'urls', urls };
+  }
   if (raw.url !== undefined) {
     if (source !== 'files') {
       return invalid(

@@ -5,6 +5,7 @@ import type { InferenceServiceResource, ModelServer, PredictProtocol, ServiceRes
 import type { BuildOptions } from '../build.js';
 import { serviceBackend } from './backend.js';
 import { invalid, type RouteOrError } from './result.js';
+import { defaultBalancing } from './balancing.js';
 
 const KSERVE_FORMATS: Record<string, ModelServer> = {
   sklearn: 'sklearn',
@@ -143,5 +144,6 @@ export function inferenceServiceRoute(
     ...(kind === 'llm' && isHuggingFace(res.spec) ? { pathPrefix: '/openai' } : {}),
     ...(hold ? { holdMs: hold } : {}),
     ...(notReady ? { notReady } : {}),
+    balancing: defaultBalancing(kind),
   };
 }

@@ -21,6 +21,7 @@ import type {
 } from '../types.js';
 import type { BuildOptions } from '../build.js';
 import { parseBackend, parsePathPrefix } from './backend.js';
+import { parseBalancing, parseFallbacks } from './balancing.js';
 import { invalid, type Refusal, type RouteOrError } from './result.js';
 
 export function servingDeploymentRoute(
@@ -122,6 +123,10 @@ export function servingDeploymentRoute(
       return { reason: cb.reason, message: cb.message.replace('spec.backend', 'spec.canary.backend') };
     canary = { backend: cb, percent: c.percent };
   }
+  const balancing = parseBalancing(spec.balancing, kind);
+  if ('reason' in balancing) return balancing;
+  const fallbacks = parseFallbacks(spec.fallbacks, project, `${project}/${name}`);
+  if (fallbacks !== undefined && 'reason' in fallbacks) return fallbacks;
   return {
     id: `${namespace}/${name}`,
     namespace,
@@ -140,6 +145,8 @@ export function servingDeploymentRoute(
     ...(pathPrefix ? { pathPrefix } : {}),
     ...(hold ? { holdMs: hold } : {}),
     ...(canary ? { canary } : {}),
+    balancing,
+    ...(fallbacks ? { fallbacks } : {}),
   };
 }
 

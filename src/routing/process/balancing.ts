@@ -1,0 +1,67 @@
+// spec.balancing (how an endpoint is picked among a backend's ready endpoints) and spec.fallbacks (deployments tried
+// when this one fails before answering), SPEC §12.
+import { isObject } from '../../kube/objects.js';
+import type { RouteKind } from '../kinds.js';
+import { isDnsLabel } from '../names.js';
+import type { Balancing, BalancingPolicy } from '../types.js';
+import { invalid, type Refusal } from './result.js';
+
+const POLICIES: readonly BalancingPolicy[] = ['llm', 'least-request', 'round-robin'];
+const FIELDS = ['policy', 'metricsPath', 'metricsPort'];
+
+/** The default for a kind: prefix- and load-aware picking for LLM servers, round robin otherwise. */
+export function defaultBalancing(kind: RouteKind): Balancing {
+  return { policy: kind === 'llm' ? 'llm' : 'round-robin', metricsPath: '/metrics', metricsPort: 0 };
+}
+
+export function parseBalancing(raw: unknown, kind: RouteKind): Balancing | Refusal {
+  const b = defaultBalancing(kind);
+  if (raw === undefined || raw === null) return b;
+  if (!isObject(raw)) return invalid('spec.balancing must be an object: {policy, metricsPath, metricsPort}');
+  for (const k of Object.keys(raw))
+    if (!FIELDS.includes(k))
+      return invalid(`spec.balancing.${k} is not a field: spec.balancing takes ${FIELDS.join(', ')}`);
+  if (raw.policy !== undefined) {
+    if (!POLICIES.includes(raw.policy as BalancingPolicy))
+      return invalid(`spec.balancing.policy must be one of ${POLICIES.join(', ')}, got ${JSON.stringify(raw.policy)}`);
+    b.policy = raw.policy as BalancingPolicy;
+  }
+  if (raw.metricsPath !== undefined) {
+    if (typeof raw.metricsPath !== 'string' || !/^\/[^\s?#]*$/.test(raw.metricsPath))
+      return invalid(
+        `spec.balancing.metricsPath must be a path like "/metrics", got ${JSON.stringify(raw.metricsPath)}`,
+      );
+    b.metricsPath = raw.metricsPath;
+  }
+  if (raw.metricsPort !== undefined) {
+    const p = raw.metricsPort;
+    if (typeof p !== 'number' || !Number.isInteger(p) || p < 0 || p > 65535)
+      return invalid(
+        `spec.balancing.metricsPort must be a port number (0 = the serving port), got ${JSON.stringify(p)}`,
+      );
+    b.metricsPort = p;
+  }
+  return b;
+}
+
+/** spec.fallbacks as "<project>/<deployment>" references (a bare name is in the deployment's own project). */
+export function parseFallbacks(raw: unknown, project: string, self: string): readonly string[] | undefined | Refusal {
+  if (raw === undefined || raw === null) return undefined;
+  if (!Array.isArray(raw))
+    return invalid('spec.fallbacks must be a list of deployment names ("name" or "project/name")');
+  if (raw.length > 8) return invalid(`spec.fallbacks lists ${raw.length} deployments; at most 8`);
+  const out: string[] = [];
+  for (const f of raw) {
+    if (typeof f !== 'string') return invalid(`spec.fallbacks holds ${JSON.stringify(f)}: each entry is a name`);
+    const slash = f.indexOf('/');
+    const p = slash === -1 ? project : f.slice(0, slash);
+    const d = slash === -1 ? f : f.slice(slash + 1);
+    if (!/^[A-Za-z0-9_-]+$/.test(p) || !isDnsLabel(d))
+      return invalid(`spec.fallbacks entry ${JSON.stringify(f)} must be "<deployment>" or "<project>/<deployment>"`);
+    const ref = `${p}/${d}`;
+    if (ref === self) return invalid(`spec.fallbacks names the deployment itself (${JSON.stringify(f)})`);
+    if (out.includes(ref)) return invalid(`spec.fallbacks names ${JSON.stringify(f)} twice`);
+    out.push(ref);
+  }
+  return out.length ? out : undefined;
+}

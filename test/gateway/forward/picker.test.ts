@@ -1,0 +1,202 @@
+// Endpoint picking (SPEC §12) as plain functions: the prefix hash, the policies, saturation and bounded load, and what
+// a server's metrics text says.
+import { describe, expect, test } from '@jest/globals';
+import { TargetPicker, type Target } from '../../../src/gateway/forward/targets.js';
+import { EndpointStats, parseServerMetrics, type Scraped } from '../../../src/gateway/forward/endpoint-stats.js';
+import { prefixKey } from '../../../src/gateway/openai/prefix.js';
+import type { Balancing, Backend, Route } from '../../../src/routing/types.js';
+
+const urls = (n: number) => Array.from({ length: n }, (_, i) => `http://127.0.0.1:${8001 + i}`);
+const route = (policy: Balancing['policy'], n = 4): Route => ({
+  id: 'demo/chat',
+  namespace: 'demo',
+  name: 'chat',
+  resourceKind: 'ServingDeployment',
+  project: 'demo',
+  deployment: 'chat',
+  kind: 'llm',
+  modelServer: 'llm',
+  verbs: [],
+  backend: { kind: 'urls', urls: urls(n) } as Backend,
+  timeoutMs: 1000,
+  balancing: { policy, metricsPath: '/metrics', metricsPort: 0 },
+});
+
+/** Stats with figures set by hand (fresh). */
+class FixedStats extends EndpointStats {
+  figures = new Map<string, Scraped>();
+  constructor() {
+    super({ scrapeIntervalMs: 1000, staleAfterMs: 1000 });
+  }
+  override fresh(origin: string): Scraped | undefined {
+    return this.figures.get(origin);
+  }
+}
+const busy = (waiting: number, kv = 0.1): Scraped => ({ waiting, running: 4, kv, blockSize: 16, at: Date.now() });
+const port = (t: Target | undefined) => Number(t!.origin.split(':')[2]);
+
+const chat = (system: string, user: string) => ({
+  model: 'm',
+  messages: [
+    { role: 'system', content: system },
+    { role: 'user', content: user },
+  ],
+});
+const SYS_A = 'You are the support agent of ACME. '.repeat(40);
+const SYS_B = 'You translate legal French into English. '.repeat(40);
+
+describe('prefixKey', () => {
+  test('requests sharing a long system prompt hash alike whatever the user asks', () => {
+    expect(prefixKey(chat(SYS_A, 'one'), 'm')).toBe(prefixKey(chat(SYS_A, 'two, longer question'), 'm'));
+    expect(prefixKey(chat(SYS_A, 'one'), 'm')).not.toBe(prefixKey(chat(SYS_B, 'one'), 'm'));
+  });
+
+  test('another model is another key; a conversation keeps its key once its history passes 2 KiB', () => {
+    expect(prefixKey(chat(SYS_A, 'x'), 'm')).not.toBe(prefixKey(chat(SYS_A, 'x'), 'n'));
+    const turn1 = chat(SYS_A, 'q1');
+    const turn2 = {
+      ...turn1,
+      messages: [...turn1.messages, { role: 'assistant', content: 'a1' }, { role: 'user', content: 'q2' }],
+    };
+    expect(prefixKey(turn1, 'm')).toBe(prefixKey(turn2, 'm'));
+  });
+
+  test('a single short message is its own key; completions use the prompt; nothing to read: undefined', () => {
+    expect(prefixKey({ messages: [{ role: 'user', content: 'hello' }] }, 'm')).not.toBe(
+      prefixKey({ messages: [{ role: 'user', content: 'bye' }] }, 'm'),
+    );
+    expect(prefixKey({ prompt: SYS_A + 'tail 1' }, 'm')).toBe(prefixKey({ prompt: SYS_A + 'tail 2' }, 'm'));
+    expect(prefixKey({ input: 'embed me' }, 'm')).toBeUndefined();
+  });
+});
+
+describe('TargetPicker, llm policy', () => {
+  test('the same prefix goes to the same endpoint, every time and in a second picker (another replica)', () => {
+    const r = route('llm');
+    const a = new TargetPicker();
+    const b = new TargetPicker();
+    const key = prefixKey(chat(SYS_A, 'x'), 'm')!;
+    const first = a.choose(r, key)!;
+    expect(first.reason).toBe('prefix');
+    for (let i = 0; i < 20; i++) expect(a.choose(r, key)!.target.origin).toBe(first.target.origin);
+    expect(b.choose(r, key)!.target.origin).toBe(first.target.origin);
+  });
+
+  test('many prefixes spread over the endpoints (none gets more than twice its share)', () => {
+    const r = route('llm');
+    const p = new TargetPicker();
+    const counts = new Map<number, number>();
+    for (let i = 0; i < 4000; i++) {
+      const t = p.choose(r, prefixKey(chat(`tenant ${i} `.repeat(30), 'q'), 'm'))!.target;
+      counts.set(port(t), (counts.get(port(t)) ?? 0) + 1);
+    }
+    expect(counts.size).toBe(4);
+    for (const n of counts.values()) expect(n).toBeLessThan(2000);
+  });
+
+  test('a saturated endpoint (waiting or KV use over the bounds) is avoided while another is not', () => {
+    const r = route('llm');
+    const stats = new FixedStats();
+    const p = new TargetPicker(undefined, stats);
+    const key = prefixKey(chat(SYS_A, 'x'), 'm')!;
+    const home = p.choose(r, key)!.target;
+    stats.figures.set(home.origin, busy(6));
+    const moved = p.choose(r, key)!;
+    expect(moved.reason).toBe('load');
+    expect(moved.target.origin).not.toBe(home.origin);
+    stats.figures.set(home.origin, busy(0, 0.95));
+    expect(p.choose(r, key)!.target.origin).not.toBe(home.origin);
+    stats.figures.set(home.origin, busy(5, 0.8)); // at the bounds, not over
+    expect(p.choose(r, key)!.target.origin).toBe(home.origin);
+  });
+
+  test('bounded load: in-flight requests past max(1.25 × mean, mean + 2) move to the next endpoint of the prefix', () => {
+    const r = route('llm');
+    const p = new TargetPicker();
+    const key = prefixKey(chat(SYS_A, 'x'), 'm')!;
+    const home = p.choose(r, key)!.target;
+    // Three in flight at home, none elsewhere: mean (3 + 1) / 4 = 1, bound max(1.25, 3) = 3; a fourth would be 4.
+    for (let i = 0; i < 3; i++) p.begin(home.origin);
+    const next = p.choose(r, key)!;
+    expect(next.target.origin).not.toBe(home.origin);
+    expect(next.reason).toBe('load');
+    // Two in flight: a third would be 3 > max(1.25 × 0.75, 0.75 + 2); one in flight: 2 ≤ 2.5, home again.
+    p.end(home.origin);
+    expect(p.choose(r, key)!.target.origin).not.toBe(home.origin);
+    p.end(home.origin);
+    expect(p.choose(r, key)!.target.origin).toBe(home.origin);
+  });
+
+  test('every endpoint saturated: the least loaded wins; nothing is refused', () => {
+    const r = route('llm', 3);
+    const stats = new FixedStats();
+    const p = new TargetPicker(undefined, stats);
+    urls(3).forEach((u, i) => stats.figures.set(u, busy(10 + i)));
+    const c = p.choose(r, prefixKey(chat(SYS_B, 'x'), 'm'))!;
+    expect([port(c.target), c.reason]).toEqual([8001, 'load']);
+  });
+
+  test('one endpoint: "only"; the retry avoids the address that failed', () => {
+    expect(new TargetPicker().choose(route('llm', 1), 1)!.reason).toBe('only');
+    const r = route('llm', 2);
+    const p = new TargetPicker();
+    const key = prefixKey(chat(SYS_A, 'x'), 'm')!;
+    const home = p.choose(r, key)!.target;
+    expect(p.pick(r, r.backend, home.address, key)!.origin).not.toBe(home.origin);
+  });
+});
+
+describe('TargetPicker, other policies', () => {
+  test('round-robin takes the endpoints in turn', () => {
+    const r = route('round-robin', 3);
+    const p = new TargetPicker();
+    const seen = Array.from({ length: 6 }, () => port(p.choose(r, 123)!.target));
+    expect(seen).toEqual([8001, 8002, 8003, 8001, 8002, 8003]);
+    expect(p.choose(r)!.reason).toBe('round-robin');
+  });
+
+  test('least-request takes the endpoint with the fewest in flight here', () => {
+    const r = route('least-request', 3);
+    const p = new TargetPicker();
+    p.begin('http://127.0.0.1:8001');
+    p.begin('http://127.0.0.1:8002');
+    expect(port(p.choose(r)!.target)).toBe(8003);
+    p.begin('http://127.0.0.1:8003');
+    p.begin('http://127.0.0.1:8003');
+    p.end('http://127.0.0.1:8001');
+    expect(port(p.choose(r)!.target)).toBe(8001);
+  });
+});
+
+describe('parseServerMetrics', () => {
+  const vllm = [
+    '# HELP vllm:num_requests_waiting Number of requests waiting.',
+    '# TYPE vllm:num_requests_waiting gauge',
+    'vllm:num_requests_waiting{engine="0",model_name="m"} 3.0',
+    'vllm:num_requests_waiting_by_reason{reason="x"} 99',
+    'vllm:num_requests_running{engine="0",model_name="m"} 7.0',
+    'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.42',
+    'vllm:cache_config_info{block_size="32",cache_dtype="auto"} 1.0',
+    'vllm:e2e_request_latency_seconds_bucket{le="0.3"} 5',
+  ].join('\n');
+
+  test.each([
+    ['vLLM (kv_cache_usage_perc)', vllm, { waiting: 3, running: 7, kv: 0.42, blockSize: 32 }],
+    [
+      'older vLLM (gpu_cache_usage_perc), two engines',
+      'vllm:num_requests_waiting{engine="0"} 1\nvllm:num_requests_waiting{engine="1"} 2\nvllm:gpu_cache_usage_perc 0.5\nvllm:gpu_cache_usage_perc{engine="1"} 0.7',
+      { waiting: 3, running: 0, kv: 0.7, blockSize: undefined },
+    ],
+    [
+      'SGLang',
+      'sglang:num_queue_reqs{model="m"} 4\nsglang:token_usage{model="m"} 0.25',
+      { waiting: 4, running: 0, kv: 0.25, blockSize: undefined },
+    ],
+  ])('%s', (_name, text, want) => {
+    expect(parseServerMetrics(text)).toEqual(want);
+  });
+
+  test('a server that reports none of these: undefined', () => {
+    expect(parseServerMetrics('process_cpu_seconds_total 1\n')).toBeUndefined();
+  });
+});
