@@ -324,4 +324,3 @@ describe('errors (SPEC §6)', () => {
     });
   });
 });
-
