@@ -27,17 +27,37 @@ import { closeSocket, sendError, sendJson } from '../http/answers.js';
 import type { Conn, Job } from '../listen/connection.js';
 import { modelRetrieve, modelsList, prepareBody, servedModel } from '../openai/by-model.js';
 import { prefixKey } from '../openai/prefix.js';
-import { llmMembers, otherDeploymentsModel, promptEstimateOf } from '../openai/llm-body.js';
+import {
+  editLlmBody,
+  llmMembers,
+  otherDeploymentsModel,
+  promptEstimateOf,
+  type LlmMembers,
+} from '../openai/llm-body.js';
+import { grantsProject } from '../admit/auth.js';
 import { isObject } from '../../kube/objects.js';
 import type { PlaneContext } from './context.js';
 import { RETRY, shouldRetry } from './retry.js';
 import type { Held } from './scale-from-zero.js';
 import type { Chosen, Variant } from './targets.js';
-import { UpstreamCall, type CallOwner } from './upstream-call.js';
+import { Diverted, UpstreamCall, type CallOwner } from './upstream-call.js';
 import { BODY_TOO_LARGE, ClientGone, mapUpstreamError, tooLarge, unavailable } from './upstream-errors.js';
 
 /** The window of the body's minimum rate (limits.requestBodyMinBytesPerSecond), and the time before it starts. */
 const BODY_RATE_WINDOW_MS = 10_000;
+
+type FallbackReason = 'connect' | '5xx' | '429' | 'no_endpoint' | 'timeout';
+
+/** An LLM JSON body as read: what a fallback needs to name its own model. */
+interface LlmRequest {
+  plain: Buffer;
+  doc: Record<string, unknown>;
+  members: LlmMembers;
+  /** The OpenAI path, without query. */
+  path: string;
+  /** The client sent it with a Content-Encoding. */
+  encoded: boolean;
+}
 
 /** The gateway ended the backend call itself (body timeout, a parse error in the body) and answers on its own. */
 class EndedByGateway extends Error {
@@ -73,6 +93,11 @@ export class Exchange implements Job, Held, CallOwner {
   private promptEstimate = 0;
   /** LLM requests: the hash of the prompt's prefix, for endpoint picking (openai/prefix.ts). */
   private prefix: number | undefined;
+  /** LLM JSON requests: the parsed body, kept to rewrite `model` for a fallback deployment. */
+  private llm: LlmRequest | undefined;
+  /** With fallbacks: the deployment first admitted (whose list is followed) and the next entry to try. */
+  private firstRoute: Route | undefined;
+  private fallbackAt = 0;
   private body: Buffer | Readable | null = null;
   private bodyLength: number | undefined;
   private chosen: Chosen | undefined;
@@ -354,7 +379,7 @@ export class Exchange implements Job, Held, CallOwner {
     if (isObject(doc)) {
       const members = llmMembers(plain);
       if (members instanceof Error) return this.refuse(members);
-      const other = otherDeploymentsModel(this.ctx.store.current(), d.route, doc.model);
+      const other = otherDeploymentsModel(this.ctx.store.current(), d.route, doc.model, d.key);
       if (other) {
         this.ctx.metrics.authFailures.inc({ reason: 'forbidden' });
         return this.refuse(
@@ -366,6 +391,11 @@ export class Exchange implements Job, Held, CallOwner {
       }
       this.promptEstimate = promptEstimateOf(doc);
       if (d.route.balancing.policy === 'llm') this.prefix = prefixKey(doc, servedModel(d.route));
+      if (d.route.fallbacks) {
+        const q = d.upstreamPath.indexOf('?');
+        const path = q === -1 ? d.upstreamPath : d.upstreamPath.slice(0, q);
+        this.llm = { plain, doc, members, path, encoded: wire !== plain };
+      }
     }
     this.body = wire;
     this.bodyLength = wire.length;
@@ -384,6 +414,7 @@ export class Exchange implements Job, Held, CallOwner {
     this.stripUsage = p.stripUsage;
     this.promptEstimate = p.promptEstimate;
     if (p.route.balancing.policy === 'llm') this.prefix = prefixKey(p.doc, servedModel(p.route));
+    if (p.route.fallbacks) this.llm = { plain: buf, doc: p.doc, members: p.members, path: b.rest, encoded: decoded };
     // The rewritten body goes on decoded: its Content-Encoding no longer applies.
     if (decoded) this.head!.forward = withoutHeader(this.head!.forward, 'content-encoding');
     this.body = p.body;
@@ -433,6 +464,7 @@ export class Exchange implements Job, Held, CallOwner {
     if (chosen) return this.callPhase(chosen);
     if (avoid === undefined && route.holdMs) return this.hold(route);
     ctx.metrics.upstreamErrors.inc({ cause: route.notReady ? 'not_ready' : 'no_ready_endpoint' });
+    if (this.fallback('no_endpoint')) return;
     this.refuse(unavailable(route));
   }
 
@@ -529,6 +561,8 @@ export class Exchange implements Job, Held, CallOwner {
       this.variant = chosen.variant;
       this.extra.push('x-servegate-variant', chosen.variant);
     }
+    if (this.firstRoute ?? route.fallbacks)
+      this.setExtra('x-servegate-deployment', `${route.project}/${route.deployment}`);
     const headers = upstreamHeaders(this.head!, {
       clientIp: this.conn.client,
       proto: this.conn.proto,
@@ -584,9 +618,70 @@ export class Exchange implements Job, Held, CallOwner {
     if (cut) this.cut(cut);
   }
 
+  /**
+   * The backend answered 5xx or 429 and nothing was sent to the client yet: true when a fallback deployment takes
+   * the request instead (the call then drops that answer).
+   */
+  divert(call: UpstreamCall, status: number): boolean {
+    if (call !== this.call || this.ended || !this.nextFallback()) return false;
+    const reason = status === 429 ? '429' : '5xx';
+    setImmediate(() => this.fallback(reason));
+    return true;
+  }
+
+  /** The next fallback deployment the key may use (SPEC §12), or undefined. Does not move on. */
+  private nextFallback(): Route | undefined {
+    const d = this.d;
+    const list = this.firstRoute?.fallbacks ?? d?.route.fallbacks;
+    if (!d || !list || this.res.headersSent || !(this.body === null || Buffer.isBuffer(this.body))) return undefined;
+    const table = this.ctx.store.current();
+    while (this.fallbackAt < list.length) {
+      const r = table.byPath.get(list[this.fallbackAt]);
+      // Same key rules as any request; a fallback of another kind could not take this request.
+      if (r && r.kind === d.route.kind && grantsProject(d.key, r.project, r.namespace)) return r;
+      this.fallbackAt++;
+    }
+    return undefined;
+  }
+
+  /** Sends the request to the next fallback deployment; false when there is none. */
+  private fallback(reason: FallbackReason): boolean {
+    if (this.ended) return true;
+    const to = this.nextFallback();
+    if (!to) return false;
+    this.fallbackAt++;
+    const d = this.d!;
+    const from = (this.firstRoute ??= d.route);
+    this.ctx.metrics.fallbacks.inc({
+      project: from.project,
+      deployment: from.deployment,
+      to: `${to.project}/${to.deployment}`,
+      reason,
+    });
+    this.ctx.logger.info(
+      { requestId: this.requestId, project: from.project, deployment: from.deployment, to: to.id, reason },
+      'falling back',
+    );
+    // On OpenAI routes `model` names the fallback's served model.
+    if (this.llm && Buffer.isBuffer(this.body)) {
+      const edited = editLlmBody(this.llm.plain, this.llm.doc, this.llm.members, this.llm.path, servedModel(to));
+      if (this.llm.encoded) this.head!.forward = withoutHeader(this.head!.forward, 'content-encoding');
+      this.body = edited.body;
+      this.bodyLength = edited.body.length;
+      this.stripUsage = edited.stripUsage;
+    }
+    d.route = this.routeOf = to;
+    this.chosen = undefined;
+    this.attempts = 0;
+    if (to.balancing.policy === 'llm' && this.llm) this.prefix = prefixKey(this.llm.doc, servedModel(to));
+    this.pickPhase(undefined);
+    return true;
+  }
+
   callFailed(call: UpstreamCall, err: Error): void {
     if (this.ended === 'over' || this.ended === 'gone' || call !== this.call) return;
-    if (err instanceof ClientGone || err instanceof EndedByGateway) return; // answered by whoever ended it
+    // Answered by whoever ended it; or the answer was a 5xx/429 and a fallback deployment takes the request.
+    if (err instanceof ClientGone || err instanceof EndedByGateway || err instanceof Diverted) return;
     const { ctx, d } = this;
     const route = d!.route;
     const code = (err as { code?: string }).code ?? '';
@@ -602,6 +697,7 @@ export class Exchange implements Job, Held, CallOwner {
     if (code === BODY_TOO_LARGE) return this.refuse(tooLarge(ctx.maxBody), true);
     const mapped = mapUpstreamError(code, route);
     ctx.metrics.upstreamErrors.inc({ cause: mapped.cause });
+    if (this.fallback(code === 'UND_ERR_HEADERS_TIMEOUT' ? 'timeout' : 'connect')) return;
     ctx.logger.warn(
       {
         requestId: this.requestId,
@@ -636,6 +732,17 @@ export class Exchange implements Job, Held, CallOwner {
       return;
     }
     res.destroy();
+  }
+
+  /** Sets one header line of `extra` (replacing an earlier value). */
+  private setExtra(name: string, value: string): void {
+    for (let i = 0; i < this.extra.length; i += 2) {
+      if (this.extra[i] === name) {
+        this.extra[i + 1] = value;
+        return;
+      }
+    }
+    this.extra.push(name, value);
   }
 
   /** The gateway's own answer. `close`: the connection closes after it (a body not read, or not to be trusted). */

@@ -14,8 +14,15 @@ import { downstreamHeaders } from '../http/headers.js';
 import { JsonUsageMeter, SseUsageMeter, type UsageMeter } from '../openai/usage-meter.js';
 import type { Pools } from './pools.js';
 
+/** A 5xx or 429 answer that a fallback deployment takes over: dropped, never passed on. */
+export class Diverted extends Error {
+  readonly code = 'SERVEGATE_DIVERTED';
+}
+
 /** What the call reports to the exchange that made it. */
 export interface CallOwner {
+  /** The backend answered 5xx or 429: true when the owner sends the request elsewhere (this answer is dropped). */
+  divert(call: UpstreamCall, status: number): boolean;
   /** The backend's answer ended: completely, or cut (`cut` names why). */
   callEnded(call: UpstreamCall, cut: string | undefined): void;
   /** The call failed: before the answer started (the owner answers) or during it (the owner cuts). */
@@ -100,6 +107,10 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     if (status < 200) return true; // 1xx: interim answers are the gateway's business (100-continue), not passed on
     const opts = this.opts;
     if (this.stopped || this.over || !opts || opts.res.destroyed) return false;
+    if ((status >= 500 || status === 429) && this.owner?.divert(this, status)) {
+      this.abort(new Diverted());
+      return false;
+    }
     const res = opts.res;
     this.resumeFn = resume;
     const down = downstreamHeaders(raw, opts.stripCors);

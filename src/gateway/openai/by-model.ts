@@ -5,7 +5,7 @@
 import type { ApiKeyRecord, Route, RouteTable } from '../../routing/types.js';
 import { grantsProject } from '../admit/auth.js';
 import { gatewayError, type GatewayError } from '../http/errors.js';
-import { editLlmBody, llmMembers, type LlmBody } from './llm-body.js';
+import { editLlmBody, llmMembers, type LlmBody, type LlmMembers } from './llm-body.js';
 
 /** The path segments of the base URL. */
 export const BASE_SEGMENTS = ['openai', 'v1'] as const;
@@ -109,8 +109,9 @@ export const HIDDEN = new WeakSet<GatewayError>();
 
 export interface PreparedBody extends LlmBody {
   route: Route;
-  /** The body as JSON.parse read it (before the edits). */
+  /** The body as JSON.parse read it (before the edits), and where its members are. */
   doc: Record<string, unknown>;
+  members: LlmMembers;
 }
 
 /**
@@ -130,7 +131,7 @@ export function prepareBody(
   if (members instanceof Error) return members;
   const route = selectModel(table, d.key, doc.model);
   if (route instanceof Error) return route;
-  return { ...editLlmBody(raw, doc, members, d.rest, servedModel(route)), route, doc };
+  return { ...editLlmBody(raw, doc, members, d.rest, servedModel(route)), route, doc, members };
 }
 
 /** JSON.parse of a body that must be an object. */

@@ -12,7 +12,8 @@
 //   gateway meters every stream.
 // Every other byte is forwarded as the client sent it (json-members.ts edits in place).
 import { isObject } from '../../kube/objects.js';
-import type { Backend, Route, RouteTable } from '../../routing/types.js';
+import type { ApiKeyRecord, Backend, Route, RouteTable } from '../../routing/types.js';
+import { grantsProject } from '../admit/auth.js';
 import { gatewayError, type GatewayError } from '../http/errors.js';
 import { objectLayout, type MemberSpan, type ObjectLayout } from './json-members.js';
 
@@ -149,9 +150,15 @@ function backendKey(b: Backend): string {
 /**
  * A deployment's own URL forwards the body unchanged, so on a backend that serves several deployments' models (one
  * vLLM with several LoRA adapters, one Ollama) `model` could name another deployment's model than this one's. When
- * it names the served model of another deployment on the same backend, the request is refused.
+ * it names the served model of another deployment on the same backend that the key is not granted, the request is
+ * refused.
  */
-export function otherDeploymentsModel(table: RouteTable, route: Route, model: unknown): Route | undefined {
+export function otherDeploymentsModel(
+  table: RouteTable,
+  route: Route,
+  model: unknown,
+  key: ApiKeyRecord,
+): Route | undefined {
   if (typeof model !== 'string' || model === (route.modelName ?? route.deployment)) return undefined;
   let idx = byBackend.get(table);
   if (!idx) {
@@ -167,7 +174,10 @@ export function otherDeploymentsModel(table: RouteTable, route: Route, model: un
   }
   const shared = idx.get(backendKey(route.backend));
   if (!shared || shared.length < 2) return undefined;
-  return shared.find((r) => r.id !== route.id && (r.modelName ?? r.deployment) === model);
+  // A deployment the key may use anyway is no smuggling.
+  return shared.find(
+    (r) => r.id !== route.id && (r.modelName ?? r.deployment) === model && !grantsProject(key, r.project, r.namespace),
+  );
 }
 
 /** The prompt-token guess of a body (see LlmBody.promptEstimate). */
