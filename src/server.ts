@@ -89,7 +89,11 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
         },
         onError: (err) => {
           metrics.tlsReloads.inc({ result: 'error' });
-          logger.error({ key: err.key }, `TLS certificate not reloaded, keeping the one in use: ${err.message}`);
+          // `file`, not `key`: the logger redacts every field named `key` (API keys), which would hide the file at fault.
+          logger.error(
+            { setting: err.key, file: err.file },
+            `TLS certificate not reloaded, keeping the one in use: ${err.message}`,
+          );
         },
       });
     } catch (err) {

@@ -140,7 +140,16 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
   };
   const tls = deps.tls;
   const server: Server = tls
-    ? (createHttpsServer({ ...options, cert: tls.cert, key: tls.key, minVersion: 'TLSv1.2' }) as unknown as Server)
+    ? (createHttpsServer({
+        ...options,
+        cert: tls.cert,
+        key: tls.key,
+        minVersion: 'TLSv1.2',
+        // A handshake not done within the headers timeout is dropped (Node's default, 120 s, would let a client that
+        // never finishes its ClientHello hold a socket that long). It runs from the connection, however slowly the
+        // peer trickles its bytes in; the headers timeout then starts once the handshake is done.
+        handshakeTimeout: limits.headersTimeoutSeconds * 1000,
+      }) as unknown as Server)
     : createServer(options);
   const plain = tls?.plain ? createServer(options) : undefined;
   const servers = plain ? [server, plain] : [server];

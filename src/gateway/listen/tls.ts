@@ -1,6 +1,7 @@
 // The gateway's certificate and key (SPEC §11): read and checked at start (a bad pair stops start-up naming the file),
 // then re-read when either file changes — polled, because a Kubernetes Secret volume swaps a `..data` symlink rather
 // than writing the files, which file watchers miss. A bad pair at reload keeps the certificate in use and is reported.
+// A certificate outside its validity period (expired, or not valid yet) is a bad pair.
 import { X509Certificate, createPrivateKey } from 'node:crypto';
 import { readFileSync, statSync } from 'node:fs';
 
@@ -12,6 +13,8 @@ export interface TlsFiles {
 export interface CertificatePair {
   cert: Buffer;
   key: Buffer;
+  /** The leaf certificate's notBefore, epoch ms. */
+  notBefore: number;
   /** The leaf certificate's notAfter, epoch ms (for the expiry metric). */
   notAfter: number;
   subject: string;
@@ -21,14 +24,21 @@ export class CertificateError extends Error {
   constructor(
     /** The configuration key of the file at fault (`tls.certFile` or `tls.keyFile`). */
     readonly key: string,
+    /** The path of the file at fault, as configured. */
+    readonly file: string,
     message: string,
+    /** A certificate not valid yet: its notBefore (epoch ms), when the same files are worth loading again. */
+    readonly retryAt?: number,
   ) {
     super(message);
   }
 }
 
-/** Reads and checks a pair: each file readable and PEM, the key the certificate's own. */
-export function loadCertificatePair(files: TlsFiles): CertificatePair {
+/**
+ * Reads and checks a pair: each file readable and PEM, the key the certificate's own, and `now` (epoch ms) within the
+ * certificate's validity period.
+ */
+export function loadCertificatePair(files: TlsFiles, now: number = Date.now()): CertificatePair {
   const cert = read(files.certFile, 'tls.certFile');
   const key = read(files.keyFile, 'tls.keyFile');
   let x509: X509Certificate;
@@ -37,6 +47,7 @@ export function loadCertificatePair(files: TlsFiles): CertificatePair {
   } catch (err) {
     throw new CertificateError(
       'tls.certFile',
+      files.certFile,
       `tls.certFile ${files.certFile}: not a PEM certificate (${(err as Error).message})`,
     );
   }
@@ -46,16 +57,41 @@ export function loadCertificatePair(files: TlsFiles): CertificatePair {
   } catch (err) {
     throw new CertificateError(
       'tls.keyFile',
+      files.keyFile,
       `tls.keyFile ${files.keyFile}: not a PEM private key (${(err as Error).message})`,
     );
   }
   if (!x509.checkPrivateKey(privateKey)) {
     throw new CertificateError(
       'tls.keyFile',
+      files.keyFile,
       `tls.keyFile ${files.keyFile} is not the private key of the certificate in tls.certFile ${files.certFile}`,
     );
   }
-  return { cert, key, notAfter: Date.parse(x509.validTo), subject: x509.subject.replace(/\n/g, ', ') };
+  const notBefore = Date.parse(x509.validFrom);
+  const notAfter = Date.parse(x509.validTo);
+  // Clients refuse such a certificate: serving it would fail every handshake that checks it.
+  if (!(now <= notAfter)) {
+    throw new CertificateError(
+      'tls.certFile',
+      files.certFile,
+      `tls.certFile ${files.certFile}: the certificate expired on ${iso(notAfter)} (notAfter); install a renewed one`,
+    );
+  }
+  if (!(now >= notBefore)) {
+    throw new CertificateError(
+      'tls.certFile',
+      files.certFile,
+      `tls.certFile ${files.certFile}: the certificate is not valid before ${iso(notBefore)} (notBefore); ` +
+        `check the clock of this machine and of the issuer`,
+      notBefore,
+    );
+  }
+  return { cert, key, notBefore, notAfter, subject: x509.subject.replace(/\n/g, ', ') };
+}
+
+function iso(ms: number): string {
+  return Number.isFinite(ms) ? new Date(ms).toISOString() : 'an unreadable date';
 }
 
 function read(file: string, key: string): Buffer {
@@ -64,6 +100,7 @@ function read(file: string, key: string): Buffer {
   } catch (err) {
     throw new CertificateError(
       key,
+      file,
       `${key} ${file}: cannot read (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`,
     );
   }
@@ -86,12 +123,16 @@ export interface ReloaderOptions {
   intervalMs?: number;
   onReload: (pair: CertificatePair) => void;
   onError: (err: CertificateError) => void;
+  /** The clock the validity period is checked against (tests); default Date.now. */
+  now?: () => number;
 }
 
 export class CertificateReloader {
   private seen: string;
   private pending: string | undefined;
   private timer: NodeJS.Timeout | undefined;
+  /** The files hold a certificate refused as not valid yet: loaded again, unchanged, once the clock reaches this. */
+  private retryAt: number | undefined;
   current: CertificatePair;
 
   /** Loads the pair now (throws CertificateError naming the file) and remembers the files' state. */
@@ -100,7 +141,7 @@ export class CertificateReloader {
     private readonly options: ReloaderOptions,
   ) {
     this.seen = signature(files);
-    this.current = loadCertificatePair(files);
+    this.current = loadCertificatePair(files, this.now());
   }
 
   /** Polls every `intervalMs` (default 1 s): a change is in use within two polls. */
@@ -116,11 +157,14 @@ export class CertificateReloader {
   /**
    * One poll. A change is loaded once the files have stayed the same for one more poll, so that a pair being written
    * (the certificate renamed into place before the key, a large file still being copied) is not mistaken for a bad one.
+   * A certificate refused as not valid yet is loaded again when its notBefore comes, the files unchanged (an issuer
+   * whose clock is ahead of this machine's must not leave the old certificate in use until it expires).
    */
   check(): void {
     const now = signature(this.files);
     if (now === this.seen) {
       this.pending = undefined;
+      if (this.retryAt !== undefined && this.now() >= this.retryAt) this.load();
       return;
     }
     if (now !== this.pending) {
@@ -129,12 +173,31 @@ export class CertificateReloader {
     }
     this.pending = undefined;
     this.seen = now;
+    this.load();
+  }
+
+  private now(): number {
+    return this.options.now?.() ?? Date.now();
+  }
+
+  private load(): void {
+    this.retryAt = undefined;
     let pair: CertificatePair;
     try {
-      pair = loadCertificatePair(this.files);
+      pair = loadCertificatePair(this.files, this.now());
     } catch (err) {
-      // A change that leaves a bad pair is reported once; the next change is checked again.
-      this.options.onError(err instanceof CertificateError ? err : new CertificateError('tls.certFile', String(err)));
+      // A change that leaves a bad pair is reported once; the next change (or a not-yet-valid one's notBefore) is
+      // checked again.
+      const e =
+        err instanceof CertificateError
+          ? err
+          : new CertificateError(
+              'tls.certFile',
+              this.files.certFile,
+              `tls.certFile ${this.files.certFile}: ${String(err)}`,
+            );
+      this.retryAt = e.retryAt;
+      this.options.onError(e);
       return;
     }
     this.current = pair;
