@@ -2,7 +2,18 @@
 // bucket is the same as no bucket, so state exists only for keys that spent something recently (in memory: swept;
 // in Redis: a key expires when its bucket would be full again). Requests take 1 at admission; tokens are charged
 // after the response reports them and may push a bucket below zero (a debt): the next request is admitted only
-// once that bucket has budget again (> 0), as OpenAI does.
+// once that bucket has budget again (> 0), as OpenAI does. What a backend reports is not trusted without bounds: the
+// tokens charged are a whole number of at most MAX_CHARGE (anything not a finite positive number charges nothing), and
+// a bucket never goes below `floorOf(limit)` — one window of debt — so one answer refuses a key for at most 60 s.
+
+/** The most tokens one answer can charge, whatever its backend reported. */
+export const MAX_CHARGE = 1_000_000_000;
+
+/** The tokens to charge for a reported count: floored, at most MAX_CHARGE; NaN, infinite or negative: 0 (ignored). */
+export function chargeable(tokens: number): number {
+  if (typeof tokens !== 'number' || !Number.isFinite(tokens) || tokens < 1) return 0;
+  return Math.min(MAX_CHARGE, Math.floor(tokens));
+}
 
 /** One window a request must pass: `cost` 1 takes a request; `cost` 0 only checks that budget is left (tokens). */
 export interface BucketSpec {
@@ -35,7 +46,7 @@ export interface Admission {
 export interface LimitStore {
   /** Admits when every bucket has budget; only then takes each bucket's cost (all or nothing). */
   admit(specs: readonly BucketSpec[]): Promise<Admission>;
-  /** Charges `amount` units (tokens) to a bucket after the fact; never refuses. */
+  /** Charges `amount` units (tokens) to a bucket after the fact, bounded as `chargeable`; never refuses. */
   charge(id: string, limit: number, amount: number): Promise<void>;
   /** `undefined` when healthy, else why not (shown on /readyz detail). */
   problem(): string | undefined;
@@ -47,13 +58,28 @@ export function rateOf(limit: number): number {
   return limit / 60_000;
 }
 
+/**
+ * The lowest level a bucket can have: one window of debt, less one millisecond's refill — so that a bucket at the floor
+ * admits again (level > 0) after at most 60 s, and `Retry-After` never exceeds 60.
+ */
+export function floorOf(limit: number): number {
+  return rateOf(limit) - limit;
+}
+
+/** `level` brought into [floorOf(limit), limit]; not a number: a full bucket (nothing known against it). */
+export function bounded(level: number, limit: number): number {
+  if (Number.isNaN(level)) return limit;
+  return Math.min(limit, Math.max(floorOf(limit), level));
+}
+
 /** The level of a bucket `elapsedMs` after it was `level`: refilled, capped at the limit. */
 export function refill(level: number, limit: number, elapsedMs: number): number {
-  return Math.min(limit, level + Math.max(0, elapsedMs) * rateOf(limit));
+  return Math.min(limit, bounded(level, limit) + Math.max(0, elapsedMs) * rateOf(limit));
 }
 
 /** What a refusing or admitting bucket reports; `level` is after any cost was taken. */
 export function stateOf(id: string, limit: number, level: number): BucketState {
+  level = bounded(level, limit);
   return {
     id,
     limit,
@@ -64,6 +90,7 @@ export function stateOf(id: string, limit: number, level: number): BucketState {
 
 /** Milliseconds until a bucket at `level` admits a request of `cost` (1 unit for requests, > 0 for tokens). */
 export function waitOf(limit: number, level: number, cost: number): number {
+  level = bounded(level, limit);
   if (admits(level, cost)) return 0;
   // Requests need the level to reach `cost`; token checks need it above 0, so one millisecond past reaching 0.
   return cost > 0 ? Math.ceil((cost - level) / rateOf(limit)) : Math.floor(-level / rateOf(limit)) + 1;

@@ -1,5 +1,15 @@
 // In-process limit store (one replica): token buckets in a Map, swept of full buckets so memory follows the keys in use.
-import { admits, refill, stateOf, waitOf, type Admission, type BucketSpec, type LimitStore } from './buckets.js';
+import {
+  admits,
+  chargeable,
+  floorOf,
+  refill,
+  stateOf,
+  waitOf,
+  type Admission,
+  type BucketSpec,
+  type LimitStore,
+} from './buckets.js';
 
 interface Level {
   level: number;
@@ -45,10 +55,12 @@ export class MemoryLimitStore implements LimitStore {
     this.chargeNow(id, limit, amount);
   }
 
+  /** Charges at most MAX_CHARGE whole tokens (NaN, infinite, negative: nothing); the debt stops at one window. */
   chargeNow(id: string, limit: number, amount: number): void {
-    if (!(amount > 0)) return;
+    const units = chargeable(amount);
+    if (units === 0 || !(limit > 0) || !Number.isFinite(limit)) return;
     const now = this.now();
-    this.set(id, limit, this.levelOf(id, limit, now) - amount, now);
+    this.set(id, limit, Math.max(floorOf(limit), this.levelOf(id, limit, now) - units), now);
   }
 
   problem(): string | undefined {

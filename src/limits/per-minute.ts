@@ -1,7 +1,7 @@
 // Requests and tokens per minute (SPEC §9) at the gateway: which buckets a request must pass (its key's, with the
 // configured defaults, and its deployment's), the 429 it gets when one is spent, the OpenAI `x-ratelimit-*` headers,
 // and charging the tokens a response reported. The counting itself is the LimitStore's (in process or Redis).
-import type { Admission, BucketSpec, BucketState, LimitStore } from './buckets.js';
+import { chargeable, type Admission, type BucketSpec, type BucketState, type LimitStore } from './buckets.js';
 import { MemoryLimitStore } from './memory.js';
 import { gatewayError, type GatewayError } from '../gateway/http/errors.js';
 
@@ -73,12 +73,17 @@ export class PerMinuteLimits {
     return this.store.admit(specs).then((a) => this.answer(specs, a));
   }
 
-  /** Charges the tokens a response reported to every token bucket the request passed. */
+  /**
+   * Charges the tokens a response reported to every token bucket the request passed. The backend's figure is not
+   * trusted: a whole number of at most MAX_CHARGE is charged (NaN, infinite, negative: nothing), and the stores stop
+   * a bucket's debt at one window.
+   */
   charge(charge: Charge | undefined, tokens: number): void {
-    if (!charge || !(tokens > 0)) return;
+    const units = chargeable(tokens);
+    if (!charge || units === 0) return;
     for (const b of charge.tokens) {
-      if (this.store instanceof MemoryLimitStore) this.store.chargeNow(b.id, b.limit, tokens);
-      else void this.store.charge(b.id, b.limit, tokens);
+      if (this.store instanceof MemoryLimitStore) this.store.chargeNow(b.id, b.limit, units);
+      else void this.store.charge(b.id, b.limit, units);
     }
   }
 
@@ -98,9 +103,7 @@ export class PerMinuteLimits {
       const error = gatewayError(
         'limits_unavailable',
         'rate limits cannot be checked now (their store is unreachable); retry shortly',
-        {
-          'retry-after': String(Math.ceil(a.retryAfterMs / 1000)),
-        },
+        { 'retry-after': retryAfter(a.retryAfterMs) },
       );
       return { ok: false, error, unavailable, spent: [] };
     }
@@ -112,7 +115,7 @@ export class PerMinuteLimits {
     const refusing = specs.filter((s, i) =>
       s.cost > 0 ? a.buckets[i].remaining < s.cost : a.buckets[i].remaining <= 0,
     );
-    headers['retry-after'] = String(Math.max(1, Math.ceil(a.retryAfterMs / 1000)));
+    headers['retry-after'] = retryAfter(a.retryAfterMs);
     const error = gatewayError(
       'rate_limit_exceeded',
       `rate limit exceeded: ${refusing.map(describe).join(', ')}; retry after ${headers['retry-after']} s`,
@@ -124,6 +127,18 @@ export class PerMinuteLimits {
     }));
     return { ok: false, error, unavailable, spent };
   }
+}
+
+/** The longest a per-minute limit makes anyone wait: a bucket at its floor admits again within one window. */
+const MAX_RETRY_AFTER_S = 60;
+
+/**
+ * `Retry-After` for a wait of `ms`: whole seconds, rounded up, 1 to 60 — never 0, exponent notation or NaN, whatever
+ * a store answered (NaN: 1).
+ */
+export function retryAfter(ms: number): string {
+  if (Number.isNaN(ms)) return '1';
+  return String(Math.min(MAX_RETRY_AFTER_S, Math.max(1, Math.ceil(ms / 1000))));
 }
 
 function describe(s: BucketSpec): string {

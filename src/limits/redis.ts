@@ -1,25 +1,61 @@
 // Limit store shared by every replica through Redis. Each admission and each charge is one Lua script, so the check
 // and the update are atomic across replicas (no read-modify-write race), and time is Redis's own clock (replicas'
-// clocks may differ). A bucket key expires when the bucket would be full again, so Redis holds only buckets in use.
+// clocks may differ). Every write sets the key's expiry to when the bucket would be full again (at most two windows:
+// a bucket never goes below one window of debt), so Redis holds only buckets in use and nothing outlives that.
 // Redis unreachable: commands fail at once (no offline queue) and `failOpen` decides the answer; reconnects go on.
+// Redis hung (connection open, no replies): each command would wait for the command timeout, so after
+// BREAKER_THRESHOLD consecutive failures a circuit breaker opens: requests are answered at once per `failOpen` without
+// asking Redis, and a PING every PROBE_INTERVAL_MS closes it again on the first reply.
 import { Redis } from 'ioredis';
-import { stateOf, waitOf, admits, type Admission, type BucketSpec, type LimitStore } from './buckets.js';
+import { stateOf, waitOf, admits, chargeable, type Admission, type BucketSpec, type LimitStore } from './buckets.js';
 
 const PREFIX = 'servegate:limit:';
 
-// KEYS: one per bucket. ARGV: limit, cost for each bucket. Returns {admitted 0/1, level of each bucket after}.
-const ADMIT = `
+/** Consecutive failed commands (timeouts or errors) that open the breaker. */
+const BREAKER_THRESHOLD = 3;
+/** While open, Redis is sent a PING this often; the first reply closes the breaker. */
+const PROBE_INTERVAL_MS = 1_000;
+
+// Shared by both scripts. A bucket's level now: refilled since it was written, never below the floor (one window of
+// debt less one millisecond's refill, as floorOf in buckets.ts). A stored level below -limit cannot have been written
+// by this version (an older one let debts grow without bound, and its huge expiry failed, leaving the key without
+// one): `fix` is then true and the caller writes the bucket back, in range and with an expiry. Garbage is forgotten.
+// `write` stores a level with the expiry of a bucket at that level (when it would be full again, plus a second).
+const BUCKET = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function floor_of(limit)
+  return limit / 60000 - limit
+end
+local function level_of(key, limit)
+  local v = redis.call('HMGET', key, 'l', 't')
+  if not v[1] then return limit, false end
+  local l, at = tonumber(v[1]), tonumber(v[2])
+  if not l or not at or l ~= l then
+    redis.call('DEL', key)
+    return limit, false
+  end
+  local fix = l < -limit
+  l = math.max(floor_of(limit), l)
+  return math.min(limit, l + math.max(0, now - at) * limit / 60000), fix
+end
+local function write(key, limit, level)
+  redis.call('HSET', key, 'l', tostring(level), 't', now)
+  redis.call('PEXPIRE', key, math.min(121000, math.max(1, math.ceil((limit - level) * 60000 / limit) + 1000)))
+end
+`;
+
+// KEYS: one per bucket. ARGV: limit, cost for each bucket. Returns {admitted 0/1, level of each bucket after}.
+const ADMIT = `${BUCKET}
 local levels = {}
+local fixes = {}
 local ok = 1
 for i = 1, #KEYS do
   local limit = tonumber(ARGV[2 * i - 1])
   local cost = tonumber(ARGV[2 * i])
-  local v = redis.call('HMGET', KEYS[i], 'l', 't')
-  local level = limit
-  if v[1] then level = math.min(limit, tonumber(v[1]) + math.max(0, now - tonumber(v[2])) * limit / 60000) end
+  local level, fix = level_of(KEYS[i], limit)
   levels[i] = level
+  fixes[i] = fix
   if cost > 0 then
     if level < cost then ok = 0 end
   elseif level <= 0 then
@@ -33,31 +69,30 @@ for i = 1, #KEYS do
   local level = levels[i]
   if ok == 1 and cost > 0 then
     level = level - cost
-    redis.call('HSET', KEYS[i], 'l', tostring(level), 't', now)
-    redis.call('PEXPIRE', KEYS[i], math.ceil((limit - level) * 60000 / limit) + 1000)
+    write(KEYS[i], limit, level)
+  elseif fixes[i] then
+    write(KEYS[i], limit, level)
   end
   out[i + 1] = tostring(level)
 end
 return out
 `;
 
-// KEYS[1]: the bucket. ARGV: limit, amount. Returns the level after.
-const CHARGE = `
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+// KEYS[1]: the bucket. ARGV: limit, amount. Returns the level after (nil when there was nothing to charge). The
+// amount was bounded by the caller; here again: not a positive number charges nothing, the debt stops at the floor.
+const CHARGE = `${BUCKET}
 local limit = tonumber(ARGV[1])
-local v = redis.call('HMGET', KEYS[1], 'l', 't')
-local level = limit
-if v[1] then level = math.min(limit, tonumber(v[1]) + math.max(0, now - tonumber(v[2])) * limit / 60000) end
-level = level - tonumber(ARGV[2])
-redis.call('HSET', KEYS[1], 'l', tostring(level), 't', now)
-redis.call('PEXPIRE', KEYS[1], math.ceil((limit - level) * 60000 / limit) + 1000)
+local amount = tonumber(ARGV[2])
+if not limit or limit <= 0 or not amount or amount ~= amount or amount <= 0 then return false end
+local level = level_of(KEYS[1], limit)
+level = math.max(floor_of(limit), level - amount)
+write(KEYS[1], limit, level)
 return tostring(level)
 `;
 
 type Scripted = Redis & {
   sgAdmit(numKeys: number, ...args: Array<string | number>): Promise<string[] | [number, ...string[]]>;
-  sgCharge(key: string, limit: number, amount: number): Promise<string>;
+  sgCharge(key: string, limit: number, amount: number): Promise<string | null>;
 };
 
 export interface RedisLimitOptions {
@@ -66,7 +101,10 @@ export interface RedisLimitOptions {
   failOpen: boolean;
   /** A command slower than this counts as a failure (ms). */
   commandTimeoutMs?: number;
-  /** Called on every failed command or lost connection (the gateway counts them in a metric). */
+  /**
+   * Called on every failed command or lost connection, and for every admission or charge answered without Redis
+   * while the breaker is open (the gateway counts them in a metric).
+   */
   onError?: (err: Error) => void;
 }
 
@@ -74,6 +112,11 @@ export class RedisLimitStore implements LimitStore {
   private readonly redis: Scripted;
   private lastError: string | undefined = 'connecting';
   private closed = false;
+  /** Commands failed in a row (reset by any reply). */
+  private failures = 0;
+  /** Set while the breaker is open: how many failures in a row opened it. */
+  private openAfter: number | undefined;
+  private probeTimer: NodeJS.Timeout | undefined;
 
   constructor(private readonly options: RedisLimitOptions) {
     const redis = new Redis(options.url, {
@@ -88,7 +131,8 @@ export class RedisLimitStore implements LimitStore {
     redis.defineCommand('sgAdmit', { lua: ADMIT });
     redis.defineCommand('sgCharge', { numberOfKeys: 1, lua: CHARGE });
     redis.on('ready', () => {
-      this.lastError = undefined;
+      // Connected again; an open breaker still waits for a reply to its PING (a hung Redis accepts connections).
+      if (this.openAfter === undefined) this.lastError = undefined;
     });
     // Connection trouble only changes what /readyz says; `onError` counts the commands (requests) it affected.
     redis.on('error', (err: Error) => this.unhealthy(err));
@@ -116,12 +160,13 @@ export class RedisLimitStore implements LimitStore {
 
   async admit(specs: readonly BucketSpec[]): Promise<Admission> {
     if (specs.length === 0) return { allowed: true, buckets: [], retryAfterMs: 0 };
+    if (this.openAfter !== undefined) return this.shortCircuit();
     const args: Array<string | number> = specs.map((s) => PREFIX + s.id);
     for (const s of specs) args.push(s.limit, s.cost);
     let reply: Array<string | number>;
     try {
       reply = await this.redis.sgAdmit(specs.length, ...args);
-      this.lastError = undefined;
+      this.answered();
     } catch (err) {
       this.failed(err as Error);
       return this.fallback();
@@ -137,21 +182,31 @@ export class RedisLimitStore implements LimitStore {
   }
 
   async charge(id: string, limit: number, amount: number): Promise<void> {
-    if (!(amount > 0)) return;
+    const units = chargeable(amount);
+    if (units === 0 || !(limit > 0) || !Number.isFinite(limit)) return;
+    if (this.openAfter !== undefined) {
+      this.shortCircuit();
+      return;
+    }
     try {
-      await this.redis.sgCharge(PREFIX + id, limit, amount);
-      this.lastError = undefined;
+      await this.redis.sgCharge(PREFIX + id, limit, units);
+      this.answered();
     } catch (err) {
       this.failed(err as Error);
     }
   }
 
   problem(): string | undefined {
+    if (this.openAfter !== undefined) {
+      return `redis: circuit open after ${this.openAfter} failed commands in a row (last: ${this.lastError ?? 'none'}); answering without Redis until it replies to a PING`;
+    }
     return this.lastError === undefined ? undefined : `redis: ${this.lastError}`;
   }
 
   async close(): Promise<void> {
     this.closed = true;
+    clearTimeout(this.probeTimer);
+    this.probeTimer = undefined;
     this.redis.disconnect(false);
   }
 
@@ -162,10 +217,55 @@ export class RedisLimitStore implements LimitStore {
       : { allowed: false, buckets: [], retryAfterMs: 5_000, unavailable };
   }
 
+  /** The breaker is open: the configured answer at once, counted like any answer given without Redis. */
+  private shortCircuit(): Admission {
+    this.options.onError?.(new Error('circuit open'));
+    return this.fallback();
+  }
+
+  /** Redis replied: it is healthy, and an open breaker closes. */
+  private answered(): void {
+    this.failures = 0;
+    this.lastError = undefined;
+    if (this.openAfter !== undefined) {
+      this.openAfter = undefined;
+      clearTimeout(this.probeTimer);
+      this.probeTimer = undefined;
+    }
+  }
+
   private failed(err: Error): void {
     if (this.closed) return;
     this.unhealthy(err);
     this.options.onError?.(err);
+    this.failures++;
+    if (this.openAfter === undefined && this.failures >= BREAKER_THRESHOLD) {
+      this.openAfter = this.failures;
+      this.scheduleProbe();
+    }
+  }
+
+  private scheduleProbe(): void {
+    if (this.closed || this.openAfter === undefined) return;
+    this.probeTimer = setTimeout(() => void this.probe(), PROBE_INTERVAL_MS);
+    this.probeTimer.unref();
+  }
+
+  /** One PING while the breaker is open: a reply closes it; a connection that takes it and never answers is renewed. */
+  private async probe(): Promise<void> {
+    this.probeTimer = undefined;
+    if (this.closed || this.openAfter === undefined) return;
+    try {
+      await this.redis.ping();
+      if (!this.closed) this.answered();
+    } catch (err) {
+      if (this.closed) return;
+      this.unhealthy(err as Error);
+      // The connection looks up but does not answer (a hung server, or a peer gone without a reset): drop it and
+      // connect again, so that a Redis back elsewhere, or a half-open connection, does not keep the breaker open.
+      if ((err as Error).message === 'Command timed out' && this.redis.status === 'ready') this.redis.disconnect(true);
+      this.scheduleProbe();
+    }
   }
 
   private unhealthy(err: Error): void {
