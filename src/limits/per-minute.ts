@@ -14,6 +14,8 @@ export interface PerMinute {
 export interface LimitedKey {
   namespace: string;
   name: string;
+  /** The Secret's own name, when `name` is a display name (a key outside the keys namespace). */
+  secretName?: string;
   limits?: PerMinute;
 }
 
@@ -46,16 +48,20 @@ export class PerMinuteLimits {
     private readonly defaults: { requestsPerMinute: number; tokensPerMinute: number },
   ) {}
 
-  /** The buckets this request must pass; empty when no limit applies (the common case costs nothing more). */
-  specs(route: LimitedRoute, key: LimitedKey | undefined): BucketSpec[] {
+  /**
+   * The buckets this request must pass (its key's, its deployment's; either may be left out to check it alone);
+   * empty when no limit applies (the common case costs nothing more).
+   */
+  specs(route: LimitedRoute | undefined, key: LimitedKey | undefined): BucketSpec[] {
     const specs: BucketSpec[] = [];
     if (key) {
-      const id = `key:${key.namespace}/${key.name}`;
+      const id = `key:${key.namespace}/${key.secretName ?? key.name}`;
       const rpm = key.limits?.requestsPerMinute ?? this.defaults.requestsPerMinute;
       const tpm = key.limits?.tokensPerMinute ?? this.defaults.tokensPerMinute;
       if (rpm > 0) specs.push({ id: `${id}:rpm`, limit: rpm, cost: 1 });
       if (tpm > 0) specs.push({ id: `${id}:tpm`, limit: tpm, cost: 0 });
     }
+    if (!route) return specs;
     const d = route.limits;
     const id = `deployment:${route.namespace}/${route.name}`;
     if (d?.requestsPerMinute) specs.push({ id: `${id}:rpm`, limit: d.requestsPerMinute, cost: 1 });

@@ -18,6 +18,7 @@ import type { ApiKeyRecord, Route, RouteTable } from '../../routing/types.js';
 import type { AuthFailureLimiter } from '../../limits/auth-failures.js';
 import type { PerSecondLimiter } from '../../limits/per-second.js';
 import type { Charge, LimitDecision, PerMinuteLimits } from '../../limits/per-minute.js';
+import type { BucketSpec } from '../../limits/buckets.js';
 import { authError, grantsProject, parseAuthorization, verifyKey, type AuthFailure } from './auth.js';
 import { ALLOWED_METHODS, preflightHeaderList, responseCorsList, type CorsPolicy } from './cors.js';
 import { checkSuffix, type BodyCheck } from './kind-rules.js';
@@ -101,6 +102,8 @@ export interface ByModel {
   /** `GET /openai/v1/models/<id>`: the model id asked for (it may hold an encoded "/"). */
   modelId?: string;
   headers: string[];
+  /** The key's token buckets passed (its per-minute limits are checked before the body is read). */
+  charge: Charge | undefined;
 }
 
 /** A CORS preflight: answered 204 with these headers. */
@@ -179,14 +182,18 @@ export function admit(facts: RequestFacts, ctx: AdmitContext): Admission | Promi
       dialect: 'openai',
       modelId: at.modelId,
       headers: cors,
+      charge: undefined,
     };
     // A websocket (the realtime API) names its model in the query: `?model=<project>/<deployment>`.
     if (facts.upgrade) return admitUpgradeByModel(b, ctx, facts.now, facts.client);
     // The per-minute buckets wait for `model`; the key's per-second bucket is taken now, before the body is read.
     const error = ctx.perSecond.take(key, facts.now);
-    if (!error) return b;
-    ctx.counters.rateLimited({ scope: 'key', kind: 'requests', reason: 'per_second' });
-    return { ...refused(error, 'openai', cors), key };
+    if (error) {
+      ctx.counters.rateLimited({ scope: 'key', kind: 'requests', reason: 'per_second' });
+      return { ...refused(error, 'openai', cors), key };
+    }
+    // The key's per-minute limits now, before the body is read (or decoded); the deployment's once `model` names it.
+    return perMinute(b, ctx.perMinute.specs(undefined, key), ctx);
   }
 
   // 7. The grant, then the deployment itself.
@@ -257,7 +264,7 @@ export function admitModel(
   search: string,
   ctx: Pick<AdmitContext, 'perMinute' | 'counters'>,
 ): Accepted | Refused | Promise<Accepted | Refused> {
-  return perMinute(byModelAccepted(b, route, search), ctx);
+  return perMinute(byModelAccepted(b, route, search), ctx.perMinute.specs(route, undefined), ctx);
 }
 
 function byModelAccepted(b: ByModel, route: Route, search: string): Accepted {
@@ -271,7 +278,7 @@ function byModelAccepted(b: ByModel, route: Route, search: string): Accepted {
     dialect: 'openai',
     project: route.project,
     headers: b.headers,
-    charge: undefined,
+    charge: b.charge,
   };
 }
 
@@ -344,18 +351,22 @@ function limit(
       headers: a.headers,
     };
   }
-  return perMinute(a, ctx);
+  return perMinute(a, ctx.perMinute.specs(a.route, a.key), ctx);
 }
 
-/** The by-model request has already passed the per-second bucket (before its body was read). */
-function perMinute(
-  a: Accepted,
+/**
+ * Step 9, per minute: the buckets of `specs`. What passes keeps the headers and token charge it had (the OpenAI base
+ * URL checks the key's buckets before the body, the deployment's after): the x-ratelimit-* headers then report, per
+ * kind, the bucket with the least left.
+ */
+function perMinute<T extends Accepted | ByModel>(
+  a: T,
+  specs: BucketSpec[],
   ctx: Pick<AdmitContext, 'perMinute' | 'counters'>,
-): Accepted | Refused | Promise<Accepted | Refused> {
-  const specs = ctx.perMinute.specs(a.route, a.key);
+): T | Refused | Promise<T | Refused> {
   if (specs.length === 0) return a;
   const decision = ctx.perMinute.decide(specs);
-  const apply = (dec: LimitDecision): Accepted | Refused => {
+  const apply = (dec: LimitDecision): T | Refused => {
     if (!dec.ok) {
       for (const s of dec.spent) ctx.counters.rateLimited({ ...s, reason: 'per_minute' });
       return {
@@ -363,17 +374,35 @@ function perMinute(
         kind: 'refused',
         error: dec.error,
         dialect: a.dialect,
-        route: a.route,
+        route: a.kind === 'route' ? a.route : undefined,
         key: a.key,
         close: false,
         headers: a.headers,
       };
     }
-    const headers = a.headers.slice();
-    for (const k in dec.headers) headers.push(k, dec.headers[k]);
-    return { ...a, headers, charge: dec.charge };
+    const charge =
+      a.charge && dec.charge ? { tokens: [...a.charge.tokens, ...dec.charge.tokens] } : (a.charge ?? dec.charge);
+    return { ...a, headers: withRateHeaders(a.headers, dec.headers), charge };
   };
   return decision instanceof Promise ? decision.then(apply) : apply(decision);
+}
+
+/** `list` with the rate-limit headers of `add`; where both report a kind, the one with less remaining stays. */
+function withRateHeaders(list: readonly string[], add: Record<string, string>): string[] {
+  const out = list.slice();
+  for (const kind of ['requests', 'tokens']) {
+    const remaining = add[`x-ratelimit-remaining-${kind}`];
+    if (remaining === undefined) continue;
+    const at = out.indexOf(`x-ratelimit-remaining-${kind}`);
+    if (at !== -1 && Number(out[at + 1]) <= Number(remaining)) continue;
+    for (const part of ['limit', 'remaining', 'reset']) {
+      const name = `x-ratelimit-${part}-${kind}`;
+      const i = out.indexOf(name);
+      if (i !== -1) out[i + 1] = add[name];
+      else out.push(name, add[name]);
+    }
+  }
+  return out;
 }
 
 function refused(error: GatewayError, dialect: Dialect, headers: string[], close = false): Refused {

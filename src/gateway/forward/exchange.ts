@@ -419,12 +419,12 @@ export class Exchange implements Job, Held, CallOwner {
     if (decoded) this.head!.forward = withoutHeader(this.head!.forward, 'content-encoding');
     this.body = p.body;
     this.bodyLength = p.body.length;
-    // The CORS headers are in `extra` already: only what the deployment's limits add comes back.
-    const a = admitModel({ ...b, headers: [] }, p.route, b.search, ctx.admission);
+    const a = admitModel(b, p.route, b.search, ctx.admission);
     this.settled(a, (x) => {
       if (this.ended) return;
       if (!x.ok) return this.refuse(x.error, x.close);
-      for (let i = 0; i < x.headers.length; i++) this.extra.push(x.headers[i]);
+      // The headers admission gave so far, with the deployment's rate limits merged in.
+      this.extra = ['x-request-id', this.requestId, ...x.headers];
       this.d = x;
       this.charge = x.charge;
       this.pickPhase(undefined);

@@ -390,6 +390,33 @@ const rows: Row[] = [
     { authFailures: [], rateLimited: [{ scope: 'key', kind: 'requests', reason: 'per_minute' }] },
   ],
   [
+    "the OpenAI base URL: the key's per-minute limits apply before the body is read",
+    {},
+    [
+      facts('/openai/v1/chat/completions', { key: limited.key }),
+      facts('/openai/v1/chat/completions', { key: limited.key }),
+    ],
+    {
+      kind: 'refused',
+      error: err(
+        'rate_limit_exceeded',
+        'rate limit exceeded: 1 requests per minute for API key servegate/key-limited; retry after 60 s',
+        {
+          'x-ratelimit-limit-requests': '1',
+          'x-ratelimit-remaining-requests': '0',
+          'x-ratelimit-reset-requests': '1m0s',
+          'retry-after': '60',
+        },
+      ),
+      dialect: 'openai',
+      route: undefined,
+      key: 'key-limited',
+      close: false,
+      headers: [],
+    },
+    { authFailures: [], rateLimited: [{ scope: 'key', kind: 'requests', reason: 'per_minute' }] },
+  ],
+  [
     'the OpenAI base URL: key checked, the deployment left to `model`',
     {},
     [facts('/openai/v1/chat/completions', { key: demo.key })],
