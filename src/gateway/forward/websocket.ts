@@ -12,6 +12,8 @@ import type { Dispatcher } from 'undici';
 import type { Route } from '../../routing/types.js';
 import type { RequestTrace } from '../../observe/tracing.js';
 import { recordAnswer } from '../../observe/record.js';
+import type { Charge } from '../../limits/per-minute.js';
+import { RealtimeMeter } from '../openai/realtime-meter.js';
 import { admit, type Admission } from '../admit/pipeline.js';
 import { gatewayError, type Dialect, type GatewayError } from '../http/errors.js';
 import { clientRequestId, downstreamHeaders, upstreamHeaders } from '../http/headers.js';
@@ -33,6 +35,8 @@ export class UpgradeJob implements Job, UpgradeOwner {
   private extra: string[] = [];
   private call: UpgradeCall | undefined;
   private tunnel: Duplex | undefined;
+  /** The token buckets the upgrade passed: charged with each realtime response's usage. */
+  private charge: Charge | undefined;
   private finished = false;
 
   constructor(
@@ -128,6 +132,7 @@ export class UpgradeJob implements Job, UpgradeOwner {
     }
     const target = chosen.target;
     if (chosen.variant) this.extra.push('x-servegate-variant', chosen.variant);
+    this.charge = a.charge;
     const headers = upstreamHeaders(h, {
       clientIp: this.conn.client,
       proto: this.conn.proto,
@@ -140,6 +145,11 @@ export class UpgradeJob implements Job, UpgradeOwner {
       traceparent: this.trace?.traceparent,
       tracestate: this.trace?.tracestate,
     });
+    // An LLM websocket is metered from its frames: a compressed extension would hide them, so none is offered.
+    if (route.kind === 'llm') {
+      for (let i = headers.length - 2; i >= 0; i -= 2)
+        if (headers[i] === 'sec-websocket-extensions') headers.splice(i, 2);
+    }
     const call = (this.call = new UpgradeCall(this));
     try {
       ctx.pools.get(target.origin).dispatch(
@@ -167,6 +177,16 @@ export class UpgradeJob implements Job, UpgradeOwner {
     if (this.head.length) up.write(this.head);
     up.on('error', () => socket.destroy());
     up.on('close', () => socket.destroy());
+    const route = this.route;
+    if (route?.kind === 'llm') {
+      // Realtime sessions: each response.done's usage is counted and charged as it passes (openai/realtime-meter.ts).
+      const { metrics, perMinute } = this.ctx;
+      const meter = new RealtimeMeter((u) => {
+        metrics.observeLlm(route.project, route.deployment, this.keyName, u, undefined, undefined);
+        perMinute.charge(this.charge, u.prompt + u.completion);
+      });
+      up.on('data', (c: Buffer) => meter.push(c));
+    }
     up.pipe(socket);
     socket.pipe(up);
     this.record(status);

@@ -50,10 +50,14 @@ export function upstreamHeaders(head: RequestHead, ctx: UpstreamContext): string
   return out;
 }
 
+/** The gateway's own response header names (and their "_" look-alikes): never taken from a backend. */
+const GATEWAY_NAME = /^x[-_]servegate[-_]/;
+
 /**
  * The backend's response header lines as the client gets them: hop-by-hop ones and those named in Connection removed,
- * the backend's x-request-id (the gateway sets its own, the one the backend was sent), and the backend's CORS headers
- * too when the gateway answers CORS itself. `raw` is undici's [name, value, ...].
+ * the backend's x-request-id (the gateway sets its own, the one the backend was sent), any x-servegate-* or look-alike
+ * x_servegate_* (the gateway's own names, such as x-servegate-variant: a backend must not forge them), and the
+ * backend's CORS headers too when the gateway answers CORS itself. `raw` is undici's [name, value, ...].
  */
 export function downstreamHeaders(
   raw: ReadonlyArray<Buffer | string>,
@@ -77,7 +81,7 @@ export function downstreamHeaders(
       chunked = true;
       continue;
     }
-    if (HOP_BY_HOP.has(name) || name === 'x-request-id') continue;
+    if (HOP_BY_HOP.has(name) || name === 'x-request-id' || GATEWAY_NAME.test(name)) continue;
     if (stripCors && name.startsWith('access-control-')) continue;
     if (name === 'content-length') length = true;
     else if (name === 'content-type') contentType ??= value;

@@ -45,20 +45,52 @@ export interface LlmMembers {
 export function llmMembers(raw: Buffer): LlmMembers | GatewayError {
   const layout = objectLayout(raw)!;
   const seen = new Map<string, MemberSpan>();
-  for (const m of layout.members) {
-    const lower = m.name.toLowerCase();
-    if (!READ_MEMBERS.includes(lower)) continue;
-    if (m.name !== lower) {
-      return gatewayError(
-        'invalid_body',
-        `the request body has a member "${m.name}": write it "${lower}" (in lower case), exactly once`,
-      );
+  const problem = checkNames(layout, READ_MEMBERS, seen, '');
+  if (problem) return problem;
+  // Inside stream_options, include_usage is read too.
+  const so = seen.get('stream_options');
+  if (so && raw[so.start] === 0x7b) {
+    const inner = objectLayout(raw.subarray(so.start, so.end));
+    if (inner) {
+      const p = checkNames(inner, ['include_usage'], new Map(), 'stream_options.');
+      if (p) return p;
     }
-    if (seen.has(lower))
-      return gatewayError('invalid_body', `the request body has more than one "${lower}" member; send exactly one`);
-    seen.set(lower, m);
   }
   return { layout, seen };
+}
+
+/**
+ * Go's JSON decoder matches member names by Unicode case folding, so "Model", "MODEL" and "ſtream" (a long s) all
+ * reach a Go backend as its `model` or `stream`: any such spelling of a name in `names`, or a repeat, is refused.
+ */
+function checkNames(
+  layout: ObjectLayout,
+  names: readonly string[],
+  seen: Map<string, MemberSpan>,
+  where: string,
+): GatewayError | undefined {
+  for (const m of layout.members) {
+    const folded = foldName(m.name);
+    if (!names.includes(folded)) continue;
+    if (m.name !== folded) {
+      return gatewayError(
+        'invalid_body',
+        `the request body has a member "${where}${m.name}": write it "${folded}" (in lower case), exactly once`,
+      );
+    }
+    if (seen.has(folded))
+      return gatewayError(
+        'invalid_body',
+        `the request body has more than one "${where}${folded}" member; send exactly one`,
+      );
+    seen.set(folded, m);
+  }
+  return undefined;
+}
+
+/** A member name as Go's decoder compares it: case-folded, the long s (ſ) and the Kelvin sign (K) as s and k. */
+function foldName(name: string): string {
+  return name.toLowerCase().replace(/\u017f/g, 's');
 }
 
 /**

@@ -4,7 +4,8 @@
 //   With `strip`, the gateway asked for the usage the client did not ask for: events are then passed on whole (one
 //   at a time, as they complete) and the usage is taken out — the event dropped when it carries nothing else, else
 //   written again without `usage`.
-// - JSON answers: the bytes pass unchanged; a scanner finds the `"usage"` member and parses that value alone.
+// - JSON answers: the bytes pass unchanged; a scanner follows the answer's structure and parses the value of its
+//   top-level `"usage"` member alone (a `usage` nested deeper, or inside a string, is not the answer's).
 
 export interface TokenUsage {
   prompt: number;
@@ -36,9 +37,7 @@ const MAX_USAGE_VALUE = 16_384;
 
 const NL = 0x0a;
 const CR = 0x0d;
-const USAGE_KEY = Buffer.from('"usage"');
 const DATA = Buffer.from('data:');
-const EMPTY = Buffer.alloc(0);
 
 /** Reads a usage object in either naming (chat/completions: prompt/completion; responses: input/output). */
 export function readUsage(u: unknown): TokenUsage | undefined {
@@ -165,9 +164,11 @@ export class SseUsageMeter implements UsageMeter {
 
   end(): Buffer | undefined {
     if (!this.strip) return undefined;
-    // An event the stream did not finish with a blank line goes as it is (unless it was all usage).
+    // An event the stream did not finish with a blank line goes as it is (unless it was all usage); of a line the
+    // stream did not finish, one that holds a `"usage"` does not go: it could be the usage the client did not ask for,
+    // unread (no client dispatches an event the blank line never ended, but one reading lines would see it).
     const rest: Buffer[] = this.passing || this.drop ? [] : (this.ev as Buffer[]);
-    if (!this.passing && !this.drop && this.carry) rest.push(this.carry);
+    if (!this.passing && !this.drop && this.carry && findUsage(this.carry, 0) === -1) rest.push(this.carry);
     this.ev = [];
     this.carry = undefined;
     return rest.length ? Buffer.concat(rest) : undefined;
@@ -299,113 +300,207 @@ export class SseUsageMeter implements UsageMeter {
 
 // ---- JSON answers ---------------------------------------------------------------------------------------------------
 
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+const OPEN_BRACE = 0x7b;
+const CLOSE_BRACE = 0x7d;
+const OPEN_BRACKET = 0x5b;
+const CLOSE_BRACKET = 0x5d;
+const COLON = 0x3a;
+const USAGE_NAME = Buffer.from('usage');
+/** A top-level string longer than this (raw) is not read as a member name: "usage" is 5 bytes, or 30 escaped. */
+const MAX_NAME = 64;
+
+const isSpace = (c: number): boolean => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;
+
+/** The raw bytes of a member name (between its quotes) name `usage`, escapes decoded as JSON.parse does. */
+function isUsageName(raw: Buffer): boolean {
+  if (raw.length === USAGE_NAME.length) return raw.equals(USAGE_NAME);
+  if (raw.length > MAX_NAME || !raw.includes(BACKSLASH)) return false;
+  try {
+    return JSON.parse(`"${raw.toString('utf8')}"`) === 'usage';
+  } catch {
+    return false;
+  }
+}
+
 /**
- * Finds `"usage": {...}` in a JSON answer as it passes. Outside a string a `"usage"` followed by `:` is a member
- * name (a string value holding those characters has its quotes escaped); the last one found wins, as in JSON.parse.
+ * Finds the `"usage"` member of a JSON answer's top-level object as the bytes pass, and parses that value alone. The
+ * bytes are followed structurally (strings, escapes, object and array depth, across chunk boundaries) with a few
+ * numbers of state, so a `"usage"` nested anywhere in the answer (a tool call's arguments, a model's echoed output) or
+ * inside a string is never taken. As in JSON.parse, the last top-level `usage` member decides: when it is not an
+ * object with token counts (null, too long, not JSON), there is no usage.
  */
 export class JsonUsageMeter implements UsageMeter {
   usage: TokenUsage | undefined;
   readonly generated = 0;
   firstAt = 0;
   readonly streamed = false;
-  /** The last bytes of the previous chunk, so a `"usage"` split between chunks is seen. */
-  private tail: Buffer = EMPTY;
-  /** While reading a value: its bytes so far and the scanner state. */
-  private value: number[] | undefined;
-  private phase: 'colon' | 'start' | 'value' = 'colon';
+  /** Object and array depth at the scan position: 0 before the answer's value, 1 inside the answer object. */
   private depth = 0;
+  /** The answer's value is an object (the members of a top-level array are not the answer's). */
+  private rootObject = false;
+  /** The answer's value has ended: nothing after it is read. */
+  private done = false;
   private inString = false;
+  /** Inside a string, a chunk ended just after a backslash: the next chunk's first byte is escaped. */
   private escaped = false;
+  /** A string at depth 1 of the answer object, continued from earlier chunks: its raw bytes while they are few. */
+  private name: Buffer[] | undefined;
+  private nameLength = 0;
+  /** After a top-level `"usage"` string: its colon (a member name), then its value, are next. */
+  private after: 'none' | 'colon' | 'value' = 'none';
+  /** The top-level usage object being read, continued from earlier chunks: its bytes (copies) while short enough. */
+  private value: Buffer[] | undefined;
+  private valueLength = 0;
 
   push(chunk: Buffer, now: number): Buffer | undefined {
     if (!this.firstAt && chunk.length) this.firstAt = now;
-    let from = 0;
-    const prevTail = this.tail;
-    this.tail = EMPTY;
-    if (this.value) {
-      from = this.feed(chunk, 0);
-      if (from === -1) return chunk;
-    } else if (prevTail.length) {
-      // A "usage" that began at the end of the previous chunk(s).
-      const edge = Buffer.concat([prevTail, chunk.subarray(0, USAGE_KEY.length - 1)]);
-      const at = findUsage(edge, 0);
-      if (at !== -1) {
-        this.start();
-        from = this.feed(chunk, at + USAGE_KEY.length - prevTail.length);
-        if (from === -1) return chunk;
-      }
-    }
-    for (;;) {
-      const at = findUsage(chunk, from);
-      if (at === -1) break;
-      this.start();
-      from = this.feed(chunk, at + USAGE_KEY.length);
-      if (from === -1) return chunk;
-    }
-    // The last bytes read (of this chunk, and of the ones before when it is short), in case a "usage" goes on in the
-    // next chunk.
-    const keep = USAGE_KEY.length - 1;
-    const rest = chunk.subarray(Math.max(from, chunk.length - keep));
-    const joined = from === 0 && rest.length < keep && prevTail.length ? Buffer.concat([prevTail, rest]) : rest;
-    this.tail = Buffer.from(joined.subarray(Math.max(0, joined.length - keep)));
+    if (!this.done && chunk.length) this.scan(chunk);
     return chunk;
-  }
-
-  private start(): void {
-    this.value = [];
-    this.phase = 'colon';
   }
 
   end(): Buffer | undefined {
     return undefined;
   }
 
-  /** Reads the value from `chunk[i]` on; the offset after it, or -1 when the chunk ended inside it. */
-  private feed(chunk: Buffer, i: number): number {
-    const v = this.value!;
-    for (; i < chunk.length; i++) {
-      const c = chunk[i];
-      if (this.phase === 'colon') {
-        if (c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) continue;
-        if (c !== 0x3a) return this.stop(i); // a string value "usage", not a member name
-        this.phase = 'start';
-        continue;
-      }
-      if (this.phase === 'start') {
-        if (c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) continue;
-        if (c !== 0x7b) return this.stop(i); // null or not an object
-        this.phase = 'value';
-        this.depth = 0;
-        this.inString = false;
-        this.escaped = false;
-      }
-      v.push(c);
-      if (v.length > MAX_USAGE_VALUE) return this.stop(i + 1);
+  /**
+   * Follows the structure over one chunk. Outside strings only quotes and brackets matter, inside only quotes (and
+   * the backslashes just before one): each is found with a one-byte native search, its next position kept until the
+   * scan passes it, so a long run of numbers or text costs a few searches, not a step a byte.
+   */
+  private scan(b: Buffer): void {
+    const n = b.length;
+    const next = (c: number, from: number): number => {
+      const k = b.indexOf(c, from);
+      return k === -1 ? n : k;
+    };
+    // The next position of each byte of interest at or after the scan position (n: none left); -1: not looked up.
+    let quote = -1;
+    let openBrace = -1;
+    let closeBrace = -1;
+    let openBracket = -1;
+    let closeBracket = -1;
+    /** Where, in this chunk, the top-level string or usage value being read began (-1: none is). */
+    let nameStart = this.name ? 0 : -1;
+    let valueStart = this.value ? 0 : -1;
+    let i = 0;
+    while (i < n) {
       if (this.inString) {
-        if (this.escaped) this.escaped = false;
-        else if (c === 0x5c) this.escaped = true;
-        else if (c === 0x22) this.inString = false;
+        if (this.escaped) {
+          this.escaped = false;
+          i++;
+          continue;
+        }
+        if (quote < i) quote = next(QUOTE, i);
+        // A quote ends the string unless an odd run of backslashes (from `i` on) escapes it; a chunk that ends in one
+        // escapes the next chunk's first byte.
+        let k = quote;
+        while (k > i && b[k - 1] === BACKSLASH) k--;
+        if ((quote - k) % 2 === 1) {
+          if (quote === n) this.escaped = true;
+          i = quote + 1;
+          continue;
+        }
+        if (quote === n) break;
+        this.inString = false;
+        if (nameStart !== -1) {
+          if (this.endName(b, nameStart, quote)) this.after = 'colon';
+          nameStart = -1;
+        }
+        i = quote + 1;
         continue;
       }
-      if (c === 0x22) this.inString = true;
-      else if (c === 0x7b || c === 0x5b) this.depth++;
-      else if (c === 0x7d || c === 0x5d) {
-        this.depth--;
-        if (this.depth === 0) {
-          try {
-            this.usage = readUsage(JSON.parse(Buffer.from(v).toString('utf8'))) ?? this.usage;
-          } catch {
-            // not JSON after all: ignored
+      if (this.after !== 'none') {
+        const c = b[i];
+        if (isSpace(c)) {
+          i++;
+        } else if (this.after === 'colon') {
+          // Not a colon: the string was a value, not a member name; the byte is read as any other.
+          this.after = c === COLON ? 'value' : 'none';
+          if (c === COLON) i++;
+        } else {
+          // The member JSON.parse keeps: no usage unless it is an object with token counts.
+          this.after = 'none';
+          this.usage = undefined;
+          if (c === OPEN_BRACE) {
+            this.value = [];
+            this.valueLength = 0;
+            valueStart = i;
           }
-          return this.stop(i + 1);
+        }
+        continue;
+      }
+      if (quote < i) quote = next(QUOTE, i);
+      if (openBrace < i) openBrace = next(OPEN_BRACE, i);
+      if (closeBrace < i) closeBrace = next(CLOSE_BRACE, i);
+      if (openBracket < i) openBracket = next(OPEN_BRACKET, i);
+      if (closeBracket < i) closeBracket = next(CLOSE_BRACKET, i);
+      const at = Math.min(quote, openBrace, closeBrace, openBracket, closeBracket);
+      if (at === n) break;
+      const c = b[at];
+      i = at + 1;
+      if (c === QUOTE) {
+        this.inString = true;
+        if (this.depth === 1 && this.rootObject) {
+          this.name = [];
+          this.nameLength = 0;
+          nameStart = i;
+        }
+      } else if (c === OPEN_BRACE || c === OPEN_BRACKET) {
+        if (this.depth === 0) this.rootObject = c === OPEN_BRACE;
+        this.depth++;
+      } else {
+        this.depth--;
+        if (this.depth === 1 && valueStart !== -1) {
+          this.endValue(b, valueStart, i);
+          valueStart = -1;
+        }
+        if (this.depth <= 0) {
+          this.done = true;
+          return;
         }
       }
     }
-    return -1;
+    // The chunk ended inside a top-level string or the usage value: what is needed of it is kept (a copy).
+    if (nameStart !== -1) this.addName(b, nameStart, n);
+    if (valueStart !== -1) this.addValue(b, valueStart, n);
   }
 
-  private stop(next: number): number {
+  private addName(b: Buffer, start: number, end: number): void {
+    if (!this.name) return;
+    this.nameLength += end - start;
+    if (this.nameLength > MAX_NAME) this.name = undefined;
+    else this.name.push(Buffer.from(b.subarray(start, end)));
+  }
+
+  /** A top-level string ended at `end`: whether it reads `usage`. */
+  private endName(b: Buffer, start: number, end: number): boolean {
+    const held = this.name;
+    this.name = undefined;
+    if (!held) return false;
+    if (held.length === 0) return isUsageName(b.subarray(start, end));
+    if (this.nameLength + end - start > MAX_NAME) return false;
+    return isUsageName(Buffer.concat([...held, b.subarray(start, end)]));
+  }
+
+  private addValue(b: Buffer, start: number, end: number): void {
+    if (!this.value) return;
+    this.valueLength += end - start;
+    if (this.valueLength > MAX_USAGE_VALUE) this.value = undefined;
+    else this.value.push(Buffer.from(b.subarray(start, end)));
+  }
+
+  /** The usage object ended at `end` (its closing brace included). */
+  private endValue(b: Buffer, start: number, end: number): void {
+    this.addValue(b, start, end);
+    const v = this.value;
     this.value = undefined;
-    return next;
+    if (!v) return; // too long to read: no usage
+    try {
+      this.usage = readUsage(JSON.parse(Buffer.concat(v).toString('utf8')));
+    } catch {
+      // not JSON after all: no usage
+    }
   }
 }

@@ -227,6 +227,26 @@ describe('`model` cannot be smuggled', () => {
     expect(seen.length).toBe(n);
   });
 
+  test.each([
+    ['{"model":"llama-a","messages":[],"stream":false,"\u017ftream":true}', 'ſtream', 'stream'],
+    [
+      '{"model":"llama-a","messages":[],"stream":true,"stream_options":{"include_usage":true,"INCLUDE_USAGE":false}}',
+      'stream_options.INCLUDE_USAGE',
+      'include_usage',
+    ],
+  ])('a spelling Go folds to a member the gateway reads (%s) is refused', async (raw, member, want) => {
+    const n = seen.length;
+    const r = await send(`${gw.url}/v1/demo/chat/v1/chat/completions`, {
+      headers: { ...auth('k-model'), 'content-type': 'application/json' },
+      body: raw,
+    });
+    expect(r.status).toBe(400);
+    expect(r.json().error.message).toBe(
+      `the request body has a member "${member}": write it "${want}" (in lower case), exactly once`,
+    );
+    expect(seen.length).toBe(n);
+  });
+
   test('a repeated "stream" is refused (servers differ on which one they keep)', async () => {
     const n = seen.length;
     const raw = '{"model":"llama-a","messages":[],"stream":false,"stream":true}';

@@ -1,7 +1,7 @@
 // The usage meters (src/gateway/openai/usage-meter.ts) fed the same answer cut at every position: the bytes out are the bytes in
 // (or exactly the usage event less, when the gateway asked for usage the client did not), and the usage is found.
 import { describe, expect, test } from '@jest/globals';
-import { JsonUsageMeter, SseUsageMeter, type UsageMeter } from '../../../src/gateway/openai/usage-meter.js';
+import { JsonUsageMeter, readUsage, SseUsageMeter, type UsageMeter } from '../../../src/gateway/openai/usage-meter.js';
 
 const event = (o: unknown) => `data: ${JSON.stringify(o)}\n\n`;
 const chunk = (i: number, extra: Record<string, unknown> = {}) => ({
@@ -122,6 +122,29 @@ describe('event streams', () => {
     }
   });
 
+  test('stripping: a stream that ends inside the usage line does not pass the usage on (fast-check counterexample)', () => {
+    // The answer ends cleanly but early, in the data line of the usage event: from its `"usage"` on, the unfinished
+    // line is not sent (a client would not dispatch that event anyway; one reading lines would see the usage).
+    const head = event(chunk(0));
+    const line = usageEvent.slice(0, usageEvent.indexOf('\n'));
+    const from = line.indexOf('"usage"') + '"usage"'.length;
+    for (let cut = from; cut <= line.length; cut++) {
+      const s = head + line.slice(0, cut);
+      for (const cuts of [[], [head.length], [head.length + from - 3]]) {
+        const m = new SseUsageMeter(true);
+        expect({ cut, out: run(m, s, cuts) }).toEqual({ cut, out: head });
+        expect(m.usage).toBeUndefined();
+        const observed = new SseUsageMeter(false);
+        expect(run(observed, s, cuts)).toBe(s);
+      }
+    }
+    // Before its `"usage"` the line is passed as it is; so is an unfinished line without one.
+    for (const tail of [line.slice(0, from - 1), `data: ${JSON.stringify(chunk(1))}`]) {
+      const m = new SseUsageMeter(true);
+      expect(run(m, head + tail, [head.length + 2])).toBe(head + tail);
+    }
+  });
+
   test('bytes of a stripped stream go out as soon as an event is complete, not at the end', () => {
     const m = new SseUsageMeter(true);
     const first = Buffer.from(`${event(chunk(0))}data: {"par`);
@@ -144,6 +167,65 @@ describe('JSON answers', () => {
       const m = new JsonUsageMeter();
       expect(run(m, answer, cuts)).toBe(answer);
       expect(m.usage).toEqual({ prompt: 12, completion: 34 });
+    }
+  });
+
+  test('a "usage" member nested in the answer (a tool call\'s argument object) is not taken; only the top-level one', () => {
+    const nested =
+      '{"choices":[{"message":{"tool_calls":[{"function":{"arguments_obj":{"usage":{"prompt_tokens":999,"completion_tokens":999}}}}]}}]';
+    const withTop = `${nested},"usage":{"prompt_tokens":3,"completion_tokens":4}}`;
+    const without = `${nested}}`;
+    for (const [s, expected] of [
+      [withTop, { prompt: 3, completion: 4 }],
+      [without, undefined],
+    ] as const) {
+      for (const cuts of splits(s)) {
+        const m = new JsonUsageMeter();
+        expect(run(m, s, cuts)).toBe(s);
+        expect({ cuts, usage: m.usage }).toEqual({ cuts, usage: expected });
+      }
+    }
+  });
+
+  test('a nested "usage" after the top-level one does not replace it; nor one inside a top-level array', () => {
+    const cases: Array<[string, { prompt: number; completion: number } | undefined]> = [
+      [
+        '{"usage":{"prompt_tokens":3,"completion_tokens":4},"x":{"usage":{"prompt_tokens":9,"completion_tokens":9}}}',
+        { prompt: 3, completion: 4 },
+      ],
+      ['[{"usage":{"prompt_tokens":9,"completion_tokens":9}}]', undefined],
+      [
+        '{"a":[1,{"b":"}"},"\\\\"],"usage":{"prompt_tokens":5}, "z":[{"usage":{"prompt_tokens":7}}]}',
+        { prompt: 5, completion: 0 },
+      ],
+      [' \n{ "usage" :\t{"input_tokens":2,"output_tokens":6} }', { prompt: 2, completion: 6 }],
+      // As JSON.parse reads it: the last top-level member decides, an escaped name is the same name.
+      ['{"usage":{"prompt_tokens":3},"usage":null}', undefined],
+      ['{"usage":{"prompt_tokens":3},"u":1,"usage":{"completion_tokens":2}}', { prompt: 0, completion: 2 }],
+      ['{"\\u0075sage":{"prompt_tokens":6,"completion_tokens":1}}', { prompt: 6, completion: 1 }],
+      ['{"us\\"age":{"prompt_tokens":6}}', undefined],
+      ['{"a":"usage","b":{"usage":{"prompt_tokens":6}},"c":["usage",{"usage":{"prompt_tokens":6}}]}', undefined],
+      ['{"k":"x\\\\","usage":{"prompt_tokens":1,"completion_tokens":1}}', { prompt: 1, completion: 1 }],
+      ['{"k":"x\\\\\\"usage\\":{\\"prompt_tokens\\":1}"}', undefined],
+    ];
+    for (const [s, expected] of cases) {
+      // The table agrees with JSON.parse.
+      const doc: unknown = JSON.parse(s);
+      expect(Array.isArray(doc) ? undefined : readUsage((doc as { usage?: unknown }).usage)).toEqual(expected);
+      for (const cuts of splits(s)) {
+        const m = new JsonUsageMeter();
+        run(m, s, cuts);
+        expect({ s, cuts, usage: m.usage }).toEqual({ s, cuts, usage: expected });
+      }
+    }
+  });
+
+  test('a top-level usage value longer than 16 KB is not read', () => {
+    const s = `{"usage":{"prompt_tokens":1,"pad":"${'x'.repeat(17_000)}"},"id":"x"}`;
+    for (const cuts of [[], [5, 9000, 17_010]]) {
+      const m = new JsonUsageMeter();
+      expect(run(m, s, cuts)).toBe(s);
+      expect(m.usage).toBeUndefined();
     }
   });
 

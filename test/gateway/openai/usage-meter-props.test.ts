@@ -1,0 +1,192 @@
+// Properties (fast-check) of the usage meters (src/gateway/openai/usage-meter.ts), over any OpenAI-style answer cut at
+// any position and fed in pieces split anywhere: the event-stream meter counts the content events that arrived,
+// reads the usage event when it arrived, and takes out exactly that event when stripping; the JSON meter reads the
+// usage JSON.parse reads at the top level, never a nested one.
+import { describe, expect, test } from '@jest/globals';
+import fc from 'fast-check';
+import { JsonUsageMeter, readUsage, SseUsageMeter, type UsageMeter } from '../../../src/gateway/openai/usage-meter.js';
+
+const RUNS = 200;
+
+/** Feeds `buf` in pieces cut at `cuts` (ascending); returns the bytes out, end() included. */
+function run(m: UsageMeter, buf: Buffer, cuts: number[]): Buffer {
+  const out: Buffer[] = [];
+  let from = 0;
+  let t = 1;
+  for (const c of [...cuts, buf.length]) {
+    const piece = m.push(buf.subarray(from, c), t++);
+    if (piece) out.push(Buffer.from(piece));
+    from = c;
+  }
+  const rest = m.end();
+  if (rest) out.push(Buffer.from(rest));
+  return Buffer.concat(out);
+}
+
+/** Split points in [0, n], ascending and distinct, from any naturals. */
+const cutsWithin = (raw: number[], n: number): number[] =>
+  [...new Set(raw.map((c) => c % (n + 1)))].sort((a, b) => a - b);
+
+// ---- event streams ------------------------------------------------------------------------------------------------
+
+interface Sent {
+  kind: 'role' | 'content' | 'comment' | 'usage' | 'done';
+  start: number;
+  /** The offset just after the line that carries the data (where the meter reads it). */
+  lineEnd: number;
+  /** The offset just after the blank line that ends the event. */
+  end: number;
+  text?: string;
+}
+
+const text = fc.oneof(
+  fc.string({ unit: 'binary', maxLength: 6 }),
+  fc.string({ unit: 'grapheme', maxLength: 4 }),
+  fc.constantFrom('', '"', '\n', '\r\n\r\n', '\\', 'a"b', '"usage":{"prompt_tokens":1}', 'data: x', ' '),
+);
+
+const streamCase = fc
+  .record({
+    eol: fc.constantFrom('\n', '\r\n'),
+    space: fc.boolean(),
+    role: fc.boolean(),
+    contents: fc.array(fc.record({ text, ping: fc.boolean() }), { maxLength: 6 }),
+    usage: fc.option(fc.record({ prompt_tokens: fc.nat(100_000), completion_tokens: fc.nat(100_000) }), {
+      nil: undefined,
+    }),
+    done: fc.boolean(),
+    /** Where the answer ends (null: it is whole, a quarter of the cases). */
+    cut: fc.option(fc.nat(), { freq: 4 }),
+    splits: fc.array(fc.nat(), { maxLength: 8 }),
+  })
+  .map((c) => {
+    const parts: Buffer[] = [];
+    const sent: Sent[] = [];
+    let at = 0;
+    const add = (kind: Sent['kind'], line: string, t?: string) => {
+      const l = Buffer.from(`${line}${c.eol}`);
+      const ev = Buffer.concat([l, Buffer.from(c.eol)]);
+      sent.push({ kind, start: at, lineEnd: at + l.length, end: at + ev.length, text: t });
+      parts.push(ev);
+      at += ev.length;
+    };
+    const data = (o: unknown) => `data:${c.space ? ' ' : ''}${JSON.stringify(o)}`;
+    const chunk = (delta: Record<string, unknown>) => ({
+      id: 'chatcmpl-1',
+      object: 'chat.completion.chunk',
+      choices: [{ index: 0, delta, finish_reason: null }],
+    });
+    if (c.role) add('role', data(chunk({ role: 'assistant', content: '' })));
+    for (const x of c.contents) {
+      if (x.ping) add('comment', ': keep-alive');
+      add('content', data(chunk({ content: x.text })), x.text);
+    }
+    const usage = c.usage && { ...c.usage, total_tokens: c.usage.prompt_tokens + c.usage.completion_tokens };
+    if (usage) add('usage', data({ id: 'chatcmpl-1', object: 'chat.completion.chunk', choices: [], usage }));
+    if (c.done) add('done', 'data: [DONE]');
+    const whole = Buffer.concat(parts);
+    const cut = c.cut === null ? whole.length : c.cut % (whole.length + 1);
+    return { whole, sent, usage, cut, prefix: whole.subarray(0, cut), splits: cutsWithin(c.splits, cut) };
+  });
+
+describe('SseUsageMeter over any stream, cut anywhere, split anywhere', () => {
+  test('generated counts the content events that arrived; usage is read when its line arrived; strip takes out exactly the usage event', () => {
+    fc.assert(
+      fc.property(streamCase, ({ sent, usage, cut, prefix, splits }) => {
+        const content = sent.filter((e) => e.kind === 'content' && e.text !== '');
+        const complete = content.filter((e) => e.end <= cut).length;
+        const arrived = content.filter((e) => e.lineEnd <= cut).length;
+        const u = sent.find((e) => e.kind === 'usage');
+        const usageRead = u !== undefined && u.lineEnd <= cut;
+        const expectedUsage = usageRead
+          ? { prompt: usage!.prompt_tokens, completion: usage!.completion_tokens }
+          : undefined;
+        // Stripped: a usage event is taken out once its data line is read (all of it that arrived, when the answer
+        // ends inside it); an unfinished last line that holds a `"usage"` is not sent; the rest passes as it is.
+        const lineStart = prefix.lastIndexOf(0x0a) + 1;
+        const stripped =
+          u && usageRead
+            ? Buffer.concat([prefix.subarray(0, u.start), prefix.subarray(Math.min(u.end, cut))])
+            : prefix.subarray(lineStart).includes('"usage"')
+              ? prefix.subarray(0, lineStart)
+              : prefix;
+
+        for (const strip of [false, true]) {
+          const m = new SseUsageMeter(strip);
+          const out = run(m, prefix, splits);
+          expect(m.generated).toBeGreaterThanOrEqual(complete);
+          expect(m.generated).toBeLessThanOrEqual(sent.filter((e) => e.kind === 'content').length);
+          expect(m.generated).toBe(arrived);
+          expect(m.usage).toEqual(expectedUsage);
+          expect(out.toString('latin1')).toBe((strip ? stripped : prefix).toString('latin1'));
+          if (strip && usage) expect(out.includes(JSON.stringify(usage))).toBe(false);
+        }
+      }),
+      { numRuns: RUNS },
+    );
+  });
+});
+
+// ---- JSON answers -------------------------------------------------------------------------------------------------
+
+const tokens = fc.oneof(
+  fc.record({ prompt_tokens: fc.nat(10_000), completion_tokens: fc.nat(10_000) }, { requiredKeys: [] }),
+  fc.record({ input_tokens: fc.nat(10_000), output_tokens: fc.nat(10_000) }),
+);
+const usageValue = fc.oneof(
+  { arbitrary: tokens, weight: 4 },
+  { arbitrary: fc.constantFrom(null, 'usage', 7, [], {}), weight: 1 },
+);
+const json = fc.jsonValue({ maxDepth: 2, stringUnit: 'binary' });
+/** Values that carry a `usage` member somewhere inside: never the answer's. */
+const decoy = fc.letrec((tie) => ({
+  value: fc.oneof(
+    { arbitrary: json, weight: 3 },
+    { arbitrary: fc.record({ usage: usageValue, other: json }, { requiredKeys: ['usage'] }), weight: 2 },
+    { arbitrary: fc.array(tie('value'), { maxLength: 3 }), weight: 1 },
+    {
+      arbitrary: fc.dictionary(fc.constantFrom('a', 'usage', 'message', 'arguments'), tie('value'), { maxKeys: 3 }),
+      weight: 1,
+    },
+  ),
+})).value;
+
+const answerCase = fc
+  .record({
+    head: fc.dictionary(fc.string({ unit: 'binary', maxLength: 5 }), decoy, { maxKeys: 4 }),
+    usage: fc.option(usageValue, { nil: undefined }),
+    tail: fc.dictionary(fc.string({ unit: 'binary', maxLength: 5 }), decoy, { maxKeys: 4 }),
+    indent: fc.constantFrom(0, 1, '\t', ' \r\n '),
+    escapedName: fc.boolean(),
+    earlier: fc.option(usageValue, { nil: undefined }),
+    array: fc.boolean(),
+    splits: fc.array(fc.nat(), { maxLength: 8 }),
+  })
+  .map((c) => {
+    const doc: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(c.head)) if (k !== 'usage') doc[k] = v;
+    if (c.usage !== undefined) doc.usage = c.usage;
+    for (const [k, v] of Object.entries(c.tail)) if (k !== 'usage') doc[k] = v;
+    let s = JSON.stringify(c.array ? [doc] : doc, null, c.indent);
+    // A top-level member named twice (JSON.parse keeps the last), and names written with escapes.
+    if (c.earlier !== undefined && !c.array)
+      s = `{"usage":${JSON.stringify(c.earlier)},${s.slice(1)}`.replace(/,}$/, '}');
+    if (c.escapedName) s = s.replaceAll('"usage":', '"\\u0075sage":');
+    const buf = Buffer.from(s);
+    return { s, buf, splits: cutsWithin(c.splits, buf.length) };
+  });
+
+describe('JsonUsageMeter agrees with JSON.parse', () => {
+  test('the usage of the top-level member only, however the answer is split', () => {
+    fc.assert(
+      fc.property(answerCase, ({ s, buf, splits }) => {
+        const doc: unknown = JSON.parse(s);
+        const expected = Array.isArray(doc) ? undefined : readUsage((doc as Record<string, unknown>).usage);
+        const m = new JsonUsageMeter();
+        expect(run(m, buf, splits).equals(buf)).toBe(true);
+        expect(m.usage).toEqual(expected);
+      }),
+      { numRuns: RUNS },
+    );
+  });
+});
