@@ -132,6 +132,7 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
       isDraining: () => drain.draining,
       started: () => started,
       problems: () => (limitStore?.problem() ? [`rate limits: ${limitStore.problem()}`] : []),
+      endpointsOf: (route) => live.plane?.endpointsOf(route),
     }),
   );
   await listen(admin, opts.adminPort, opts.host);

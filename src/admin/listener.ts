@@ -1,7 +1,7 @@
 // The admin listener: /healthz, /readyz, /metrics and a read-only page of deployments and their URLs.
 import express, { type Express, type NextFunction, type Request, type Response } from 'express';
 import type { RouteStore } from '../routing/store.js';
-import type { DeploymentStatus } from '../routing/types.js';
+import type { DeploymentStatus, Route } from '../routing/types.js';
 import type { RouteSource } from '../sources/types.js';
 import { deploymentsPage } from './page.js';
 import { LiveStats } from './live-stats.js';
@@ -16,6 +16,20 @@ export interface AdminDeps {
   started: () => boolean;
   /** Problems that do not make the gateway unready but belong on /readyz (e.g. the rate-limit store is unreachable). */
   problems?: () => string[];
+  /** A deployment's endpoints with what is known of their load (SPEC §12); undefined when it has no endpoint list. */
+  endpointsOf?: (route: Route) => EndpointView[] | undefined;
+}
+
+/** One endpoint of a deployment as /deployments and the page show it. */
+export interface EndpointView {
+  address: string;
+  /** Requests this gateway has in flight there. */
+  inflight: number;
+  /** What the endpoint last reported (llm policy), while fresh. */
+  waiting?: number;
+  running?: number;
+  kvCacheUsage?: number;
+  scrapeErrors?: number;
 }
 
 /**
@@ -124,6 +138,9 @@ function deploymentsView(deps: AdminDeps) {
         modelServer: r?.modelServer,
         protocol: r?.kind === 'predictive' ? (r.protocol ?? 'v1') : undefined,
         canaryPercent: r?.canary?.percent,
+        balancing: r?.balancing.policy,
+        fallbacks: r?.fallbacks,
+        endpoints: r ? deps.endpointsOf?.(r) : undefined,
         scaleFromZeroHoldSeconds: r?.holdMs ? r.holdMs / 1000 : undefined,
         ready: s.ready,
         reason: s.reason,

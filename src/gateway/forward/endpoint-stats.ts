@@ -64,11 +64,9 @@ export class EndpointStats {
     return out;
   }
 
-  /** Scrape errors per endpoint address since start. */
-  errorCounts(): Map<string, number> {
-    const out = new Map<string, number>();
-    for (const [origin, n] of this.errors) out.set(this.byOrigin.get(origin)?.address ?? origin.slice(7), n);
-    return out;
+  /** Scrape errors of one endpoint since it was first listed. */
+  errorsAt(origin: string): number {
+    return this.errors.get(origin) ?? 0;
   }
 
   async close(): Promise<void> {

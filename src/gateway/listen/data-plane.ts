@@ -13,6 +13,7 @@ import { createServer as createHttpsServer } from 'node:https';
 import type { Socket } from 'node:net';
 import type { Config } from '../../config/schema.js';
 import type { Route } from '../../routing/types.js';
+import type { EndpointView } from '../../admin/listener.js';
 import { logWriter, type Logger } from '../../log.js';
 import type { RouteStore } from '../../routing/store.js';
 import type { EndpointResolver } from '../../sources/types.js';
@@ -64,6 +65,8 @@ export interface DataPlane {
   plain?: Server;
   /** Every listener, for listen and drain. */
   servers: Server[];
+  /** A deployment's endpoints with their in-flight requests and last reported figures (/deployments, the page). */
+  endpointsOf(route: Route): EndpointView[] | undefined;
   /** Swaps the certificate for new TLS connections (connections already open keep theirs). */
   setCertificate(pair: { cert: Buffer; key: Buffer }): void;
   ctx: PlaneContext;
@@ -241,6 +244,20 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
       });
     },
     ctx,
+    endpointsOf(route) {
+      const list = picker.targets(route.backend);
+      if (!list) return undefined;
+      return list.map((t) => {
+        const s = deps.endpointStats?.fresh(t.origin);
+        const errors = deps.endpointStats?.errorsAt(t.origin) ?? 0;
+        return {
+          address: t.address,
+          inflight: picker.inflightAt(t.origin),
+          ...(s ? { waiting: s.waiting, running: s.running, kvCacheUsage: s.kv } : {}),
+          ...(errors ? { scrapeErrors: errors } : {}),
+        };
+      });
+    },
     async close() {
       clearInterval(sweep);
       for (const u of unsubscribe) u?.();

@@ -223,6 +223,28 @@ describe('load from the servers’ own metrics', () => {
   });
 });
 
+describe('what it shows', () => {
+  test('/deployments lists the policy, the fallbacks and each endpoint with its in-flight requests and figures', async () => {
+    resetFleet();
+    fleet[2].waiting = 3;
+    const address = fleet[2].url.slice(7);
+    await waitFor(
+      async () => (metricValue(await metrics(gws[0]), 'servegate_endpoint_waiting', { endpoint: address }) ?? -1) === 3,
+    );
+    const all = JSON.parse((await send(`${gws[0].adminUrl}/deployments`)).text).deployments;
+    const chat = all.find((d: { name: string }) => d.name === 'chat');
+    expect(chat.balancing).toBe('llm');
+    expect(chat.endpoints.map((e: { address: string }) => e.address)).toEqual(fleet.map((r) => r.url.slice(7)));
+    expect(chat.endpoints[2]).toEqual({ address, inflight: 0, waiting: 3, running: 1, kvCacheUsage: 0.1 });
+    expect(all.find((d: { name: string }) => d.name === 'primary')).toMatchObject({
+      balancing: 'llm',
+      fallbacks: ['forbidden/other', 'demo/backup'],
+      endpoints: [{ address: fleet[0].url.slice(7), inflight: 0 }],
+    });
+    resetFleet();
+  });
+});
+
 describe('fallbacks', () => {
   test('a 503 before any byte reached the client: the next deployment the key is granted answers, model rewritten', async () => {
     resetFleet();
