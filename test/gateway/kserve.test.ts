@@ -76,6 +76,26 @@ async function call(path: string, opts: { method?: string; body?: string; signal
 
 const seenBy = (name: string) => seen.filter((s) => s.name === name);
 
+/** Two "pods" on one port: 127.0.0.1 and 127.0.0.2, each answering with its address. */
+async function twoPods(): Promise<number> {
+  const pod = (ip: string) =>
+    createServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        res.setHeader('content-type', 'application/json');
+        res.end(JSON.stringify({ from: ip }));
+      });
+    });
+  const a = pod('127.0.0.1');
+  servers.push(a);
+  await new Promise<void>((r) => a.listen(0, '127.0.0.1', () => r()));
+  const port = (a.address() as AddressInfo).port;
+  const b = pod('127.0.0.2');
+  servers.push(b);
+  await new Promise<void>((r) => b.listen(port, '127.0.0.2', () => r()));
+  return port;
+}
+
 function isvc(ref: string, spec: Obj, ready?: { status: string; reason?: string; message?: string }, extra: Obj = {}) {
   const [namespace, name] = ref.split('/');
   return {
@@ -164,6 +184,24 @@ beforeAll(async () => {
   serviceWithEndpoint('kserve-test/llama-predictor', ports.hf);
   api.create(
     isvc('kserve-test/llama', { predictor: { model: { modelFormat: { name: 'huggingface' } } } }, { status: 'True' }),
+  );
+
+  // An LLM InferenceService with two ready endpoints in its EndpointSlice (two pods: 127.0.0.1 and 127.0.0.2, one port).
+  const fleetPort = await twoPods();
+  api.create(serviceRaw('kserve-test/fleet-predictor', [{ name: 'http', port: fleetPort }]));
+  api.create(
+    sliceRaw(
+      'kserve-test/fleet-predictor-1',
+      'fleet-predictor',
+      [{ name: 'http', port: fleetPort }],
+      [
+        { ip: '127.0.0.1', ready: true },
+        { ip: '127.0.0.2', ready: true },
+      ],
+    ),
+  );
+  api.create(
+    isvc('kserve-test/fleet', { predictor: { model: { modelFormat: { name: 'huggingface' } } } }, { status: 'True' }),
   );
 
   // An InferenceService KServe reports not ready.
@@ -413,6 +451,34 @@ describe('ServingDeployment: canary', () => {
       expect([...got]).toEqual(['primary']);
     });
     setEndpointReady('demo/canary', ports.canary, true);
+  });
+});
+
+describe('InferenceService with several ready endpoints (SPEC §12)', () => {
+  const ask = async (tenant: string) => {
+    const r = await call('/v1/kserve-test/fleet/v1/chat/completions', {
+      body: JSON.stringify({
+        model: 'fleet',
+        messages: [
+          { role: 'system', content: `You answer for ${tenant}. `.repeat(40) },
+          { role: 'user', content: 'q' },
+        ],
+      }),
+    });
+    expect(r.status).toBe(200);
+    return r.json.from as string;
+  };
+
+  test('requests sharing a prompt prefix go to one pod; different prefixes use both', async () => {
+    await waitFor(async () => expect((await statusOf('kserve-test/fleet'))?.endpoints).toHaveLength(2));
+    for (const tenant of ['a', 'b', 'c']) {
+      const first = await ask(tenant);
+      for (let i = 0; i < 4; i++) expect(await ask(tenant)).toBe(first);
+    }
+    const pods = new Set<string>();
+    for (let i = 0; i < 30; i++) pods.add(await ask(`tenant-${i}`));
+    expect([...pods].sort()).toEqual(['127.0.0.1', '127.0.0.2']);
+    expect((await statusOf('kserve-test/fleet'))?.balancing).toBe('llm');
   });
 });
 
