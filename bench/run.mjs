@@ -1,11 +1,13 @@
-// `npm run bench`: builds, detects the tools, runs Part A (gateway data plane), Part B (Kubernetes source) and Part C
-// (the cost of per-minute limits), and ends with a summary of every goal (met / MISSED / skipped) and the command line.
-//   node bench/run.mjs [--only gateway|kubernetes|limits] [--seconds 10] [--warmup 2] [--rate 1000] [--rate-seconds 10]
+// `npm run bench`: builds, detects the tools, runs Part A (gateway data plane), Part B (Kubernetes source), Part C
+// (the cost of per-minute limits) and Part D (LLM-aware endpoint picking against round robin, on a simulated vLLM
+// fleet), and ends with a summary of every goal (met / MISSED / skipped) and the command line.
+//   node bench/run.mjs [--only gateway|kubernetes|limits|llm-routing] [--seconds 10] [--warmup 2] [--rate 1000] [--rate-seconds 10]
 //                      [--settle 3] [--openloop-warmup 2] [--cold-openloop] [--requests-for-rss 1000000]
 //                      [--connections 64] [--threads 2] [--backend-workers 2] [--deployments 10000] [--events 200]
-//                      [--leader-seconds 15]
+//                      [--leader-seconds 15] [--llm-seconds 10] [--llm-warmup 3] [--llm-rate 40]
 //                      [--no-build] [--quick] [--profile] [--no-nginx] [--no-wrk] [--baseline-dist <dir>]
-//   --quick: 2 s runs, 1,000 deployments, 20 events, 100,000 requests for RSS (checks the harness); --profile:
+//   --quick: 2 s runs, 1,000 deployments, 20 events, 100,000 requests for RSS, Part D runs of 1 + 3 s (checks the
+//   harness); --profile:
 //   gateway CPU profiles in .bench-tmp/profiles (summarise with node bench/profile-summary.mjs <file>).
 //   --baseline-dist <dir>: another built copy of dist/ (e.g. .bench-tmp/dist-before, an older commit's build) runs as
 //   a second gateway in Part A, alternating with this build, and the new÷old ratios are printed (docs/performance.md).
@@ -19,6 +21,7 @@ import { findExecutable, installCleanup, killAllSync, runToEnd } from './lib/pro
 import { goalLog, log, mb, skipGoals, table } from './lib/report.mjs';
 import { goalTexts as gatewayGoals } from './gateway.mjs';
 import { goalTexts as kubernetesGoals } from './kubernetes.mjs';
+import { goalTexts as llmRoutingGoals, timeBudgetSeconds as llmRoutingSeconds } from './llm-routing.mjs';
 import { prepareBaseline, ROOT } from './lib/servegate.mjs';
 
 const { values: flags } = parseArgs({
@@ -38,6 +41,9 @@ const { values: flags } = parseArgs({
     deployments: { type: 'string', default: '10000' },
     events: { type: 'string', default: '200' },
     'leader-seconds': { type: 'string', default: '15' },
+    'llm-seconds': { type: 'string', default: '10' },
+    'llm-warmup': { type: 'string', default: '3' },
+    'llm-rate': { type: 'string', default: '40' },
     'no-build': { type: 'boolean', default: false },
     profile: { type: 'boolean', default: false },
     'no-nginx': { type: 'boolean', default: false },
@@ -50,13 +56,14 @@ const { values: flags } = parseArgs({
 
 if (flags.help) {
   log(
-    'usage: npm run bench -- [--only gateway|kubernetes] [--seconds 10] [--warmup 2] [--rate 1000] [--rate-seconds 10]',
+    'usage: npm run bench -- [--only gateway|kubernetes|limits|llm-routing] [--seconds 10] [--warmup 2] [--rate 1000]',
   );
+  log('                        [--rate-seconds 10]');
   log('                        [--settle 3] [--openloop-warmup 2] [--cold-openloop] [--requests-for-rss 1000000]');
   log(
     '                        [--connections 64] [--threads 2] [--backend-workers 2] [--deployments 10000] [--events 200]',
   );
-  log('                        [--leader-seconds 15]');
+  log('                        [--leader-seconds 15] [--llm-seconds 10] [--llm-warmup 3] [--llm-rate 40]');
   log('                        [--no-build] [--quick] [--profile] [--no-nginx] [--no-wrk] [--baseline-dist <dir>]');
   log(
     '  --settle: idle seconds before the open loop (then a forced GC in the gateway and --openloop-warmup s per target)',
@@ -65,6 +72,8 @@ if (flags.help) {
     '  --cold-openloop: the open loop right after a closed loop on the gateway, 1 s warm-up, no settle/GC (the old way)',
   );
   log('  --requests-for-rss: requests driven through the gateway while its RSS is sampled (--quick: 100000)');
+  log('  --llm-seconds / --llm-warmup / --llm-rate: Part D (llm-routing), per run: measured seconds (--quick: 3),');
+  log('    warm-up seconds (--quick: 1) and Poisson arrivals per second; 8 runs (2 loads × 1|2 gateways × 2 policies)');
   log(
     '  --profile: the gateway runs with --cpu-prof into .bench-tmp/profiles (read with node bench/profile-summary.mjs)',
   );
@@ -73,8 +82,10 @@ if (flags.help) {
   log('    repository (e.g. .bench-tmp/dist-before) or another checkout with node_modules (docs/performance.md)');
   process.exit(0);
 }
-if (flags.only && !['gateway', 'kubernetes', 'limits'].includes(flags.only)) {
-  process.stderr.write(`bench: --only must be "gateway", "kubernetes" or "limits", not "${flags.only}"\n`);
+if (flags.only && !['gateway', 'kubernetes', 'limits', 'llm-routing'].includes(flags.only)) {
+  process.stderr.write(
+    `bench: --only must be "gateway", "kubernetes", "limits" or "llm-routing", not "${flags.only}"\n`,
+  );
   process.exit(2);
 }
 
@@ -125,16 +136,31 @@ const ctx = {
   deployments: flags.quick ? 1000 : num('deployments'),
   events: flags.quick ? 20 : num('events'),
   stormSeconds: flags.quick ? 3 : num('leader-seconds'),
+  llmSeconds: flags.quick ? 3 : num('llm-seconds'),
+  llmWarmup: flags.quick ? 1 : num('llm-warmup'),
+  llmRate: num('llm-rate'),
   quick: flags.quick,
   profileDir: flags.profile ? join(ROOT, '.bench-tmp', 'profiles') : undefined,
   baseline,
 };
 
-// Time limit: 6 minutes for the fixed parts, plus the RSS run at 3,000 requests/s at worst.
+if (ctx.llmRate <= 0 || ctx.llmSeconds <= 0) {
+  process.stderr.write('bench: --llm-rate and --llm-seconds must be above 0\n');
+  process.exit(2);
+}
+
+// Time limit: 6 minutes for the build and the fixed parts (3 for the build alone with --only llm-routing), plus the
+// RSS run at 3,000 requests/s at worst, plus Part D's eight runs (llm-routing.mjs timeBudgetSeconds).
 // The baseline gateway (--baseline-dist) adds its closed loops in both log modes, its open-loop slices and SSE streams.
-const partA = flags.only !== 'kubernetes' && flags.only !== 'limits';
+const partA = !flags.only || flags.only === 'gateway';
+const partD = !flags.only || flags.only === 'llm-routing';
 const baselineSeconds = baseline && partA ? 2 * (ctx.warmupSeconds + ctx.seconds + 10) + ctx.rateSeconds + 30 : 0;
-const limitMs = (6 * 60 + baselineSeconds + (partA ? ctx.rssRequests / 3000 : 0)) * 1000;
+const limitMs =
+  ((flags.only === 'llm-routing' ? 3 * 60 : 6 * 60) +
+    baselineSeconds +
+    (partA ? ctx.rssRequests / 3000 : 0) +
+    (partD ? llmRoutingSeconds(ctx) : 0)) *
+  1000;
 installCleanup(limitMs);
 
 const started = Date.now();
@@ -187,6 +213,7 @@ function printSummary(results) {
     ...(results.gateway?.summary ?? []),
     ...(results.kubernetes?.summary ?? []),
     ...(results.limits?.summary ?? []),
+    ...(results.llmRouting?.summary ?? []),
   ])
     log(`  ${line}`);
   const rows = [['goal', 'measured', 'verdict']];
@@ -276,6 +303,25 @@ try {
       log(`Part C FAILED: ${err.stack ?? err}`);
     }
   }
+  if (!flags.only || flags.only === 'llm-routing') {
+    log('');
+    log('== Part D: LLM-aware endpoint picking (SPEC §12): llm vs round robin on a simulated vLLM fleet ==');
+    busyCheck(results, 'llm-routing');
+    const { runLlmRoutingBench } = await import('./llm-routing.mjs');
+    try {
+      results.llmRouting = await runLlmRoutingBench(ctx);
+    } catch (err) {
+      failed = true;
+      log(`Part D FAILED: ${err.stack ?? err}`);
+    }
+  }
+  skipGoals(
+    'D',
+    Object.values(llmRoutingGoals()),
+    flags.only && flags.only !== 'llm-routing'
+      ? `not run (--only ${flags.only})`
+      : 'no figure (part failed or skipped)',
+  );
 } finally {
   killAllSync();
   rmSync(dir, { recursive: true, force: true });
