@@ -20,6 +20,34 @@ export interface Snippets {
 
 const KEY_HEADER = '-H "authorization: ApiKey $SERVEGATE_KEY"';
 
+/**
+ * The Python snippet: servegate's Python client (clients/python) for this deployment, then `calls`. The gateway URL is
+ * status.url without its `/v1/<project>/<deployment>` (so a path prefix of publicUrl stays).
+ */
+function pythonSnippet(route: Route, status: DeploymentStatus, calls: string[]): string {
+  const gatewayUrl = (status.url ?? '').replace(/\/v1\/[^/]+\/[^/]+$/, '');
+  const args = [
+    `gateway_url=${JSON.stringify(gatewayUrl)}`,
+    `project=${JSON.stringify(route.project)}`,
+    `deployment=${JSON.stringify(route.deployment)}`,
+  ];
+  if (route.kind === 'python') args.push('type="python"');
+  else args.push(`model_server=${JSON.stringify(route.modelServer ?? 'python')}`);
+  if (route.kind === 'predictive' && route.modelName) args.push(`model_name=${JSON.stringify(route.modelName)}`);
+  if (route.kind === 'predictive' && route.protocol === 'v2') args.push('protocol="v2"');
+  args.push('api_key=os.environ["SERVEGATE_KEY"]');
+  return [
+    "# pip install ./clients/python   (servegate's Python client, from a servegate checkout)",
+    'import os',
+    'from servegate import Deployment',
+    '',
+    'd = Deployment(',
+    ...args.map((a) => `    ${a},`),
+    ')',
+    ...calls,
+  ].join('\n');
+}
+
 /** Ready-to-run calls for one deployment; the key is a placeholder ($SERVEGATE_KEY), never a real one. */
 export function snippets(route: Route, status: DeploymentStatus): Snippets | undefined {
   if (route.kind === 'llm' && status.openaiUrl) {
@@ -27,13 +55,10 @@ export function snippets(route: Route, status: DeploymentStatus): Snippets | und
     const body = JSON.stringify({ model, messages: [{ role: 'user', content: 'Hello!' }], stream: true });
     return {
       curl: `curl -sN ${sq(`${status.openaiUrl}/chat/completions`)} \\\n  ${KEY_HEADER} \\\n  -H 'content-type: application/json' \\\n  -d ${sq(body)}`,
-      python: [
-        'import os, requests',
-        `r = requests.post(${JSON.stringify(`${status.openaiUrl}/chat/completions`)},`,
-        '    headers={"authorization": f"ApiKey {os.environ[\'SERVEGATE_KEY\']}"},',
-        `    json={"model": ${JSON.stringify(model)}, "messages": [{"role": "user", "content": "Hello!"}]})`,
-        'print(r.json()["choices"][0]["message"]["content"])',
-      ].join('\n'),
+      python: pythonSnippet(route, status, [
+        `r = d.chat_completions(model=${JSON.stringify(model)}, messages=[{"role": "user", "content": "Hello!"}])`,
+        'print(r["choices"][0]["message"]["content"])',
+      ]),
       openai: [
         'import os',
         'from openai import OpenAI',
@@ -48,25 +73,23 @@ export function snippets(route: Route, status: DeploymentStatus): Snippets | und
     const body = '{"instances": [[1.0, 2.0, 3.0, 4.0]]}';
     return {
       curl: `curl -s ${sq(status.inferenceUrl)} \\\n  ${KEY_HEADER} \\\n  -H 'content-type: application/json' \\\n  -d ${sq(body)}`,
-      python: [
-        'import os, requests',
-        `r = requests.post(${JSON.stringify(status.inferenceUrl)},`,
-        '    headers={"authorization": f"ApiKey {os.environ[\'SERVEGATE_KEY\']}"},',
-        '    json={"instances": [[1.0, 2.0, 3.0, 4.0]]})',
-        'print(r.json())',
-      ].join('\n'),
+      python: pythonSnippet(
+        route,
+        status,
+        route.protocol === 'v2'
+          ? ['print(d.infer([{"name": "input-0", "shape": [1, 4], "datatype": "FP32", "data": [1.0, 2.0, 3.0, 4.0]}]))']
+          : ['print(d.predict(instances=[[1.0, 2.0, 3.0, 4.0]]))'],
+      ),
     };
   }
   const base = status.endpointUrl ?? status.url;
   if (!base) return undefined;
   return {
     curl: `curl -s ${sq(`${base}/`)} \\\n  ${KEY_HEADER}`,
-    python: [
-      'import os, requests',
-      `r = requests.get(${JSON.stringify(`${base}/`)},`,
-      '    headers={"authorization": f"ApiKey {os.environ[\'SERVEGATE_KEY\']}"})',
-      'print(r.status_code, r.text)',
-    ].join('\n'),
+    python: pythonSnippet(route, status, [
+      'r = d.request("GET", "/", raise_on_error=False)',
+      'print(r.status, r.text)',
+    ]),
   };
 }
 
