@@ -3,7 +3,7 @@ import express, { type Express, type NextFunction, type Request, type Response }
 import type { RouteStore } from '../routing/store.js';
 import type { DeploymentStatus, Route } from '../routing/types.js';
 import type { RouteSource } from '../sources/types.js';
-import { deploymentsPage } from './page.js';
+import { deploymentsPage, endpointLine, type EndpointView } from './page.js';
 import { LiveStats } from './live-stats.js';
 import type { Metrics } from '../observe/metrics.js';
 
@@ -18,18 +18,6 @@ export interface AdminDeps {
   problems?: () => string[];
   /** A deployment's endpoints with what is known of their load (SPEC §12); undefined when it has no endpoint list. */
   endpointsOf?: (route: Route) => EndpointView[] | undefined;
-}
-
-/** One endpoint of a deployment as /deployments and the page show it. */
-export interface EndpointView {
-  address: string;
-  /** Requests this gateway has in flight there. */
-  inflight: number;
-  /** What the endpoint last reported (llm policy), while fresh. */
-  waiting?: number;
-  running?: number;
-  kvCacheUsage?: number;
-  scrapeErrors?: number;
 }
 
 /**
@@ -66,7 +54,13 @@ export function adminHandler(deps: AdminDeps): Express {
     res.type('application/json').send(JSON.stringify(deploymentsView(deps), null, 2));
   });
   app.get('/api/stats', (_req, res) => {
-    res.json({ windowSeconds: 60, deployments: Object.fromEntries(live.read()) });
+    // Endpoint lines of the deployments picked among several endpoints (the page rewrites its lists from them).
+    const endpoints: Record<string, string[]> = {};
+    for (const r of deps.store.current().routes) {
+      const eps = deps.endpointsOf?.(r);
+      if (eps && eps.length > 1) endpoints[`${r.project}/${r.deployment}`] = eps.map(endpointLine);
+    }
+    res.json({ windowSeconds: 60, deployments: Object.fromEntries(live.read()), endpoints });
   });
   app.get('/', (_req, res) => {
     live.read(); // the first sample, so the page's first poll already has a window
@@ -79,6 +73,7 @@ export function adminHandler(deps: AdminDeps): Express {
       stalenessMs: h.stalenessMs,
       problems: h.problems,
       keyProblems: deps.store.keyProblems(),
+      endpointsOf: deps.endpointsOf,
     });
     res.type('text/html; charset=utf-8').send(page);
   });

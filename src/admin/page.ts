@@ -93,6 +93,18 @@ export function snippets(route: Route, status: DeploymentStatus): Snippets | und
   };
 }
 
+/** One endpoint of a deployment as /deployments and the page show it. */
+export interface EndpointView {
+  address: string;
+  /** Requests this gateway has in flight there. */
+  inflight: number;
+  /** What the endpoint last reported (llm policy), while fresh. */
+  waiting?: number;
+  running?: number;
+  kvCacheUsage?: number;
+  scrapeErrors?: number;
+}
+
 export interface PageInput {
   statuses: readonly DeploymentStatus[];
   routes: ReadonlyMap<string, Route>;
@@ -101,6 +113,18 @@ export interface PageInput {
   problems: readonly string[];
   /** Key Secrets that are not used, each with why (a bad field, the wrong namespace, ...). */
   keyProblems?: readonly KeyProblem[];
+  /** A deployment's endpoints with their load (SPEC §12); undefined when it has no endpoint list. */
+  endpointsOf?: (route: Route) => EndpointView[] | undefined;
+}
+
+/** One endpoint as a line of text: address, in flight here, and what it last reported. */
+export function endpointLine(e: EndpointView): string {
+  let t = `${e.address}: ${e.inflight} in flight`;
+  if (e.waiting !== undefined) t += `, ${e.waiting} waiting`;
+  if (e.running !== undefined) t += `, ${e.running} running`;
+  if (e.kvCacheUsage !== undefined) t += `, KV ${Math.round(e.kvCacheUsage * 100)}%`;
+  if (e.scrapeErrors) t += `, ${e.scrapeErrors} scrape errors`;
+  return t;
 }
 
 export function deploymentsPage(input: PageInput): string {
@@ -125,6 +149,13 @@ export function deploymentsPage(input: PageInput): string {
         .filter(([, v]) => v)
         .map(([k, v]) => `<div><span class="k">${esc(k)}</span> <code>${esc(v)}</code></div>`)
         .join('');
+      const eps = r ? input.endpointsOf?.(r) : undefined;
+      const endpoints =
+        r && eps && eps.length > 1
+          ? `<div class="eps"><span class="k">Endpoints (${esc(r.balancing.policy)})</span><ul data-eps="${esc(`${r.project}/${r.deployment}`)}">` +
+            eps.map((e) => `<li><code>${esc(endpointLine(e))}</code></li>`).join('') +
+            '</ul></div>'
+          : '';
       const sn = r && s.ready ? snippets(r, s) : undefined;
       const details = sn
         ? `<details><summary>Call it</summary>${block('curl', sn.curl)}${block('Python', sn.python)}${sn.openai ? block('OpenAI SDK (Python)', sn.openai) : ''}</details>`
@@ -135,7 +166,7 @@ export function deploymentsPage(input: PageInput): string {
         `<tr data-search="${esc(search)}"><td>${esc(project)}</td><td>${esc(s.name)}<div class="k">${esc(s.namespace)}</div></td>` +
         `<td>${esc(s.resourceKind)}</td><td>${esc(server)}</td>` +
         `<td class="${s.ready ? 'ok' : 'bad'}">${s.ready ? 'Ready' : `<b>${esc(s.reason)}</b> ${esc(s.message)}`}</td>` +
-        `<td>${urls}${details}</td>` +
+        `<td>${urls}${endpoints}${details}</td>` +
         `<td class="num" data-live="${esc(live)}" data-f="rps">–</td><td class="num" data-live="${esc(live)}" data-f="err">–</td>` +
         `<td class="num" data-live="${esc(live)}" data-f="p99">–</td></tr>`
       );
@@ -152,6 +183,7 @@ th{background:#f4f5f7;position:sticky;top:0}.k{color:#667;font-size:85%}code{fon
 .ok{color:#116329}.bad{color:#a40e26}.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 details summary{cursor:pointer;color:#0550ae;margin-top:4px}.snip{margin:6px 0}.bar{font-size:85%;color:#667;display:flex;gap:8px;align-items:center}
 pre{background:#f6f8fa;padding:8px;margin:2px 0;overflow-x:auto;font-size:85%}button{font-size:85%}
+.eps ul{margin:2px 0 4px;padding-left:1.2em}
 </style></head>
 <body><h1>servegate</h1>
 <p>${served} of ${input.statuses.length} deployments served; route source ${input.synced ? 'synced' : '<b>not synced</b>'}${input.stalenessMs ? `, <b>stale for ${Math.round(input.stalenessMs / 1000)} s</b>` : ''}. Live figures cover the last minute. Snippets read the key from <code>$SERVEGATE_KEY</code>.</p>
@@ -191,6 +223,18 @@ ${rows}
         var d = s.deployments[td.getAttribute('data-live')] || {};
         var f = td.getAttribute('data-f');
         td.textContent = fmt(f, f === 'rps' ? d.requestsPerSecond : f === 'err' ? d.errorRatio : d.p99Seconds);
+      });
+      document.querySelectorAll('[data-eps]').forEach(function (ul) {
+        var list = (s.endpoints || {})[ul.getAttribute('data-eps')];
+        if (!list) return;
+        ul.textContent = '';
+        list.forEach(function (line) {
+          var li = document.createElement('li');
+          var code = document.createElement('code');
+          code.textContent = line;
+          li.appendChild(code);
+          ul.appendChild(li);
+        });
       });
     }).catch(function () {});
   }

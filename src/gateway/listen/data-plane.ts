@@ -13,7 +13,7 @@ import { createServer as createHttpsServer } from 'node:https';
 import type { Socket } from 'node:net';
 import type { Config } from '../../config/schema.js';
 import type { Route } from '../../routing/types.js';
-import type { EndpointView } from '../../admin/listener.js';
+import type { EndpointView } from '../../admin/page.js';
 import { logWriter, type Logger } from '../../log.js';
 import type { RouteStore } from '../../routing/store.js';
 import type { EndpointResolver } from '../../sources/types.js';

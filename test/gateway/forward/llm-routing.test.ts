@@ -236,6 +236,13 @@ describe('what it shows', () => {
     expect(chat.balancing).toBe('llm');
     expect(chat.endpoints.map((e: { address: string }) => e.address)).toEqual(fleet.map((r) => r.url.slice(7)));
     expect(chat.endpoints[2]).toEqual({ address, inflight: 0, waiting: 3, running: 1, kvCacheUsage: 0.1 });
+    // The deployments page lists them too, and its live poll (/api/stats) carries the same lines.
+    const page = (await send(`${gws[0].adminUrl}/`)).text;
+    expect(page).toContain('Endpoints (llm)');
+    expect(page).toContain(`${address}: 0 in flight, 3 waiting, 1 running, KV 10%`);
+    const stats = JSON.parse((await send(`${gws[0].adminUrl}/api/stats`)).text);
+    expect(stats.endpoints['demo/chat']).toContain(`${address}: 0 in flight, 3 waiting, 1 running, KV 10%`);
+    expect(stats.endpoints['demo/primary']).toBeUndefined(); // one endpoint: nothing to pick
     expect(all.find((d: { name: string }) => d.name === 'primary')).toMatchObject({
       balancing: 'llm',
       fallbacks: ['forbidden/other', 'demo/backup'],
