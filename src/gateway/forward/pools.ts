@@ -76,9 +76,16 @@ export class Pools {
   }
 }
 
-/** "HTTP/1.x 100 " at the start of `b` (13 bytes or more). */
-const isContinue = (b: Buffer): boolean =>
-  b[9] === 0x31 && b[10] === 0x30 && b[11] === 0x30 && b[12] === 0x20 && b.toString('latin1', 0, 7) === 'HTTP/1.';
+/**
+ * An interim answer at the start of `b` (13 bytes or more): "HTTP/1.x 100 ", "102 " or "103 " — never 101, which
+ * is the answer a websocket upgrade waits for.
+ */
+const isInterim = (b: Buffer): boolean =>
+  b[9] === 0x31 &&
+  b[10] === 0x30 &&
+  (b[11] === 0x30 || b[11] === 0x32 || b[11] === 0x33) &&
+  b[12] === 0x20 &&
+  b.toString('latin1', 0, 7) === 'HTTP/1.';
 
 const REQUEST_LINE = /^[A-Z]+ \S+ HTTP\/1\.1\r\n/;
 const HEAD_END = Buffer.from('\r\n\r\n');
@@ -86,8 +93,8 @@ const HEAD_END = Buffer.from('\r\n\r\n');
 /**
  * A backend may send `100 Continue` before its answer without being asked (RFC 9110 §15.2: a client must accept any
  * number of 1xx answers). undici never sends Expect, so it takes an unasked 100 for a broken connection and destroys
- * it — after the backend processed the request. The gateway does not forward 1xx answers, so every `100` that starts
- * an answer is taken out of the bytes before undici reads them (other 1xx codes undici already skips).
+ * it — after the backend processed the request. The gateway does not forward interim answers, so every 100, 102 or
+ * 103 before the final answer is taken out of the bytes before undici reads them (a 100 after a 103 included).
  */
 function dropUnaskedContinue(socket: Socket): void {
   const read = socket.read.bind(socket);
@@ -113,7 +120,7 @@ function dropUnaskedContinue(socket: Socket): void {
         held = chunk;
         return null;
       }
-      if (!isContinue(chunk)) {
+      if (!isInterim(chunk)) {
         atStart = false;
         break;
       }

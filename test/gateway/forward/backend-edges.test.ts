@@ -53,6 +53,14 @@ describe('interim answers the gateway did not ask for', () => {
       },
     ],
     [
+      'a 103 then a 100 before the answer',
+      (s: Socket) =>
+        s.write(
+          'HTTP/1.1 103 Early Hints\r\nlink: </b.css>; rel=preload\r\n\r\nHTTP/1.1 100 Continue\r\n\r\n' +
+            answer('{"n":4}'),
+        ),
+    ],
+    [
       'two 100s, a 102 and a 103 before the answer',
       (s: Socket) =>
         s.write(
@@ -67,7 +75,9 @@ describe('interim answers the gateway did not ask for', () => {
     const before = raw.requests.length;
     const r = await send(`${gw.url}/v1/demo/app${path}`, { method: 'POST', headers: auth(), body: { x: 1 } });
     expect(r.status).toBe(200);
-    expect(r.json()).toEqual({ n: name.startsWith('one') ? 1 : name.startsWith('a ') ? 2 : 3 });
+    expect(r.json()).toEqual({
+      n: name.startsWith('one') ? 1 : name.startsWith('a 100') ? 2 : name.startsWith('a 103') ? 4 : 3,
+    });
     expect(raw.requests.length - before).toBe(1);
     // The connection stays usable: the next request on the pool is answered.
     const again = await send(`${gw.url}/v1/demo/app/plain`, { headers: auth() });
