@@ -36,7 +36,7 @@ export class Metrics {
   );
   readonly upstreamErrors = new Counter({
     name: 'servegate_upstream_errors_total',
-    help: 'Upstream failures by cause (connect_refused, reset, headers_timeout, stream_idle_timeout, no_ready_endpoint, not_ready, hold_timeout, hold_queue_full, client_abort)',
+    help: 'Upstream and client failures by cause (connect_refused, reset, headers_timeout, stream_idle_timeout, no_ready_endpoint, not_ready, hold_timeout, hold_queue_full, client_abort, client_body_timeout, client_body_too_slow)',
     labelNames: ['cause'] as const,
     registers: [this.registry],
   });
@@ -222,21 +222,26 @@ export class Metrics {
     labelNames: ['endpoint'] as const,
     registers: [this.registry],
   });
-  readonly endpointScrapeErrors = new Gauge({
+  readonly endpointScrapeErrors = new Counter({
     name: 'servegate_endpoint_scrape_errors_total',
-    help: "Failed scrapes of an LLM endpoint's metrics since start, by endpoint address (such an endpoint is judged by in-flight requests alone)",
+    help: "Failed scrapes of an LLM endpoint's metrics, by endpoint address (such an endpoint is judged by in-flight requests alone)",
     labelNames: ['endpoint'] as const,
     registers: [this.registry],
   });
+  /** Scrape errors already counted per endpoint (the source keeps running totals; the counter takes the growth). */
+  private scrapeErrorsSeen = new Map<string, number>();
 
   private collectEndpoints(): void {
     this.endpointWaiting.reset();
     this.endpointKvCache.reset();
-    this.endpointScrapeErrors.reset();
     for (const e of this.sources.endpoints?.() ?? []) {
       if (e.waiting !== undefined) this.endpointWaiting.set({ endpoint: e.address }, e.waiting);
       if (e.kv !== undefined) this.endpointKvCache.set({ endpoint: e.address }, e.kv);
-      if (e.errors) this.endpointScrapeErrors.set({ endpoint: e.address }, e.errors);
+      const grew = e.errors - (this.scrapeErrorsSeen.get(e.address) ?? 0);
+      if (grew > 0) {
+        this.endpointScrapeErrors.inc({ endpoint: e.address }, grew);
+        this.scrapeErrorsSeen.set(e.address, e.errors);
+      }
     }
   }
 

@@ -34,7 +34,7 @@ const MAX_TEXT = 4 << 20;
 export class EndpointStats {
   private readonly byOrigin = new Map<string, Scraped & { address: string }>();
   private readonly busy = new Set<string>();
-  private readonly errors = new Map<string, number>();
+  private readonly errors = new Map<string, { address: string; count: number }>();
   private timer: NodeJS.Timeout | undefined;
   private readonly agent: Agent;
 
@@ -56,17 +56,19 @@ export class EndpointStats {
     this.timer.unref();
   }
 
-  /** Every endpoint with its last figures and its scrape errors, for the metrics, /deployments and the page. */
+  /** Every endpoint listed, with its last figures (if any scrape succeeded) and its scrape errors. */
   snapshot(): Array<{ address: string; origin: string; scraped: Scraped | undefined; errors: number }> {
     const out: Array<{ address: string; origin: string; scraped: Scraped | undefined; errors: number }> = [];
     for (const [origin, s] of this.byOrigin)
-      out.push({ address: s.address, origin, scraped: s, errors: this.errors.get(origin) ?? 0 });
+      out.push({ address: s.address, origin, scraped: s, errors: this.errors.get(origin)?.count ?? 0 });
+    for (const [origin, e] of this.errors)
+      if (!this.byOrigin.has(origin)) out.push({ address: e.address, origin, scraped: undefined, errors: e.count });
     return out;
   }
 
   /** Scrape errors of one endpoint since it was first listed. */
   errorsAt(origin: string): number {
-    return this.errors.get(origin) ?? 0;
+    return this.errors.get(origin)?.count ?? 0;
   }
 
   async close(): Promise<void> {
@@ -104,7 +106,9 @@ export class EndpointStats {
       if (!s) throw new Error('no vLLM or SGLang metrics');
       this.byOrigin.set(t.origin, { ...s, at: Date.now(), address: t.address });
     } catch {
-      this.errors.set(t.origin, (this.errors.get(t.origin) ?? 0) + 1);
+      const e = this.errors.get(t.origin);
+      if (e) e.count++;
+      else this.errors.set(t.origin, { address: t.address, count: 1 });
     }
   }
 }
