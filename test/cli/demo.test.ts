@@ -1,9 +1,11 @@
 // `servegate demo` / `npm start`: the sample backends and the gateway on examples/ answer the printed requests.
-// Everything listens on free ports: the sample backends too (--backend-ports 0,0,0), the examples' URLs rewritten.
+// Everything listens on free ports: the sample backends too (--backend-ports 0,0,0 moves the fleet's simulated vLLM
+// replicas as well), the examples' URLs (backend.url and each backend.urls entry) rewritten.
+import { createServer, type Server } from 'node:net';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import { silentLogger } from '../../src/log.js';
-import { DEMO_API_KEY, demoCommand, startDemo, type Demo } from '../../src/cli/demo.js';
+import { DEMO_API_KEY, DEMO_BACKENDS, demoCommand, startDemo, type Demo } from '../../src/cli/demo.js';
 
 describe('servegate demo', () => {
   let demo: Demo;
@@ -15,12 +17,25 @@ describe('servegate demo', () => {
   const auth = { authorization: `ApiKey ${DEMO_API_KEY}`, 'content-type': 'application/json' };
 
   test('prints one curl per example deployment, on the real port, with the demo key', () => {
-    expect(demo.lines).toHaveLength(4);
-    expect(demo.lines.map((l) => l.split(/\s+/)[0])).toEqual(['demo/chat', 'demo/echo', 'demo/iris', 'demo/mnist']);
+    expect(demo.lines).toHaveLength(5);
+    expect(demo.lines.map((l) => l.split(/\s+/)[0])).toEqual([
+      'demo/chat',
+      'demo/echo',
+      'demo/fleet',
+      'demo/iris',
+      'demo/mnist',
+    ]);
     for (const l of demo.lines) {
       expect(l).toContain(DEMO_API_KEY);
       expect(l).toContain(`http://localhost:${demo.server.port}/v1/demo/`);
     }
+  });
+
+  test('starts the six sample backends on free ports: three servers and the three replicas of demo/fleet', () => {
+    expect(demo.backends.map((b) => b.file)).toEqual(DEMO_BACKENDS.map((b) => b.file));
+    const ports = demo.backends.map((b) => b.port);
+    expect(new Set(ports).size).toBe(6);
+    for (const p of ports) expect(DEMO_BACKENDS.map((b) => b.port)).not.toContain(p);
   });
 
   test.each([
@@ -64,6 +79,80 @@ describe('servegate demo', () => {
     expect(text).toBe('You said: Hello');
   });
 
+  describe('the fleet deployment (three simulated vLLM replicas, endpoint picked per request)', () => {
+    const systemPrompt = (tenant: string) =>
+      `You are the support assistant of ${tenant}. ` + 'Answer briefly, cite the manual, never guess. '.repeat(40);
+    const chat = async (system: string, user: string, maxTokens = 16) => {
+      const r = await fetch(`http://127.0.0.1:${demo.server.port}/v1/demo/fleet/v1/chat/completions`, {
+        method: 'POST',
+        headers: { ...auth, authorization: `Bearer ${DEMO_API_KEY}` },
+        body: JSON.stringify({
+          model: 'sim-llama',
+          max_tokens: maxTokens,
+          messages: [
+            { role: 'system', content: system },
+            { role: 'user', content: user },
+          ],
+        }),
+      });
+      const body = (await r.json()) as {
+        model: string;
+        choices: Array<{ message: { content: string } }>;
+        usage: { prompt_tokens_details: { cached_tokens: number } };
+      };
+      return { status: r.status, replica: r.headers.get('x-vllm-replica'), body };
+    };
+
+    test('two requests with the same long system prompt are answered by the same replica, from its cache', async () => {
+      const system = systemPrompt('Acme');
+      const first = await chat(system, 'Where is my order?');
+      const second = await chat(system, 'How do I return a parcel?');
+      expect([first.status, second.status]).toEqual([200, 200]);
+      expect(['0', '1', '2']).toContain(first.replica);
+      expect(second.replica).toBe(first.replica);
+      expect(first.body.model).toBe('sim-llama');
+      expect(first.body.choices[0].message.content).toMatch(/^( tok\d+){16}$/);
+      // The second prompt's shared prefix was in that replica's KV cache already.
+      expect(second.body.usage.prompt_tokens_details.cached_tokens).toBeGreaterThan(
+        first.body.usage.prompt_tokens_details.cached_tokens,
+      );
+    });
+
+    test('different prompts are spread over the replicas', async () => {
+      const replicas = new Set<string | null>();
+      for (let i = 0; i < 12; i++) replicas.add((await chat(systemPrompt(`tenant ${i}`), 'Hello', 1)).replica);
+      expect(replicas.size).toBeGreaterThan(1);
+      for (const r of replicas) expect(['0', '1', '2']).toContain(r);
+    });
+
+    test('/deployments lists its balancing and its three endpoints, with their scraped load', async () => {
+      type Endpoint = { address: string; inflight: number; waiting?: number; running?: number; kvCacheUsage?: number };
+      type View = { deployments: Array<{ name: string; balancing?: string; endpoints?: Endpoint[] }> };
+      const replicaAddresses = demo.backends
+        .filter((b) => b.file === 'vllm-replica.mjs')
+        .map((b) => `127.0.0.1:${b.port}`);
+      let fleet: View['deployments'][number] | undefined;
+      for (const deadline = Date.now() + 5000; Date.now() < deadline;) {
+        const r = await fetch(`http://127.0.0.1:${demo.server.adminPort}/deployments`);
+        expect(r.status).toBe(200);
+        fleet = ((await r.json()) as View).deployments.find((d) => d.name === 'fleet');
+        if (fleet?.endpoints?.every((e) => e.waiting !== undefined)) break;
+        await new Promise((res) => setTimeout(res, 50));
+      }
+      expect(fleet?.balancing).toBe('llm');
+      expect(fleet?.endpoints?.map((e) => e.address)).toEqual(replicaAddresses);
+      for (const e of fleet?.endpoints ?? []) {
+        expect(e).toEqual({
+          address: expect.any(String),
+          inflight: 0,
+          waiting: expect.any(Number),
+          running: expect.any(Number),
+          kvCacheUsage: expect.any(Number),
+        });
+      }
+    });
+  });
+
   test('without the key the gateway answers 401', async () => {
     const r = await fetch(`http://127.0.0.1:${demo.server.port}/v1/demo/echo/hello`);
     expect(r.status).toBe(401);
@@ -75,6 +164,7 @@ describe('servegate demo arguments', () => {
     [['--port', 'abc'], 2],
     [['--nope'], 2],
     [['--backend-ports', '8081,8082'], 2],
+    [['--backend-ports', '8081,8082,8083,8084'], 2],
     [['--backend-ports', '1,2,70000'], 2],
     [['--help'], 0],
   ])('%j exits with %i without starting anything', async (argv, code) => {
@@ -90,3 +180,70 @@ describe('servegate demo arguments', () => {
     }
   });
 });
+
+describe('servegate demo with a port in use', () => {
+  let busy: Server;
+  beforeAll(async () => {
+    busy = await listenOn(0);
+  });
+  afterAll(() => close(busy));
+
+  test('names the backend that needs it, and stops the backends it had started', async () => {
+    const busyPort = portOf(busy);
+    const before: number[] = [];
+    for (let i = 0; i < 4; i++) before.push(await freePort());
+    await expect(
+      startDemo({
+        port: 0,
+        adminPort: 0,
+        host: '127.0.0.1',
+        logger: silentLogger,
+        backendPorts: [before[0], before[1], before[2], before[3], busyPort, 0],
+      }),
+    ).rejects.toThrow(
+      `port ${busyPort} is in use, and the demo's simulated vLLM replica 1 (fleet) needs it; stop what uses it, ` +
+        'or move the backends with --backend-ports',
+    );
+    // The four backends started before it listen no more.
+    for (const p of before) await close(await listenOn(p));
+  });
+
+  test('a port given to two backends is named as such', async () => {
+    const free = await freePort();
+    await expect(
+      startDemo({
+        port: 0,
+        adminPort: 0,
+        host: '127.0.0.1',
+        logger: silentLogger,
+        backendPorts: [0, free, 0, free, 0, 0],
+      }),
+    ).rejects.toThrow(
+      `port ${free} is given to the demo's OpenAI-compatible LLM server (chat) and to its simulated vLLM replica 0 (fleet)`,
+    );
+  });
+});
+
+function listenOn(port: number): Promise<Server> {
+  return new Promise((res, rej) => {
+    const s = createServer();
+    s.once('error', rej);
+    s.listen(port, '127.0.0.1', () => res(s));
+  });
+}
+
+function portOf(s: Server): number {
+  return (s.address() as { port: number }).port;
+}
+
+/** A port nothing listens on (one the system just handed out and that was closed again). */
+async function freePort(): Promise<number> {
+  const s = await listenOn(0);
+  const port = portOf(s);
+  await close(s);
+  return port;
+}
+
+function close(s: Server): Promise<void> {
+  return new Promise((res) => s.close(() => res()));
+}

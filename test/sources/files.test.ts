@@ -456,13 +456,14 @@ describe('examples/', () => {
     const { rec } = await startSource(EXAMPLES, { keysNamespace: config.auth.keysNamespace });
     const s = rec.last;
     expect(s.readErrors).toEqual([]);
-    expect(names(s)).toEqual(['chat', 'echo', 'iris', 'mnist']);
+    expect(names(s)).toEqual(['chat', 'echo', 'fleet', 'iris', 'mnist']);
     const { statuses, keyProblems, table } = buildRouteTable(s, options);
     expect(keyProblems).toEqual([]);
     expect(statuses.map((st) => [st.name, st.ready, st.message])).toEqual(statuses.map((st) => [st.name, true, '']));
     expect(table.routes.map((r) => `${r.project}/${r.deployment}:${r.kind}`)).toEqual([
       'demo/chat:llm',
       'demo/echo:python',
+      'demo/fleet:llm',
       'demo/iris:predictive',
       'demo/mnist:predictive',
     ]);
@@ -481,7 +482,7 @@ describe('examples/', () => {
     const parsed = parseManifests(await readFile(file, 'utf8'), { origin: file, keysNamespace: 'servegate' });
     expect(parsed.syntaxError).toBeUndefined();
     expect(parsed.errors).toEqual([]);
-    expect(parsed.deployments.map((d) => d.metadata.name)).toEqual(['iris', 'mnist', 'chat', 'echo']);
+    expect(parsed.deployments.map((d) => d.metadata.name)).toEqual(['iris', 'mnist', 'chat', 'echo', 'fleet']);
     for (const d of parsed.deployments) expect((d.spec as { backend: object }).backend).not.toHaveProperty('url');
     const snapshot: Snapshot = {
       source: 'kubernetes',
