@@ -19,6 +19,7 @@ import type { RequestTrace } from '../../observe/tracing.js';
 import { llmFigures, recordAnswer } from '../../observe/record.js';
 import { admit, admitModel, modelRefused, type Accepted, type Admission, type ByModel } from '../admit/pipeline.js';
 import { isBinaryContentType, validateBody } from '../admit/kind-rules.js';
+import { BODY_RATE_WINDOW_MS, BodyClock } from '../http/body-clock.js';
 import { gatewayError, GatewayError, type Dialect } from '../http/errors.js';
 import { clientRequestId, upstreamHeaders } from '../http/headers.js';
 import { pathOf } from '../http/path.js';
@@ -42,9 +43,6 @@ import type { Held } from './scale-from-zero.js';
 import type { Chosen, Variant } from './targets.js';
 import { Diverted, UpstreamCall, type CallOwner } from './upstream-call.js';
 import { BODY_TOO_LARGE, ClientGone, mapUpstreamError, tooLarge, unavailable } from './upstream-errors.js';
-
-/** The window of the body's minimum rate (limits.requestBodyMinBytesPerSecond), and the time before it starts. */
-const BODY_RATE_WINDOW_MS = 10_000;
 
 type FallbackReason = 'connect' | '5xx' | '429' | 'no_endpoint' | 'timeout';
 
@@ -111,12 +109,8 @@ export class Exchange implements Job, Held, CallOwner {
   private unhold: (() => Buffer | Readable) | undefined;
   private closeAfter = false;
   private error: string | undefined;
-  // Body idle watch: the connection's bytes read at the last tick, and when they last moved.
-  private seenBytes = -1;
-  private seenAt = 0;
-  private startedAt = 0;
-  /** Body rate watch: [time, bytes read, ...] of the ticks in the last window. */
-  private rate: number[] | undefined;
+  /** The body's idle and rate clocks (started with the request: the sweep reads them once a second). */
+  private clock: BodyClock | undefined;
 
   constructor(
     private readonly ctx: PlaneContext,
@@ -133,8 +127,8 @@ export class Exchange implements Job, Held, CallOwner {
   start(): void {
     this.res.once('close', this.onClose);
     // The body idle clock starts now: the sweep then fires between bodyIdleMs and bodyIdleMs + its 1 s period.
-    this.seenBytes = this.conn.socket.bytesRead;
-    this.seenAt = this.startedAt = Date.now();
+    const { bodyIdleMs, bodyMinRate } = this.ctx;
+    this.clock = new BodyClock(this.conn.socket.bytesRead, Date.now(), bodyIdleMs, bodyMinRate);
     this.guarded(() => this.admitPhase());
   }
 
@@ -148,19 +142,9 @@ export class Exchange implements Job, Held, CallOwner {
     const req = this.req;
     if (this.ended || !req) return;
     // The body's clocks run while it is held too: a held request that sends nothing is timed out like any other.
-    // Idle or slow only when the client is the slow side: data waiting in the request's buffer means we are.
     if (!req.complete) {
-      if (req.readableLength > 0) this.rate = undefined;
-      else {
-        const read = this.conn.socket.bytesRead;
-        if (read !== this.seenBytes) {
-          this.seenBytes = read;
-          this.seenAt = now;
-        } else if (now - this.seenAt >= this.ctx.bodyIdleMs) {
-          return this.bodyTimedOut('idle');
-        }
-        if (this.tooSlow(now, read)) return this.bodyTimedOut('slow');
-      }
+      const late = this.clock!.look(now, this.conn.socket.bytesRead, req.readableLength > 0);
+      if (late) return this.bodyTimedOut(late);
     }
     // A client that stops reading its answer holds the backend as long as a stalled stream would, not longer.
     const since = this.call?.drainSince;
@@ -169,19 +153,6 @@ export class Exchange implements Job, Held, CallOwner {
       this.call!.abort(new ClientGone());
       this.res.destroy();
     }
-  }
-
-  /**
-   * The body's average rate over the last 10 s, once it has been coming for 10 s, is below limits.requestBodyMinBytesPerSecond
-   * (seconds when the gateway held the body back do not count: the window starts again after them).
-   */
-  private tooSlow(now: number, read: number): boolean {
-    const min = this.ctx.bodyMinRate;
-    if (min <= 0 || now - this.startedAt < BODY_RATE_WINDOW_MS) return false;
-    const rate = (this.rate ??= []);
-    rate.push(now, read);
-    while (rate.length > 2 && now - rate[2] >= BODY_RATE_WINDOW_MS) rate.splice(0, 2);
-    return now - rate[0] >= BODY_RATE_WINDOW_MS && read - rate[1] < (min * (now - rate[0])) / 1000;
   }
 
   /** Shutdown deadline: an event stream ends cleanly at an event boundary; anything else is cut. */
