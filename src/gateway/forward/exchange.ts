@@ -28,34 +28,15 @@ import { closeSocket, sendError, sendJson } from '../http/answers.js';
 import type { Conn, Job } from '../listen/connection.js';
 import { modelRetrieve, modelsList, prepareBody, servedModel } from '../openai/by-model.js';
 import { prefixKey } from '../openai/prefix.js';
-import {
-  editLlmBody,
-  llmMembers,
-  otherDeploymentsModel,
-  promptEstimateOf,
-  type LlmMembers,
-} from '../openai/llm-body.js';
-import { grantsProject } from '../admit/auth.js';
+import { llmMembers, otherDeploymentsModel, promptEstimateOf } from '../openai/llm-body.js';
 import { isObject } from '../../kube/objects.js';
 import type { PlaneContext } from './context.js';
 import { RETRY, shouldRetry } from './retry.js';
 import type { Held } from './scale-from-zero.js';
 import type { Chosen, Variant } from './targets.js';
 import { Diverted, UpstreamCall, type CallOwner } from './upstream-call.js';
+import { bodyFor, Fallbacks, type FallbackReason, type LlmRequest } from './fallback.js';
 import { BODY_TOO_LARGE, ClientGone, mapUpstreamError, tooLarge, unavailable } from './upstream-errors.js';
-
-type FallbackReason = 'connect' | '5xx' | '429' | 'no_endpoint' | 'timeout';
-
-/** An LLM JSON body as read: what a fallback needs to name its own model. */
-interface LlmRequest {
-  plain: Buffer;
-  doc: Record<string, unknown>;
-  members: LlmMembers;
-  /** The OpenAI path, without query. */
-  path: string;
-  /** The client sent it with a Content-Encoding. */
-  encoded: boolean;
-}
 
 /** The gateway ended the backend call itself (body timeout, a parse error in the body) and answers on its own. */
 class EndedByGateway extends Error {
@@ -93,9 +74,8 @@ export class Exchange implements Job, Held, CallOwner {
   private prefix: number | undefined;
   /** LLM JSON requests: the parsed body, kept to rewrite `model` for a fallback deployment. */
   private llm: LlmRequest | undefined;
-  /** With fallbacks: the deployment first admitted (whose list is followed) and the next entry to try. */
-  private firstRoute: Route | undefined;
-  private fallbackAt = 0;
+  /** Where the request goes when its deployment fails before answering. */
+  private readonly fallbacks = new Fallbacks();
   private body: Buffer | Readable | null = null;
   private bodyLength: number | undefined;
   private chosen: Chosen | undefined;
@@ -532,8 +512,7 @@ export class Exchange implements Job, Held, CallOwner {
       this.variant = chosen.variant;
       this.extra.push('x-servegate-variant', chosen.variant);
     }
-    if (this.firstRoute ?? route.fallbacks)
-      this.setExtra('x-servegate-deployment', `${route.project}/${route.deployment}`);
+    if (this.fallbacks.named(route)) this.setExtra('x-servegate-deployment', `${route.project}/${route.deployment}`);
     const headers = upstreamHeaders(this.head!, {
       clientIp: this.conn.client,
       proto: this.conn.proto,
@@ -600,19 +579,11 @@ export class Exchange implements Job, Held, CallOwner {
     return true;
   }
 
-  /** The next fallback deployment the key may use (SPEC §12), or undefined. Does not move on. */
+  /** The next fallback deployment the key may use (SPEC §12), when this request can still go to one. */
   private nextFallback(): Route | undefined {
     const d = this.d;
-    const list = this.firstRoute?.fallbacks ?? d?.route.fallbacks;
-    if (!d || !list || this.res.headersSent || !(this.body === null || Buffer.isBuffer(this.body))) return undefined;
-    const table = this.ctx.store.current();
-    while (this.fallbackAt < list.length) {
-      const r = table.byPath.get(list[this.fallbackAt]);
-      // Same key rules as any request; a fallback of another kind could not take this request.
-      if (r && r.kind === d.route.kind && grantsProject(d.key, r.project, r.namespace)) return r;
-      this.fallbackAt++;
-    }
-    return undefined;
+    if (!d || this.res.headersSent || !(this.body === null || Buffer.isBuffer(this.body))) return undefined;
+    return this.fallbacks.peek(this.ctx.store.current(), d.route, d.key);
   }
 
   /** Sends the request to the next fallback deployment; false when there is none. */
@@ -620,31 +591,26 @@ export class Exchange implements Job, Held, CallOwner {
     if (this.ended) return true;
     const to = this.nextFallback();
     if (!to) return false;
-    this.fallbackAt++;
     const d = this.d!;
-    const from = (this.firstRoute ??= d.route);
-    this.ctx.metrics.fallbacks.inc({
-      project: from.project,
-      deployment: from.deployment,
-      to: `${to.project}/${to.deployment}`,
-      reason,
-    });
+    const from = this.fallbacks.take(d.route);
+    const ref = `${to.project}/${to.deployment}`;
+    this.ctx.metrics.fallbacks.inc({ project: from.project, deployment: from.deployment, to: ref, reason });
     this.ctx.logger.info(
       { requestId: this.requestId, project: from.project, deployment: from.deployment, to: to.id, reason },
       'falling back',
     );
-    // On OpenAI routes `model` names the fallback's served model.
-    if (this.llm && Buffer.isBuffer(this.body)) {
-      const edited = editLlmBody(this.llm.plain, this.llm.doc, this.llm.members, this.llm.path, servedModel(to));
-      if (this.llm.encoded) this.head!.forward = withoutHeader(this.head!.forward, 'content-encoding');
+    const llm = this.llm;
+    if (llm && Buffer.isBuffer(this.body)) {
+      const edited = bodyFor(llm, to);
+      if (llm.encoded) this.head!.forward = withoutHeader(this.head!.forward, 'content-encoding');
       this.body = edited.body;
       this.bodyLength = edited.body.length;
       this.stripUsage = edited.stripUsage;
+      if (to.balancing.policy === 'llm') this.prefix = prefixKey(llm.doc, servedModel(to));
     }
     d.route = this.routeOf = to;
     this.chosen = undefined;
     this.attempts = 0;
-    if (to.balancing.policy === 'llm' && this.llm) this.prefix = prefixKey(this.llm.doc, servedModel(to));
     this.pickPhase(undefined);
     return true;
   }

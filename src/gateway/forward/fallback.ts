@@ -1,0 +1,56 @@
+// Fallbacks (SPEC §12): the deployments a request goes to, in the order `spec.fallbacks` of the deployment first
+// admitted lists them, when it fails before any byte of its answer reached the client. A fallback the key is not
+// granted, or of another kind, is skipped; a fallback's own fallbacks are not followed. On OpenAI routes the body's
+// `model` is rewritten to the fallback's served name (with the edits of openai/llm-body.ts).
+import type { ApiKeyRecord, Route, RouteTable } from '../../routing/types.js';
+import { grantsProject } from '../admit/auth.js';
+import { servedModel } from '../openai/by-model.js';
+import { editLlmBody, type LlmBody, type LlmMembers } from '../openai/llm-body.js';
+
+export type FallbackReason = 'connect' | '5xx' | '429' | 'no_endpoint' | 'timeout';
+
+/** An LLM JSON body as read: what a fallback needs to name its own model. */
+export interface LlmRequest {
+  plain: Buffer;
+  doc: Record<string, unknown>;
+  members: LlmMembers;
+  /** The OpenAI path, without query. */
+  path: string;
+  /** The client sent it with a Content-Encoding. */
+  encoded: boolean;
+}
+
+export class Fallbacks {
+  /** The deployment first admitted (whose list is followed), once a fallback was taken. */
+  private first: Route | undefined;
+  private at = 0;
+
+  /** The answer names the deployment that gave it (`x-servegate-deployment`). */
+  named(route: Route): boolean {
+    return this.first !== undefined || route.fallbacks !== undefined;
+  }
+
+  /** The next fallback of `current`'s request the key may use, without moving on; undefined: none left. */
+  peek(table: RouteTable, current: Route, key: ApiKeyRecord): Route | undefined {
+    const list = (this.first ?? current).fallbacks;
+    if (!list) return undefined;
+    while (this.at < list.length) {
+      const r = table.byPath.get(list[this.at]);
+      // Same key rules as any request; a fallback of another kind could not take this request.
+      if (r && r.kind === current.kind && grantsProject(key, r.project, r.namespace)) return r;
+      this.at++;
+    }
+    return undefined;
+  }
+
+  /** Moves on to the fallback `peek` gave; returns the deployment first admitted. */
+  take(current: Route): Route {
+    this.at++;
+    return (this.first ??= current);
+  }
+}
+
+/** The body for the fallback `to`: `model` names its served model. */
+export function bodyFor(llm: LlmRequest, to: Route): LlmBody {
+  return editLlmBody(llm.plain, llm.doc, llm.members, llm.path, servedModel(to));
+}
