@@ -11,7 +11,7 @@
 // A class rather than closures: one object is made per request, and it drops its references when it is over.
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { PassThrough, Transform, type Readable } from 'node:stream';
+import { Transform, type Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
 import type { Route } from '../../routing/types.js';
 import type { Charge } from '../../limits/per-minute.js';
@@ -32,7 +32,7 @@ import { llmMembers, otherDeploymentsModel, promptEstimateOf } from '../openai/l
 import { isObject } from '../../kube/objects.js';
 import type { PlaneContext } from './context.js';
 import { RETRY, shouldRetry } from './retry.js';
-import type { Held } from './scale-from-zero.js';
+import { readWhileHeld, type Held } from './scale-from-zero.js';
 import type { Chosen, Variant } from './targets.js';
 import { Diverted, UpstreamCall, type CallOwner } from './upstream-call.js';
 import { bodyFor, Fallbacks, type FallbackReason, type LlmRequest } from './fallback.js';
@@ -434,40 +434,15 @@ export class Exchange implements Job, Held, CallOwner {
     }
     this.held = true;
     if (body && !Buffer.isBuffer(body)) {
-      const kept: Buffer[] = [];
-      let size = 0;
-      let ended = false;
-      const onData = (c: Buffer): void => {
-        kept.push(c);
-        size += c.length;
-        if (this.ctx.holds.grow(this, c.length)) return;
-        stop();
-        this.ctx.metrics.upstreamErrors.inc({ cause: 'hold_queue_full' });
-        this.refuse(unavailable(route, 'hold_full'));
-      };
-      const onEnd = (): void => {
-        ended = true;
-      };
-      const onError = (err: NodeJS.ErrnoException): void => {
-        stop();
-        if (err.code === BODY_TOO_LARGE) this.refuse(tooLarge(this.ctx.maxBody), true);
-        // Anything else is the client going away: the response's close ends the exchange.
-      };
-      const stop = (): void => {
-        body.off('data', onData).off('end', onEnd).off('error', onError);
-      };
-      body.on('data', onData).on('end', onEnd).on('error', onError);
-      this.unhold = (): Buffer | Readable => {
-        stop();
-        // A body that came whole while held goes as a buffer; else what came goes first, then the rest as it comes.
-        if (ended) return kept.length === 1 ? kept[0] : Buffer.concat(kept, size);
-        body.pause();
-        const out = new PassThrough();
-        for (const c of kept) out.write(c);
-        body.once('error', (err) => out.destroy(err));
-        body.pipe(out);
-        return out;
-      };
+      this.unhold = readWhileHeld(
+        body,
+        (n) => this.ctx.holds.grow(this, n),
+        () => {
+          this.ctx.metrics.upstreamErrors.inc({ cause: 'hold_queue_full' });
+          this.refuse(unavailable(route, 'hold_full'));
+        },
+        () => this.refuse(tooLarge(this.ctx.maxBody), true),
+      );
     }
   }
 

@@ -2,7 +2,9 @@
 // arrival order, until one is ready (an EndpointSlice event, a route-table swap, or the once-a-second look), and are
 // answered 503 after the deployment's hold time. Bounded per deployment in requests and in bytes of held bodies, so
 // holding cannot exhaust memory; a client that leaves is taken out at once.
+import { PassThrough, type Readable } from 'node:stream';
 import type { Route } from '../../routing/types.js';
+import { BODY_TOO_LARGE } from './upstream-errors.js';
 
 /** A held request, as the queue sees it (the Exchange). */
 export interface Held {
@@ -159,4 +161,50 @@ export class HoldQueues {
       this.sweep = undefined;
     }
   }
+}
+
+/**
+ * A held request's body that is still coming: read while it waits and counted as it arrives (`grow` false: the
+ * queue's byte bound is passed, `full` answers). `tooLarge`: a chunked body passed the body limit. Returns what to
+ * call when the request leaves the queue to be forwarded: the body, whole (a buffer) when it all came while held,
+ * else what came followed by the rest as it comes.
+ */
+export function readWhileHeld(
+  body: Readable,
+  grow: (bytes: number) => boolean,
+  full: () => void,
+  tooLarge: () => void,
+): () => Buffer | Readable {
+  const kept: Buffer[] = [];
+  let size = 0;
+  let ended = false;
+  const onData = (c: Buffer): void => {
+    kept.push(c);
+    size += c.length;
+    if (grow(c.length)) return;
+    stop();
+    full();
+  };
+  const onEnd = (): void => {
+    ended = true;
+  };
+  const onError = (err: NodeJS.ErrnoException): void => {
+    stop();
+    if (err.code === BODY_TOO_LARGE) tooLarge();
+    // Anything else is the client going away: the response's close ends the exchange.
+  };
+  const stop = (): void => {
+    body.off('data', onData).off('end', onEnd).off('error', onError);
+  };
+  body.on('data', onData).on('end', onEnd).on('error', onError);
+  return () => {
+    stop();
+    if (ended) return kept.length === 1 ? kept[0] : Buffer.concat(kept, size);
+    body.pause();
+    const out = new PassThrough();
+    for (const c of kept) out.write(c);
+    body.once('error', (err) => out.destroy(err));
+    body.pipe(out);
+    return out;
+  };
 }
