@@ -327,3 +327,25 @@ describe('the optional edges (SPEC §11), rendered by helm', () => {
     });
   });
 });
+
+describe('the heap sized to the container', () => {
+  const nodeOptions = (...args: string[]) => {
+    const dep = render(...args).find((d) => d.kind === 'Deployment') as unknown as {
+      spec: { template: { spec: { containers: Array<{ env: Array<{ name: string; value?: string }> }> } } };
+    };
+    return dep.spec.template.spec.containers[0].env.find((e) => e.name === 'NODE_OPTIONS')?.value;
+  };
+
+  test.each([
+    ['the default limit (512Mi): 75 %', [], '--max-old-space-size=384'],
+    ['2Gi', ['--set-string', 'resources.limits.memory=2Gi'], '--max-old-space-size=1536'],
+    ['1.5Gi (a decimal quantity)', ['--set-string', 'resources.limits.memory=1.5Gi'], '--max-old-space-size=1152'],
+    ['600M (decimal units)', ['--set-string', 'resources.limits.memory=600M'], '--max-old-space-size=429'],
+    ['bytes', ['--set-string', 'resources.limits.memory=536870912'], '--max-old-space-size=384'],
+    ['another share', ['--set', 'heapPercentOfMemoryLimit=50'], '--max-old-space-size=256'],
+    ['heapPercentOfMemoryLimit 0: V8 decides', ['--set', 'heapPercentOfMemoryLimit=0'], undefined],
+    ['no memory limit: V8 decides', ['--set', 'resources.limits.memory=null'], undefined],
+  ])('%s', (_name, args, want) => {
+    expect(nodeOptions(...args)).toBe(want);
+  });
+});

@@ -91,3 +91,25 @@ app.kubernetes.io/part-of: servegate
 {{- define "servegate.tlsOn" -}}
 {{- if or .Values.gateway.tls.secretName .Values.gateway.tls.certFile }}true{{ end }}
 {{- end }}
+
+{{/*
+V8's old-space limit in MiB: heapPercentOfMemoryLimit of resources.limits.memory (Ki, Mi, Gi, Ti, K, M, G, T or
+bytes; decimals too), so that the heap fits the container instead of V8's default, which does not know the limit. Empty when
+there is no memory limit or the percentage is 0.
+*/}}
+{{- define "servegate.maxOldSpaceMb" -}}
+{{- $limit := "" -}}
+{{- with .Values.resources -}}{{- with .limits -}}{{- with .memory -}}{{- $limit = toString . -}}{{- end -}}{{- end -}}{{- end -}}
+{{- $pct := int (.Values.heapPercentOfMemoryLimit | default 0) -}}
+{{- if and $limit (gt $pct 0) -}}
+{{- $units := dict "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 "K" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 -}}
+{{- $num := regexFind "^[0-9]+([.][0-9]+)?" $limit -}}
+{{- $unit := trimPrefix $num $limit -}}
+{{- if not (or (eq $unit "") (hasKey $units $unit)) -}}
+{{- fail (printf "resources.limits.memory %q: use a number with Ki, Mi, Gi, Ti, K, M, G or T, or bytes (heapPercentOfMemoryLimit reads it)" $limit) -}}
+{{- end -}}
+{{- $bytes := mulf (float64 $num) (float64 (get $units $unit | default 1)) -}}
+{{- $mb := int64 (divf (mulf $bytes $pct) 104857600.0) -}}
+{{- max $mb 64 -}}
+{{- end -}}
+{{- end -}}
