@@ -319,6 +319,10 @@ describe('streams', () => {
     expect(r.text).toContain('tok0');
     expect(r.text).toContain('tok1');
     expect(r.text).not.toContain('[DONE]');
+    // Its last event says why, in the OpenAI dialect (SPEC §6 amended), so that an SDK raises instead of returning it.
+    expect(r.text).toMatch(
+      /\n\ndata: \{"error":\{"message":"the backend sent nothing for \d+s: the answer is incomplete","type":"upstream_error","code":"stream_idle_timeout"\}\}\n\n$/,
+    );
     const rec = llm.last();
     await waitFor(() => rec.closedAt !== undefined, 'the upstream stream to be closed', 3000);
     expect(rec.closedAt).toBeDefined();
