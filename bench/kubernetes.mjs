@@ -143,6 +143,41 @@ function writeKubeconfig(dir, name, url) {
   return file;
 }
 
+/** CPU time (user + system, ms) a process has used so far; NaN when /proc cannot tell. */
+function cpuMsOf(pid) {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return ((Number(f[11]) + Number(f[12])) * 1000) / 100; // utime, stime in clock ticks (USER_HZ = 100)
+  } catch {
+    return Number.NaN;
+  }
+}
+
+/** CPU time (ms) all CPUs of the machine spent busy so far (/proc/stat: everything but idle and iowait). */
+function machineCpuMs() {
+  try {
+    const line = readFileSync('/proc/stat', 'utf8').split('\n')[0];
+    const v = line.trim().split(/\s+/).slice(1, 9).map(Number);
+    return ((v.reduce((a, b) => a + b, 0) - v[3] - v[4]) * 1000) / 100;
+  } catch {
+    return Number.NaN;
+  }
+}
+
+/** Route-table builds so far (servegate_reloads_total, changed + unchanged), from the admin /metrics. */
+async function buildsOf(adminPort) {
+  try {
+    const res = await fetch(`http://127.0.0.1:${adminPort}/metrics`, { signal: AbortSignal.timeout(5000) });
+    const text = await res.text();
+    let n;
+    for (const m of text.matchAll(/^servegate_reloads_total(?:\{[^}]*\})? ([0-9.e+]+)$/gm)) n = (n ?? 0) + Number(m[1]);
+    return n;
+  } catch {
+    return undefined;
+  }
+}
+
 /** Status writes the controller has made so far (PUT/PATCH on /status answered 2xx). */
 function statusWrites(fake) {
   let n = 0;
@@ -315,6 +350,7 @@ export async function runKubernetesBench(ctx) {
     const runs = {
       one: {
         base: `http://127.0.0.1:${gwOne.port}`,
+        pid: gwOne.child.pid,
         paths: one.paths,
         script: scripts.one,
         headers: oneHeaders,
@@ -322,21 +358,53 @@ export async function runKubernetesBench(ctx) {
       },
       big: {
         base: `http://127.0.0.1:${gwBig.port}`,
+        pid: gwBig.child.pid,
         paths: bigPaths,
         script: scripts.big,
         headers: bigHeaders,
         rounds: [],
       },
     };
+    // Diagnostic (BENCH_K8S_HOT_PATH=1): the 10,000-route gateway with every request on one path — the same table,
+    // the working set of one route. Tells the size of the table from the spread of the requests over it.
+    if (process.env.BENCH_K8S_HOT_PATH === '1') {
+      runs.bigHot = {
+        base: `http://127.0.0.1:${gwBig.port}`,
+        pid: gwBig.child.pid,
+        paths: [bigPaths[0]],
+        script: ctx.tools.wrk
+          ? writeWrkScript(dir, {
+              method: 'POST',
+              body: BODY,
+              headers: bigHeaders,
+              paths: [bigPaths[0]],
+              name: 'wrk-10k-hot',
+            })
+          : undefined,
+        headers: bigHeaders,
+        rounds: [],
+      };
+    }
     for (const r of Object.values(runs)) {
       ctx.headers = r.headers;
       if (ctx.warmupSeconds > 0) await closedLoop(ctx, r.base, r.script, r.paths, ctx.warmupSeconds);
     }
     const roundSeconds = Math.max(1, Math.round(ctx.seconds / 2));
+    // Route-table builds while the closed loop measures: a steady cluster should cause none.
+    const buildsBefore = { one: await buildsOf(gwOne.adminPort), big: await buildsOf(gwBig.adminPort) };
+    const loopStartUs = process.hrtime.bigint() / 1000n; // CLOCK_MONOTONIC, the clock of the .cpuprofile timestamps
     for (let round = 0; round < 2; round++) {
       for (const r of Object.values(runs)) {
         ctx.headers = r.headers;
-        r.rounds.push(await closedLoop(ctx, r.base, r.script, r.paths, roundSeconds));
+        const cpu0 = { gw: cpuMsOf(r.pid), all: machineCpuMs() };
+        const startUs = process.hrtime.bigint() / 1000n;
+        const round = await closedLoop(ctx, r.base, r.script, r.paths, roundSeconds);
+        round.windowUs = `${startUs}..${process.hrtime.bigint() / 1000n}`;
+        const cpu1 = { gw: cpuMsOf(r.pid), all: machineCpuMs() };
+        // CPU per request (µs): the gateway's own (utime + stime), and the machine's (gateway + wrk + backend + …).
+        round.gatewayCpuUs = ((cpu1.gw - cpu0.gw) * 1000) / round.requests;
+        round.machineCpuUs = ((cpu1.all - cpu0.all) * 1000) / round.requests;
+        r.rounds.push(round);
         await sleep(300);
       }
     }
@@ -349,9 +417,20 @@ export async function runKubernetesBench(ctx) {
         p99Ms: r.rounds.reduce((s, x) => s + x.p99Ms, 0) / r.rounds.length,
         errors: r.rounds.reduce((s, x) => s + x.errors + x.non2xx, 0),
         roundsRps: r.rounds.map((x) => x.rps),
+        gatewayCpuUs: r.rounds.map((x) => x.gatewayCpuUs),
+        machineCpuUs: r.rounds.map((x) => x.machineCpuUs),
       };
     };
     results.throughput = { oneRoute: summary(runs.one), tenK: summary(runs.big) };
+    const loopEndUs = process.hrtime.bigint() / 1000n;
+    const buildsAfter = { one: await buildsOf(gwOne.adminPort), big: await buildsOf(gwBig.adminPort) };
+    if (ctx.profileDir) {
+      log(`  closed loop in the profiles' clock: ${loopStartUs} .. ${loopEndUs} µs; rounds:`);
+      for (const [name, r] of Object.entries(runs)) log(`    ${name}: ${r.rounds.map((x) => x.windowUs).join(', ')}`);
+    }
+    const during = (k) =>
+      buildsBefore[k] === undefined || buildsAfter[k] === undefined ? undefined : buildsAfter[k] - buildsBefore[k];
+    results.throughput.buildsDuring = { oneRoute: during('one'), tenK: during('big') };
     log('');
     log(
       `  closed loop: ${ctx.tools.wrk ? `wrk -t${ctx.threads}` : 'autocannon'} -c${ctx.connections}, 2 alternating rounds of ${roundSeconds} s each; the big run cycles through all ${count.toLocaleString('en-US')} routes`,
@@ -375,6 +454,23 @@ export async function runKubernetesBench(ctx) {
         results.throughput.tenK.roundsRps.map((x) => Math.round(x)).join(' / '),
       ],
     ]);
+    const us = (a) => a.map((x) => (Number.isFinite(x) ? x.toFixed(1) : 'n/a')).join(' / ');
+    log(
+      `  CPU per request by round (µs), gateway process: 1 route ${us(results.throughput.oneRoute.gatewayCpuUs)}, ${count.toLocaleString('en-US')} routes ${us(results.throughput.tenK.gatewayCpuUs)}`,
+    );
+    log(
+      `  CPU per request by round (µs), whole machine:   1 route ${us(results.throughput.oneRoute.machineCpuUs)}, ${count.toLocaleString('en-US')} routes ${us(results.throughput.tenK.machineCpuUs)}`,
+    );
+    log(
+      `  route-table builds during the closed loop (servegate_reloads_total): ${count.toLocaleString('en-US')} routes ${results.throughput.buildsDuring.tenK ?? 'n/a'}, 1 route ${results.throughput.buildsDuring.oneRoute ?? 'n/a'}`,
+    );
+    if (runs.bigHot) {
+      results.throughput.tenKOnePath = summary(runs.bigHot);
+      const h = results.throughput.tenKOnePath;
+      log(
+        `  diagnostic: ${count.toLocaleString('en-US')} routes, every request on one path: ${rps(h.rps)} (rounds ${h.roundsRps.map((x) => Math.round(x)).join(' / ')}), gateway CPU per request ${us(h.gatewayCpuUs)} µs`,
+      );
+    }
     const ok = !results.throughput.oneRoute.errors && !results.throughput.tenK.errors;
     results.throughput.ratio = ok ? results.throughput.tenK.rps / results.throughput.oneRoute.rps : undefined;
     const tenKOverOne = results.throughput.ratio;

@@ -562,6 +562,41 @@ describe('restarts', () => {
   });
 });
 
+describe('a steady cluster rebuilds nothing', () => {
+  // Every snapshot is a route-table build: O(routes) at 10,000 deployments. What a quiet cluster sends (bookmarks,
+  // watches ending at timeoutSeconds and resuming, endpoint churn that keeps a Service ready) must make none.
+  test('bookmarks, resumed watches and endpoint churn that keeps readiness deliver no snapshot', async () => {
+    fake.create(sdepRaw('demo/iris'));
+    fake.create(keySecretRaw(apiKey('ci', '*').secret));
+    fake.create(serviceRaw('demo/s', [{ port: 8080, name: 'http' }]));
+    fake.create(sliceRaw('demo/s-1', 's', [{ name: 'http', port: 8080 }], [{ ip: '10.0.0.1' }]));
+    const h = startSource();
+    await h.started;
+    expect(h.snapshots).toHaveLength(1);
+    const watchesBefore = fake.requests.filter((r) => r.watch).length;
+
+    fake.bookmark();
+    fake.endWatches();
+    await waitFor(() => fake.requests.filter((r) => r.watch).length >= watchesBefore + 4, 'the watches resumed');
+    await waitFor(() => fake.openWatches() === 4, 'four open watches');
+    fake.create(sliceRaw('demo/s-2', 's', [{ name: 'http', port: 8080 }], [{ ip: '10.0.0.2' }]));
+    await waitFor(
+      () => h.source.endpoints(svcBackend('demo', 's', 8080, 'http')).length === 2,
+      'the second endpoint is known',
+    );
+    await sleep(50);
+    expect(h.snapshots).toHaveLength(1);
+
+    // A real change still makes exactly one snapshot, with the same arrays for the parts that did not change.
+    fake.create(sdepRaw('demo/second'));
+    await waitFor(() => h.snapshots.length >= 2, 'the snapshot of the real change');
+    expect(h.snapshots).toHaveLength(2);
+    expect(names(h.snapshots[1])).toEqual(['demo/iris', 'demo/second']);
+    expect(h.snapshots[1].keySecrets).toBe(h.snapshots[0].keySecrets);
+    expect(h.snapshots[1].services).toBe(h.snapshots[0].services);
+  });
+});
+
 describe('malformed input never throws', () => {
   test('bad objects are skipped or passed on unvalidated; the source keeps working', async () => {
     fake.create(sdepRaw('demo/weird', { type: 42, backend: 'nope' }));

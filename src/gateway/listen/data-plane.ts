@@ -12,7 +12,7 @@ import {
 import { createServer as createHttpsServer } from 'node:https';
 import type { Socket } from 'node:net';
 import type { Config } from '../../config/schema.js';
-import type { Route } from '../../routing/types.js';
+import type { Route, RouteTable } from '../../routing/types.js';
 import type { EndpointView } from '../../admin/page.js';
 import { logWriter, type Logger } from '../../log.js';
 import type { RouteStore } from '../../routing/store.js';
@@ -84,7 +84,7 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
   const perMinute = new PerMinuteLimits(deps.limitStore ?? new MemoryLimitStore(), limits.perKey);
   const picker = new TargetPicker(deps.endpoints, deps.endpointStats, config.balancing);
   // The endpoints of every deployment picked by its servers' load: their metrics are scraped in the background.
-  deps.endpointStats?.start(() => scrapeTargets(store.current().routes, picker));
+  deps.endpointStats?.start(() => scrapeTargets(llmRoutes(store.current()), picker));
   const ctx: PlaneContext = {
     store,
     metrics,
@@ -267,6 +267,18 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
       await ctx.pools.close();
     },
   };
+}
+
+/** Per table: the routes picked by their servers' load (walked every scrape round, so not every route each time). */
+const llmRouteLists = new WeakMap<RouteTable, Route[]>();
+
+function llmRoutes(table: RouteTable): Route[] {
+  let list = llmRouteLists.get(table);
+  if (!list) {
+    list = table.routes.filter((r) => r.balancing.policy === 'llm');
+    llmRouteLists.set(table, list);
+  }
+  return list;
 }
 
 /** Where the metrics of each endpoint of an llm-policy deployment are (its serving port, or balancing.metricsPort). */
