@@ -186,13 +186,12 @@ export function admit(facts: RequestFacts, ctx: AdmitContext): Admission | Promi
     };
     // A websocket (the realtime API) names its model in the query: `?model=<project>/<deployment>`.
     if (facts.upgrade) return admitUpgradeByModel(b, ctx, facts.now, facts.client);
-    // The per-minute buckets wait for `model`; the key's per-second bucket is taken now, before the body is read.
+    // The key's buckets are taken now, before the body is read (or decoded); the deployment's wait for `model`.
     const error = ctx.perSecond.take(key, facts.now);
     if (error) {
       ctx.counters.rateLimited({ scope: 'key', kind: 'requests', reason: 'per_second' });
       return { ...refused(error, 'openai', cors), key };
     }
-    // The key's per-minute limits now, before the body is read (or decoded); the deployment's once `model` names it.
     return perMinute(b, ctx.perMinute.specs(undefined, key), ctx);
   }
 
@@ -256,7 +255,7 @@ export function admit(facts: RequestFacts, ctx: AdmitContext): Admission | Promi
 
 /**
  * The OpenAI base URL once `model` has named the deployment (read from the body): the request passes that
- * deployment's per-minute limits (the key's per-second bucket was taken at admission). `search`: the query to forward.
+ * deployment's per-minute limits (the key's buckets were taken at admission). `search`: the query to forward.
  */
 export function admitModel(
   b: ByModel,
