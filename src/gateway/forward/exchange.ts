@@ -4,8 +4,9 @@
 //
 // admit: the admission pipeline (admit/pipeline.ts) decides before the body is read. body: streamed through, or read
 // whole and checked (decoded when it has a Content-Encoding); on the OpenAI base URL `model` then names the
-// deployment. pick: a backend address (targets.ts), or the scale-from-zero hold, or 503. call: one UpstreamCall
-// (upstream-call.ts) per try; a try that reached nothing is made again (retry.ts). answer: the backend's, streamed by
+// deployment. pick: a backend endpoint by the route's policy (targets.ts), or the scale-from-zero hold, or 503. call:
+// one UpstreamCall (upstream-call.ts) per try; a try that reached nothing is made again (retry.ts), and a deployment
+// that fails before answering hands the request to its fallbacks (fallback.ts). answer: the backend's, streamed by
 // the call, or the gateway's own (http/answers.ts). record: one metric and one access-log line when the answer is
 // complete or the client is gone. Every phase starts with the one guard `if (this.ended) return`.
 // A class rather than closures: one object is made per request, and it drops its references when it is over.
