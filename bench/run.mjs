@@ -1,7 +1,7 @@
 // `npm run bench`: builds, detects the tools, runs Part A (gateway data plane), Part B (Kubernetes source), Part C
 // (the cost of per-minute limits) and Part D (LLM-aware endpoint picking against round robin, on a simulated vLLM
 // fleet), and ends with a summary of every goal (met / MISSED / skipped) and the command line.
-//   node bench/run.mjs [--only gateway|kubernetes|limits|llm-routing] [--seconds 10] [--warmup 2] [--rate 1000] [--rate-seconds 10]
+//   node bench/run.mjs [--only gateway|kubernetes|limits|llm-routing|streams] [--seconds 10] [--warmup 2] [--rate 1000] [--rate-seconds 10]
 //                      [--settle 3] [--openloop-warmup 2] [--cold-openloop] [--requests-for-rss 1000000]
 //                      [--connections 64] [--threads 2] [--backend-workers 2] [--deployments 10000] [--events 200]
 //                      [--leader-seconds 15] [--llm-seconds 10] [--llm-warmup 3] [--llm-rate 40]
@@ -23,6 +23,7 @@ import { goalTexts as gatewayGoals } from './gateway.mjs';
 import { goalTexts as kubernetesGoals } from './kubernetes.mjs';
 import { goalTexts as llmRoutingGoals, timeBudgetSeconds as llmRoutingSeconds } from './llm-routing.mjs';
 import { prepareBaseline, ROOT } from './lib/servegate.mjs';
+import { goalTexts as streamsGoals, timeBudgetSeconds as streamsSeconds } from './streams.mjs';
 
 const { values: flags } = parseArgs({
   options: {
@@ -44,6 +45,8 @@ const { values: flags } = parseArgs({
     'llm-seconds': { type: 'string', default: '10' },
     'llm-warmup': { type: 'string', default: '3' },
     'llm-rate': { type: 'string', default: '40' },
+    streams: { type: 'string', default: '10000' }, // Part E (bench/streams.mjs)
+    'streams-seconds': { type: 'string', default: '20' },
     'no-build': { type: 'boolean', default: false },
     profile: { type: 'boolean', default: false },
     'no-nginx': { type: 'boolean', default: false },
@@ -56,7 +59,7 @@ const { values: flags } = parseArgs({
 
 if (flags.help) {
   log(
-    'usage: npm run bench -- [--only gateway|kubernetes|limits|llm-routing] [--seconds 10] [--warmup 2] [--rate 1000]',
+    'usage: npm run bench -- [--only gateway|kubernetes|limits|llm-routing|streams] [--seconds 10] [--warmup 2] [--rate 1000]',
   );
   log('                        [--rate-seconds 10]');
   log('                        [--settle 3] [--openloop-warmup 2] [--cold-openloop] [--requests-for-rss 1000000]');
@@ -65,6 +68,9 @@ if (flags.help) {
   );
   log('                        [--leader-seconds 15] [--llm-seconds 10] [--llm-warmup 3] [--llm-rate 40]');
   log('                        [--no-build] [--quick] [--profile] [--no-nginx] [--no-wrk] [--baseline-dist <dir>]');
+  log(
+    '                        [--streams 10000] [--streams-seconds 20]   (Part E, --only streams; --quick: 1000 × 5 s)',
+  );
   log(
     '  --settle: idle seconds before the open loop (then a forced GC in the gateway and --openloop-warmup s per target)',
   );
@@ -82,9 +88,9 @@ if (flags.help) {
   log('    repository (e.g. .bench-tmp/dist-before) or another checkout with node_modules (docs/performance.md)');
   process.exit(0);
 }
-if (flags.only && !['gateway', 'kubernetes', 'limits', 'llm-routing'].includes(flags.only)) {
+if (flags.only && !['gateway', 'kubernetes', 'limits', 'llm-routing', 'streams'].includes(flags.only)) {
   process.stderr.write(
-    `bench: --only must be "gateway", "kubernetes", "limits" or "llm-routing", not "${flags.only}"\n`,
+    `bench: --only must be "gateway", "kubernetes", "limits", "llm-routing" or "streams", not "${flags.only}"\n`,
   );
   process.exit(2);
 }
@@ -139,6 +145,8 @@ const ctx = {
   llmSeconds: flags.quick ? 3 : num('llm-seconds'),
   llmWarmup: flags.quick ? 1 : num('llm-warmup'),
   llmRate: num('llm-rate'),
+  streams: flags.quick ? 1000 : Math.max(1, num('streams')), // Part E
+  streamsSeconds: flags.quick ? 5 : Math.max(1, num('streams-seconds')),
   quick: flags.quick,
   profileDir: flags.profile ? join(ROOT, '.bench-tmp', 'profiles') : undefined,
   baseline,
@@ -159,7 +167,8 @@ const limitMs =
   ((flags.only === 'llm-routing' ? 3 * 60 : 6 * 60) +
     baselineSeconds +
     (partA ? ctx.rssRequests / 3000 : 0) +
-    (partD ? llmRoutingSeconds(ctx) : 0)) *
+    (partD ? llmRoutingSeconds(ctx) : 0) +
+    (!flags.only || flags.only === 'streams' ? streamsSeconds(ctx) : 0)) *
   1000;
 installCleanup(limitMs);
 
@@ -214,6 +223,7 @@ function printSummary(results) {
     ...(results.kubernetes?.summary ?? []),
     ...(results.limits?.summary ?? []),
     ...(results.llmRouting?.summary ?? []),
+    ...(results.streams?.summary ?? []),
   ])
     log(`  ${line}`);
   const rows = [['goal', 'measured', 'verdict']];
@@ -321,6 +331,24 @@ try {
     flags.only && flags.only !== 'llm-routing'
       ? `not run (--only ${flags.only})`
       : 'no figure (part failed or skipped)',
+  );
+  // Part E: concurrent SSE streams (bench/streams.mjs, docs/performance.md).
+  if (!flags.only || flags.only === 'streams') {
+    log('');
+    log('== Part E: concurrent SSE streams through one gateway process (direct vs nginx vs servegate) ==');
+    busyCheck(results, 'streams');
+    const { runStreamsBench } = await import('./streams.mjs');
+    try {
+      results.streams = await runStreamsBench(ctx);
+    } catch (err) {
+      failed = true;
+      log(`Part E FAILED: ${err.stack ?? err}`);
+    }
+  }
+  skipGoals(
+    'E',
+    Object.values(streamsGoals()),
+    flags.only && flags.only !== 'streams' ? `not run (--only ${flags.only})` : 'no figure (part failed or skipped)',
   );
 } finally {
   killAllSync();
