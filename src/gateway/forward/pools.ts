@@ -14,7 +14,15 @@ export class Pools {
   private resetting = false;
   private readonly connect: buildConnector.connector;
 
-  constructor(private readonly idleCloseMs = 300_000) {
+  constructor(
+    private readonly idleCloseMs = 300_000,
+    /**
+     * A connection older than this is closed once its request is done (checked when the pool picks a connection).
+     * undici's pool otherwise keeps one client object per connection it ever opened at once: after a burst of 10,000
+     * concurrent streams, 10,000 of them, for as long as the pool is used.
+     */
+    private readonly clientTtlMs = 60_000,
+  ) {
     this.sweeper = setInterval(() => this.sweep(), Math.min(60_000, idleCloseMs)).unref();
     const base = buildConnector({ timeout: 5_000 });
     const clear = (): void => {
@@ -52,6 +60,7 @@ export class Pools {
       pipelining: 1,
       keepAliveTimeout: 4_000,
       keepAliveMaxTimeout: 60_000,
+      clientTtl: this.clientTtlMs,
       connect: this.connect,
     });
     this.pools.set(origin, { pool, used: Date.now() });
