@@ -56,13 +56,13 @@ export class EndpointStats {
     this.timer.unref();
   }
 
-  /** Every endpoint listed, with its last figures (if any scrape succeeded) and its scrape errors. */
-  snapshot(): Array<{ address: string; origin: string; scraped: Scraped | undefined; errors: number }> {
-    const out: Array<{ address: string; origin: string; scraped: Scraped | undefined; errors: number }> = [];
+  /** Every endpoint listed (scraped at least once, or failing) with its scrape errors; `fresh` gives its figures. */
+  snapshot(): Array<{ address: string; origin: string; errors: number }> {
+    const out: Array<{ address: string; origin: string; errors: number }> = [];
     for (const [origin, s] of this.byOrigin)
-      out.push({ address: s.address, origin, scraped: s, errors: this.errors.get(origin)?.count ?? 0 });
+      out.push({ address: s.address, origin, errors: this.errors.get(origin)?.count ?? 0 });
     for (const [origin, e] of this.errors)
-      if (!this.byOrigin.has(origin)) out.push({ address: e.address, origin, scraped: undefined, errors: e.count });
+      if (!this.byOrigin.has(origin)) out.push({ address: e.address, origin, errors: e.count });
     return out;
   }
 

@@ -29,7 +29,7 @@ import { closeSocket, sendError, sendJson } from '../http/answers.js';
 import type { Conn, Job } from '../listen/connection.js';
 import { modelRetrieve, modelsList, prepareBody, servedModel } from '../openai/by-model.js';
 import { prefixKey } from '../openai/prefix.js';
-import { llmMembers, otherDeploymentsModel, promptEstimateOf } from '../openai/llm-body.js';
+import { estimatePrompt, llmMembers, otherDeploymentsModel } from '../openai/llm-body.js';
 import { isObject } from '../../kube/objects.js';
 import type { PlaneContext } from './context.js';
 import { RETRY, shouldRetry } from './retry.js';
@@ -341,7 +341,7 @@ export class Exchange implements Job, Held, CallOwner {
           ),
         );
       }
-      this.promptEstimate = promptEstimateOf(doc);
+      this.promptEstimate = estimatePrompt(doc);
       if (d.route.balancing.policy === 'llm') this.prefix = prefixKey(doc, servedModel(d.route));
       if (d.route.fallbacks) {
         const q = d.upstreamPath.indexOf('?');

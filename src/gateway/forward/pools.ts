@@ -96,7 +96,6 @@ const isInterim = (b: Buffer): boolean =>
   b[12] === 0x20 &&
   b.toString('latin1', 0, 7) === 'HTTP/1.';
 
-const REQUEST_LINE = /^[A-Z]+ \S+ HTTP\/1\.1\r\n/;
 const HEAD_END = Buffer.from('\r\n\r\n');
 
 /**
@@ -112,7 +111,9 @@ function dropUnaskedContinue(socket: Socket): void {
   let atStart = false;
   socket.write = ((...args: unknown[]) => {
     const chunk = args[0];
-    if (typeof chunk === 'string' && REQUEST_LINE.test(chunk)) atStart = true;
+    // undici writes a request's head as one string starting with its method (upper case); the other strings it
+    // writes are chunk-size lines ("\r\n1f\r\n"), and bodies are buffers.
+    if (typeof chunk === 'string' && chunk.charCodeAt(0) >= 65 && chunk.charCodeAt(0) <= 90) atStart = true;
     return write(...args);
   }) as typeof socket.write;
   /** The start of an answer too short to tell yet, kept until more bytes come. */

@@ -81,7 +81,8 @@ export function downstreamHeaders(
       chunked = true;
       continue;
     }
-    if (HOP_BY_HOP.has(name) || name === 'x-request-id' || GATEWAY_NAME.test(name)) continue;
+    if (HOP_BY_HOP.has(name) || name === 'x-request-id' || (name.charCodeAt(0) === 0x78 && GATEWAY_NAME.test(name)))
+      continue;
     if (stripCors && name.startsWith('access-control-')) continue;
     if (name === 'content-length') length = true;
     else if (name === 'content-type') contentType ??= value;

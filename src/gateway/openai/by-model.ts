@@ -135,7 +135,7 @@ export function prepareBody(
 }
 
 /** JSON.parse of a body that must be an object. */
-export function parseObject(raw: Buffer, notObject: string): Record<string, unknown> | GatewayError {
+function parseObject(raw: Buffer, notObject: string): Record<string, unknown> | GatewayError {
   let doc: unknown;
   try {
     doc = JSON.parse(raw.toString('utf8'));

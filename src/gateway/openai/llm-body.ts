@@ -163,7 +163,7 @@ export function coerceBool(v: unknown): boolean | undefined {
 }
 
 /** About 4 bytes of text a token (the usual rule of thumb for BPE vocabularies), over what the model reads. */
-function estimatePrompt(doc: Record<string, unknown>): number {
+export function estimatePrompt(doc: Record<string, unknown>): number {
   const input = doc.messages ?? doc.prompt ?? doc.input;
   if (input === undefined) return 0;
   const text = typeof input === 'string' ? input : JSON.stringify(input);
@@ -210,9 +210,4 @@ export function otherDeploymentsModel(
   return shared.find(
     (r) => r.id !== route.id && (r.modelName ?? r.deployment) === model && !grantsProject(key, r.project, r.namespace),
   );
-}
-
-/** The prompt-token guess of a body (see LlmBody.promptEstimate). */
-export function promptEstimateOf(doc: Record<string, unknown>): number {
-  return estimatePrompt(doc);
 }

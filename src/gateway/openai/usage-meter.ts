@@ -6,6 +6,16 @@
 //   written again without `usage`.
 // - JSON answers: the bytes pass unchanged; a scanner follows the answer's structure and parses the value of its
 //   top-level `"usage"` member alone (a `usage` nested deeper, or inside a string, is not the answer's).
+import {
+  BACKSLASH,
+  CLOSE_BRACE,
+  CLOSE_BRACKET,
+  COLON,
+  isSpace,
+  OPEN_BRACE,
+  OPEN_BRACKET,
+  QUOTE,
+} from './json-members.js';
 
 export interface TokenUsage {
   prompt: number;
@@ -300,18 +310,9 @@ export class SseUsageMeter implements UsageMeter {
 
 // ---- JSON answers ---------------------------------------------------------------------------------------------------
 
-const QUOTE = 0x22;
-const BACKSLASH = 0x5c;
-const OPEN_BRACE = 0x7b;
-const CLOSE_BRACE = 0x7d;
-const OPEN_BRACKET = 0x5b;
-const CLOSE_BRACKET = 0x5d;
-const COLON = 0x3a;
 const USAGE_NAME = Buffer.from('usage');
 /** A top-level string longer than this (raw) is not read as a member name: "usage" is 5 bytes, or 30 escaped. */
 const MAX_NAME = 64;
-
-const isSpace = (c: number): boolean => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;
 
 /** The raw bytes of a member name (between its quotes) name `usage`, escapes decoded as JSON.parse does. */
 function isUsageName(raw: Buffer): boolean {
