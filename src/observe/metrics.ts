@@ -17,7 +17,22 @@ interface RouteCounters {
   total: number;
   errors: number;
   /** '' (no canary: no variant label) or the variant → its exported series (the admin page adds them up). */
-  variants: Map<string, { requests: Map<number, { inc(): void }>; duration: HistogramSeries }>;
+  variants: Map<string, { requests: Map<number, Tally>; duration: HistogramSeries }>;
+}
+
+/**
+ * A counter series counted as a plain number on the hot path and added to its prom-client Counter when that is
+ * scraped (prom-client hashes the label object on every inc(), even through a cached child).
+ */
+interface Tally {
+  readonly labels: Record<string, string>;
+  n: number;
+}
+
+function flushTally(counter: Counter, t: Tally): void {
+  if (t.n === 0) return;
+  counter.inc(t.labels, t.n);
+  t.n = 0;
 }
 
 export class Metrics {
@@ -27,6 +42,7 @@ export class Metrics {
     help: 'Requests answered, by project, deployment and status code (and variant, for deployments with a canary)',
     labelNames: ['project', 'deployment', 'status', 'variant'] as const,
     registers: [this.registry],
+    collect: (): void => this.flushRequests(),
   });
   readonly duration = new CompactHistogram(
     'servegate_request_duration_seconds',
@@ -134,24 +150,26 @@ export class Metrics {
   });
 
   private perRoute = new Map<string, RouteCounters>();
+  /** The same entries by route object: no key string per request while a table lasts. */
+  private byRoute = new WeakMap<object, RouteCounters>();
 
   /**
-   * Counts one answered request; label children are cached so the hot path does no label hashing. `variant` is set
-   * for deployments with a canary (SPEC §10): their series carry a `variant` label, the others' do not.
+   * Counts one answered request with plain numbers (handed to prom-client at scrape time). `variant` is set for
+   * deployments with a canary (SPEC §10): their series carry a `variant` label, the others' do not. `at`: the route
+   * object the request matched, when there is one (a faster lookup than by name).
    */
-  observeRequest(project: string, deployment: string, status: number, seconds: number, variant = ''): void {
-    const key = `${project}\u0000${deployment}`;
-    let e = this.perRoute.get(key);
+  observeRequest(
+    project: string,
+    deployment: string,
+    status: number,
+    seconds: number,
+    variant = '',
+    at?: object,
+  ): void {
+    let e = at && this.byRoute.get(at);
     if (!e) {
-      if (this.perRoute.size > 50_000) this.perRoute.clear();
-      e = {
-        project,
-        deployment,
-        total: 0,
-        errors: 0,
-        variants: new Map(),
-      };
-      this.perRoute.set(key, e);
+      e = this.routeCounters(project, deployment);
+      if (at) this.byRoute.set(at, e);
     }
     e.total++;
     if (status >= 500) e.errors++;
@@ -167,13 +185,33 @@ export class Metrics {
     }
     let c = v.requests.get(status);
     if (!c) {
-      c = variant
-        ? this.requests.labels({ project, deployment, status: String(status), variant })
-        : this.requests.labels({ project, deployment, status: String(status) });
+      const labels: Record<string, string> = { project, deployment, status: String(status) };
+      if (variant) labels.variant = variant;
+      c = { labels, n: 0 };
       v.requests.set(status, c);
     }
-    c.inc();
+    c.n++;
     this.duration.observe(v.duration, seconds);
+  }
+
+  private routeCounters(project: string, deployment: string): RouteCounters {
+    const key = `${project}\u0000${deployment}`;
+    let e = this.perRoute.get(key);
+    if (!e) {
+      if (this.perRoute.size > 50_000) {
+        this.flushRequests();
+        this.perRoute.clear();
+        this.byRoute = new WeakMap();
+      }
+      e = { project, deployment, total: 0, errors: 0, variants: new Map() };
+      this.perRoute.set(key, e);
+    }
+    return e;
+  }
+
+  private flushRequests(): void {
+    for (const e of this.perRoute.values())
+      for (const v of e.variants.values()) for (const t of v.requests.values()) flushTally(this.requests, t);
   }
 
   readonly pending: Gauge = new Gauge({
@@ -195,18 +233,37 @@ export class Metrics {
     help: "Endpoints picked for requests to deployments with more than one ready endpoint, by reason (prefix: the prompt prefix's endpoint; load: another, the first being saturated, or no prefix; only: one endpoint; round-robin)",
     labelNames: ['project', 'deployment', 'reason'] as const,
     registers: [this.registry],
+    collect: (): void => {
+      for (const t of this.picks.values()) flushTally(this.endpointPicks, t);
+    },
   });
-  private picks = new Map<string, { inc(): void }>();
+  private picks = new Map<string, Tally>();
+  /** Per route object: its tallies by reason (no key string per request while a table lasts). */
+  private picksByRoute = new WeakMap<object, Map<string, Tally>>();
 
-  /** One pick (a cached child per deployment and reason: no label lookup per request). */
-  endpointPick(project: string, deployment: string, reason: string): void {
-    const k = `${project}\u0000${deployment}\u0000${reason}`;
-    let c = this.picks.get(k);
+  /** One pick, counted as a plain number (handed to prom-client at scrape time). `at`: the route object. */
+  endpointPick(project: string, deployment: string, reason: string, at?: object): void {
+    let byReason = at && this.picksByRoute.get(at);
+    let c = byReason?.get(reason);
     if (!c) {
-      c = this.endpointPicks.labels({ project, deployment, reason });
-      this.picks.set(k, c);
+      const k = `${project}\u0000${deployment}\u0000${reason}`;
+      c = this.picks.get(k);
+      if (!c) {
+        if (this.picks.size > 50_000) {
+          for (const t of this.picks.values()) flushTally(this.endpointPicks, t);
+          this.picks.clear();
+          this.picksByRoute = new WeakMap();
+          byReason = undefined;
+        }
+        c = { labels: { project, deployment, reason }, n: 0 };
+        this.picks.set(k, c);
+      }
+      if (at) {
+        if (!byReason) this.picksByRoute.set(at, (byReason = new Map()));
+        byReason.set(reason, c);
+      }
     }
-    c.inc();
+    c.n++;
   }
 
   readonly endpointWaiting: Gauge = new Gauge({

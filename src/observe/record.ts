@@ -65,7 +65,7 @@ export function recordAnswer(obs: Observers, a: Answer): void {
   const seconds = (performance.now() - a.started) / 1000;
   const project = a.route?.project ?? '';
   const deployment = a.route?.deployment ?? '';
-  obs.metrics.observeRequest(project, deployment, a.status, seconds, a.variant);
+  obs.metrics.observeRequest(project, deployment, a.status, seconds, a.variant, a.route);
   const llm = a.llm;
   if (llm && (llm.tokens || llm.ttft !== undefined))
     obs.metrics.observeLlm(project, deployment, a.keyName, llm.tokens, llm.ttft, llm.tpot);

@@ -69,3 +69,25 @@ test('a canaried deployment: series per variant, and the admin totals add the va
   const le25 = m.durationBounds.indexOf(2.5);
   expect([t.counts[le005], t.counts[le25]]).toEqual([2, 1]);
 });
+
+test('counts kept by route object add up across table rebuilds and scrapes, with and without the route', async () => {
+  const m = new Metrics(false);
+  const before = { project: 'demo', deployment: 'iris' };
+  const after = { project: 'demo', deployment: 'iris' }; // the same deployment in a rebuilt table: another object
+  m.observeRequest('demo', 'iris', 200, 0.003, '', before);
+  m.observeRequest('demo', 'iris', 200, 0.003, '', before);
+  expect(await m.render()).toContain('servegate_requests_total{project="demo",deployment="iris",status="200"} 2');
+  m.observeRequest('demo', 'iris', 200, 0.003, '', after);
+  m.observeRequest('demo', 'iris', 200, 0.003);
+  m.endpointPick('demo', 'iris', 'prefix', before);
+  m.endpointPick('demo', 'iris', 'prefix', after);
+  m.endpointPick('demo', 'iris', 'load');
+  const text = await m.render();
+  expect(text).toContain('servegate_requests_total{project="demo",deployment="iris",status="200"} 4');
+  expect(text).toContain('servegate_request_duration_seconds_count{project="demo",deployment="iris"} 4');
+  expect(text).toContain('servegate_endpoint_picks_total{project="demo",deployment="iris",reason="prefix"} 2');
+  expect(text).toContain('servegate_endpoint_picks_total{project="demo",deployment="iris",reason="load"} 1');
+  // A scrape hands the counts over once: a second scrape shows the same totals, not twice them.
+  expect(await m.render()).toContain('servegate_requests_total{project="demo",deployment="iris",status="200"} 4');
+  expect(m.routeTotals()[0]).toMatchObject({ total: 4, errors: 0 });
+});

@@ -29,22 +29,23 @@ export function checkSuffix(
     }
     case 'predictive': {
       if (route.protocol === 'v2') return checkV2(route, method, rest, contentType);
-      const offered = route.verbs.map((v) => `:${v}`).join(', ');
-      const server = route.modelServer ?? 'model';
+      // The texts of the refusals, built only for a refusal.
+      const offered = (): string => route.verbs.map((v) => `:${v}`).join(', ');
+      const server = (): string => route.modelServer ?? 'model';
       const v = PREDICTIVE_VERB.exec(rest);
       if (v) {
         const name = safeDecode(v[1]);
         if (name !== route.modelName) {
           return gatewayError(
             'not_found',
-            `model "${name}" is not served here: this deployment serves model "${route.modelName}" at /v1/models/${route.modelName}:<verb> (${offered})`,
+            `model "${name}" is not served here: this deployment serves model "${route.modelName}" at /v1/models/${route.modelName}:<verb> (${offered()})`,
           );
         }
         const verb = v[2];
         if (!route.verbs.includes(verb)) {
           return gatewayError(
             'unknown_verb',
-            `verb ":${verb}" is not offered by the ${server} model server; it offers ${offered}`,
+            `verb ":${verb}" is not offered by the ${server()} model server; it offers ${offered()}`,
           );
         }
         if (method !== 'POST') {
@@ -59,7 +60,7 @@ export function checkSuffix(
         return { check: 'none' };
       return gatewayError(
         'not_found',
-        `no route ${method} ${rest}: this ${server} deployment accepts POST /v1/models/${route.modelName}:<verb> with ${offered}`,
+        `no route ${method} ${rest}: this ${server()} deployment accepts POST /v1/models/${route.modelName}:<verb> with ${offered()}`,
       );
     }
   }
@@ -76,7 +77,8 @@ function checkV2(
   contentType: string | undefined,
 ): { check: BodyCheck } | GatewayError {
   const name = route.modelName ?? '<model>';
-  const offered = `POST /v2/models/${name}/infer, GET /v2/models/${name}, GET /v2/models/${name}/ready, GET /v2/health/live, GET /v2/health/ready`;
+  const offered = (): string =>
+    `POST /v2/models/${name}/infer, GET /v2/models/${name}, GET /v2/models/${name}/ready, GET /v2/health/live, GET /v2/health/ready`;
   const m = V2_MODEL.exec(rest);
   const get = method === 'GET' || method === 'HEAD';
   if (m) {
@@ -84,7 +86,7 @@ function checkV2(
     if (route.modelName !== undefined && asked !== route.modelName) {
       return gatewayError(
         'not_found',
-        `model "${asked}" is not served here: this deployment serves model "${route.modelName}" (${offered})`,
+        `model "${asked}" is not served here: this deployment serves model "${route.modelName}" (${offered()})`,
       );
     }
     if (m[3] === '/infer') {
@@ -102,7 +104,7 @@ function checkV2(
   }
   return gatewayError(
     'not_found',
-    `no route ${method} ${rest}: this deployment speaks the Open Inference Protocol (V2): ${offered}`,
+    `no route ${method} ${rest}: this deployment speaks the Open Inference Protocol (V2): ${offered()}`,
   );
 }
 

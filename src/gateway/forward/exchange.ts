@@ -411,7 +411,7 @@ export class Exchange implements Job, Held, CallOwner {
       chosen = target && { ...this.chosen, target };
     } else if (!route.notReady) {
       chosen = ctx.picker.choose(route, this.prefix);
-      if (chosen?.reason) ctx.metrics.endpointPick(route.project, route.deployment, chosen.reason);
+      if (chosen?.reason) ctx.metrics.endpointPick(route.project, route.deployment, chosen.reason, route);
     }
     if (chosen) return this.callPhase(chosen);
     if (avoid === undefined && route.holdMs) return this.hold(route);

@@ -106,15 +106,15 @@ const HEAD_END = Buffer.from('\r\n\r\n');
  */
 function dropUnaskedContinue(socket: Socket): void {
   const read = socket.read.bind(socket);
-  const write = socket.write.bind(socket) as (...args: unknown[]) => boolean;
+  const write = socket.write.bind(socket) as (chunk: unknown, encoding?: unknown, cb?: unknown) => boolean;
   /** A request head was written and no byte of its answer read yet. */
   let atStart = false;
-  socket.write = ((...args: unknown[]) => {
-    const chunk = args[0];
+  // Fixed arity (write(chunk[, encoding][, cb])): no rest array per write.
+  socket.write = ((chunk: unknown, encoding?: unknown, cb?: unknown) => {
     // undici writes a request's head as one string starting with its method (upper case); the other strings it
     // writes are chunk-size lines ("\r\n1f\r\n"), and bodies are buffers.
     if (typeof chunk === 'string' && chunk.charCodeAt(0) >= 65 && chunk.charCodeAt(0) <= 90) atStart = true;
-    return write(...args);
+    return write(chunk, encoding, cb);
   }) as typeof socket.write;
   /** The start of an answer too short to tell yet, kept until more bytes come. */
   let held: Buffer | undefined;
