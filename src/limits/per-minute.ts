@@ -54,18 +54,21 @@ export class PerMinuteLimits {
    */
   specs(route: LimitedRoute | undefined, key: LimitedKey | undefined): BucketSpec[] {
     const specs: BucketSpec[] = [];
+    // Bucket ids are built only for a limit that applies: none is the common case.
     if (key) {
-      const id = `key:${key.namespace}/${key.secretName ?? key.name}`;
       const rpm = key.limits?.requestsPerMinute ?? this.defaults.requestsPerMinute;
       const tpm = key.limits?.tokensPerMinute ?? this.defaults.tokensPerMinute;
-      if (rpm > 0) specs.push({ id: `${id}:rpm`, limit: rpm, cost: 1 });
-      if (tpm > 0) specs.push({ id: `${id}:tpm`, limit: tpm, cost: 0 });
+      if (rpm > 0 || tpm > 0) {
+        const id = `key:${key.namespace}/${key.secretName ?? key.name}`;
+        if (rpm > 0) specs.push({ id: `${id}:rpm`, limit: rpm, cost: 1 });
+        if (tpm > 0) specs.push({ id: `${id}:tpm`, limit: tpm, cost: 0 });
+      }
     }
-    if (!route) return specs;
-    const d = route.limits;
-    const id = `deployment:${route.namespace}/${route.name}`;
-    if (d?.requestsPerMinute) specs.push({ id: `${id}:rpm`, limit: d.requestsPerMinute, cost: 1 });
-    if (d?.tokensPerMinute) specs.push({ id: `${id}:tpm`, limit: d.tokensPerMinute, cost: 0 });
+    const d = route?.limits;
+    if (!d || (!d.requestsPerMinute && !d.tokensPerMinute)) return specs;
+    const id = `deployment:${route!.namespace}/${route!.name}`;
+    if (d.requestsPerMinute) specs.push({ id: `${id}:rpm`, limit: d.requestsPerMinute, cost: 1 });
+    if (d.tokensPerMinute) specs.push({ id: `${id}:tpm`, limit: d.tokensPerMinute, cost: 0 });
     return specs;
   }
 

@@ -23,6 +23,11 @@ export class EndpointIndex {
   /** "ns/service" → port key → cached answer. */
   private readonly cache = new Map<string, Map<string, CacheEntry>>();
   private nextVersion = 1;
+  /**
+   * Per backend object of the route table: its last answer and the change counter then. While nothing changed
+   * anywhere (a steady cluster) a request finds its endpoints with one lookup and builds no key string.
+   */
+  private readonly byBackend = new WeakMap<ServiceBackend, CacheEntry>();
 
   constructor(
     private readonly services: (key: string) => ServiceResource | undefined,
@@ -76,6 +81,17 @@ export class EndpointIndex {
   }
 
   resolve(backend: ServiceBackend): readonly EndpointAddress[] {
+    const quick = this.byBackend.get(backend);
+    if (quick && quick.version === this.nextVersion) return quick.addresses;
+    const addresses = this.resolveByKey(backend);
+    if (quick) {
+      quick.version = this.nextVersion;
+      quick.addresses = addresses;
+    } else this.byBackend.set(backend, { version: this.nextVersion, addresses });
+    return addresses;
+  }
+
+  private resolveByKey(backend: ServiceBackend): readonly EndpointAddress[] {
     const svcKey = `${backend.namespace}/${backend.service}`;
     const portKey = `${backend.port}|${backend.portName ?? ''}|${backend.targetPort ?? ''}`;
     const version = this.versions.get(svcKey) ?? 0;
