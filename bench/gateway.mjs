@@ -4,12 +4,17 @@
 // With --baseline-dist <dir> (ctx.baseline), a second gateway from that other build of dist/ ('servegate-old') is an
 // extra target of 1-3: its closed loops alternate with the current build's in rounds, and it takes its turn in the
 // open-loop slices and the SSE streams, so that the figures of the old and the new build come from the same run.
+// Beside them, in the closed loop of the access-log-off mode only: `net` (a raw TCP forwarder, the ceiling of Node's
+// socket layer), `bare` (node:http + undici, no checks: the platform's floor) and `fastify` (fastify +
+// @fastify/http-proxy with an API-key hook), bench/lib/forwarders.mjs; and an SSE cost measurement (CPU per stream
+// and per event, bench/lib/sse-cost.mjs) through every target.
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { request } from 'undici';
 import { stringify } from 'yaml';
+import { fastifyInstalled, startForwarder } from './lib/forwarders.mjs';
 import { deploymentObject, keySecretObject, makeKey } from './lib/manifests.mjs';
 import { BACKEND_BODY, backendConfig, proxyConfig, startNginx } from './lib/nginx.mjs';
 import {
@@ -29,6 +34,7 @@ import {
 import { runAutocannon, runOpenLoop, runWrk, writeWrkScript } from './lib/load.mjs';
 import { cores, goal, log, mb, ms, pct, ratio, rps, signedMs, table, us } from './lib/report.mjs';
 import { CLI, cliBuilt, heapOf, liveHeap, startGateway } from './lib/servegate.mjs';
+import { LONG, SHORT, sseCostOf } from './lib/sse-cost.mjs';
 import { median, startSseBackend, timeStream } from './lib/sse.mjs';
 
 const PROJECT = 'bench';
@@ -36,6 +42,8 @@ const DEPLOYMENT = 'iris';
 const MODEL_PATH = `/v1/models/${DEPLOYMENT}:predict`;
 const BODY = '{"instances":[[6.8,2.8,4.8,1.4]]}';
 const STREAM_DEPLOYMENT = 'chat';
+/** The llm deployment behind the sse-burst backend (the SSE cost measurement). */
+const BURST_DEPLOYMENT = 'burst';
 const STREAM_PATH = '/v1/chat/completions';
 const STREAM_BODY = JSON.stringify({
   model: 'bench',
@@ -45,6 +53,9 @@ const STREAM_BODY = JSON.stringify({
 
 /** The name of the baseline gateway (--baseline-dist) in the tables and in bench-results.json. */
 const OLD = 'servegate-old';
+
+/** The extra closed-loop rows of the access-log-off mode (bench/lib/forwarders.mjs); only `bare` joins the open loop. */
+const FORWARDERS = ['net', 'bare', 'fastify'];
 
 /** The two access-log modes, run in this order; the goals are judged on 'off'. */
 const MODES = {
@@ -61,6 +72,7 @@ export function goalTexts(ctx) {
     addedLatency: `p99 added latency <= 1 ms at ${ctx.rate} req/s`,
     rss: `RSS flat (±10 %) over ${ctx.rssRequests.toLocaleString('en-US')} requests`,
     sse: 'SSE chunks pass unbuffered',
+    sseCost: "SSE per-event CPU <= fastify's ÷ 1.5",
   };
 }
 
@@ -131,11 +143,18 @@ export async function startBackend(ctx, dir) {
 }
 
 /** nginx as the comparison proxy in one access-log mode, checked to answer 401 without the key. */
-async function startProxy(ctx, dir, backendPort, key, mode) {
+async function startProxy(ctx, dir, backendPort, burstPort, key, mode) {
   const port = await freePort();
   const name = `proxy-log-${mode}`;
   const accessLog = mode === 'on' ? join(dir, `${name}-access.log`) : undefined;
-  const conf = proxyConfig(dir, port, backendPort, { project: PROJECT, deployment: DEPLOYMENT, key, name, accessLog });
+  const conf = proxyConfig(dir, port, backendPort, {
+    project: PROJECT,
+    deployment: DEPLOYMENT,
+    key,
+    name,
+    accessLog,
+    stream: { deployment: BURST_DEPLOYMENT, port: burstPort },
+  });
   const url = `http://127.0.0.1:${port}/v1/${PROJECT}/${DEPLOYMENT}${MODEL_PATH}`;
   const child = await startNginx(ctx.tools.nginx, dir, name, conf, port, {
     path: url.slice(url.indexOf('/v1/')),
@@ -144,11 +163,15 @@ async function startProxy(ctx, dir, backendPort, key, mode) {
     body: BODY,
   });
   await probe(url, { 'content-type': 'application/json' }, 401);
-  return { name: 'nginx', url, child, logFile: accessLog };
+  const burstUrl = `http://127.0.0.1:${port}/v1/${PROJECT}/${BURST_DEPLOYMENT}${STREAM_PATH}`;
+  return { name: 'nginx', url, burstUrl, child, logFile: accessLog };
 }
 
-/** The manifests the gateway serves: the model behind the nginx backend, the chat deployment behind the SSE backend. */
-function writeManifests(dir, backendPort, ssePort, { prefix, sha256 }) {
+/**
+ * The manifests the gateway serves: the model behind the nginx backend, the chat deployment behind the SSE backend,
+ * the burst deployment (llm too) behind the sse-burst backend.
+ */
+function writeManifests(dir, backendPort, ssePort, burstPort, { prefix, sha256 }) {
   const manifests = join(dir, 'manifests');
   mkdirSync(manifests, { recursive: true });
   const docs = [
@@ -160,6 +183,14 @@ function writeManifests(dir, backendPort, ssePort, { prefix, sha256 }) {
         backend: { url: `http://127.0.0.1:${ssePort}` },
       }),
       spec: { type: 'model', modelServer: 'llm', backend: { url: `http://127.0.0.1:${ssePort}` } },
+    },
+    {
+      ...deploymentObject({
+        namespace: PROJECT,
+        name: BURST_DEPLOYMENT,
+        backend: { url: `http://127.0.0.1:${burstPort}` },
+      }),
+      spec: { type: 'model', modelServer: 'llm', backend: { url: `http://127.0.0.1:${burstPort}` } },
     },
     keySecretObject({ name: 'bench-key', prefix, sha256, projects: PROJECT }),
   ];
@@ -189,10 +220,148 @@ async function startServegate(ctx, dir, manifests, mode, baseline) {
   });
   gw.url = `${base(gw)}/${DEPLOYMENT}${MODEL_PATH}`;
   gw.streamUrl = `${base(gw)}/${STREAM_DEPLOYMENT}${STREAM_PATH}`;
+  gw.burstUrl = `${base(gw)}/${BURST_DEPLOYMENT}${STREAM_PATH}`;
   gw.gcLog = join(dir, `${name}-gc.txt`);
   gw.logFile = gw.stdoutFile;
   await probe(gw.url, { 'content-type': 'application/json' }, 401);
   return gw;
+}
+
+/**
+ * The extra rows of the access-log-off closed loop (bench/lib/forwarders.mjs), each its own child process: `net` to
+ * the backend (and `net-sse`, a second one to the sse-burst backend, for the SSE cost), `bare` and `fastify` with a
+ * route to each backend. Each is checked to answer 200 with the key, fastify 401 without it. fastify is skipped when
+ * not installed, and a row that fails to start is left out; both are said. Resolves [{ name, url, burstUrl, child,
+ * burstChild }]; the children are added to `started`.
+ */
+async function startForwarders(ctx, backendPort, burstPort, sha256, started) {
+  const base = `/v1/${PROJECT}`;
+  const routes = [
+    { prefix: `${base}/${DEPLOYMENT}`, origin: `http://127.0.0.1:${backendPort}` },
+    { prefix: `${base}/${BURST_DEPLOYMENT}`, origin: `http://127.0.0.1:${burstPort}` },
+  ];
+  const specs = {
+    net: { mode: 'net', target: backendPort },
+    bare: { mode: 'bare', routes },
+    fastify: { mode: 'fastify', routes, keys: [sha256] },
+  };
+  const out = [];
+  for (const name of FORWARDERS) {
+    if (name === 'fastify' && !fastifyInstalled()) {
+      log('  fastify: SKIPPED (not installed; npm install -D fastify @fastify/http-proxy)');
+      continue;
+    }
+    try {
+      const port = await freePort();
+      const url = `http://127.0.0.1:${port}${base}/${DEPLOYMENT}${MODEL_PATH}`;
+      const child = await startForwarder(
+        name,
+        { ...specs[name], port },
+        async () => (await probe(url, ctx.headers)) === BACKEND_BODY,
+      );
+      started.push(child);
+      if (name === 'fastify') await probe(url, { 'content-type': 'application/json' }, 401);
+      const t = { name, url, child, burstUrl: `http://127.0.0.1:${port}${base}/${BURST_DEPLOYMENT}${STREAM_PATH}` };
+      if (name === 'net') {
+        const ssePort = await freePort();
+        t.burstUrl = `http://127.0.0.1:${ssePort}${base}/${BURST_DEPLOYMENT}${STREAM_PATH}`;
+        t.burstChild = await startForwarder(
+          'net-sse',
+          { mode: 'net', target: burstPort, port: ssePort },
+          async () => (await probe(t.burstUrl, ctx.headers)) !== undefined,
+        );
+        started.push(t.burstChild);
+      }
+      out.push(t);
+    } catch (err) {
+      log(`  ${name}: FAILED to start: ${err.message}`);
+    }
+  }
+  return out;
+}
+
+/** µs with one decimal (per-event figures are a few µs). */
+const us1 = (v) => (Number.isFinite(v) ? `${v.toFixed(1)} µs` : 'n/a');
+
+/**
+ * SSE cost (bench/lib/sse-cost.mjs) through each target in turn: CPU of its processes per stream of 50 events and of
+ * 1 event, and the marginal CPU per event; prints the table. `targets`: [{ name, url, child }] (direct: the sse-burst
+ * backend itself). Resolves { [name]: result, settings }.
+ */
+async function sseCost(ctx, targets, results) {
+  const settings = {
+    streams: ctx.quick ? 300 : 2000,
+    warmup: ctx.quick ? 50 : 300,
+    concurrency: 8,
+    timeoutMs: (ctx.quick ? 20 : 60) * 1000,
+  };
+  log('');
+  log(
+    `  SSE cost: POST ${STREAM_PATH} (stream: true; servegate: an llm deployment) to a backend (bench/lib/forwarders.mjs`,
+  );
+  log('  sse-burst) that sends K events of 80 B back to back, each its own write, then [DONE]. Per target:');
+  log(
+    `  ${settings.warmup} streams of warm-up, then ${settings.streams} of K = ${LONG} and ${2 * settings.streams} of K = ${SHORT} (order ${LONG}, ${SHORT}, ${SHORT}, ${LONG}, half each time), ${settings.concurrency} at a time,`,
+  );
+  log(
+    "  keep-alive; CPU of the target's processes, every thread (schedstat, ns; direct: the backend's own); CPU/event",
+  );
+  log(`  = (CPU per ${LONG}-event stream − per ${SHORT}-event stream) ÷ ${LONG - SHORT}`);
+  const out = { settings };
+  for (const t of targets) {
+    try {
+      out[t.name] = await sseCostOf(t, ctx.headers, settings);
+    } catch (err) {
+      log(`  WARNING ${t.name}: SSE cost failed: ${err.message}`);
+    }
+    if (t.name === 'servegate') reportDeath(t.child, results);
+  }
+  const rows = [
+    [
+      'target',
+      `streams/s (K=${LONG})`,
+      `CPU/stream K=${LONG}`,
+      `CPU/stream K=${SHORT}`,
+      'CPU/event',
+      'streams lost',
+      'other CPU',
+    ],
+  ];
+  for (const t of targets) {
+    const r = out[t.name];
+    if (!r) continue;
+    rows.push([
+      t.name,
+      rps(r.long.rate),
+      us(r.long.cpuUsPerStream),
+      us(r.short.cpuUsPerStream),
+      us1(r.usPerEvent),
+      `${r.lost + r.errors} of ${settings.warmup + r.long.streams + r.short.streams}`,
+      cores(r.otherCores),
+    ]);
+  }
+  log('');
+  table(rows);
+  for (const t of targets) {
+    const r = out[t.name];
+    if (r?.firstProblem)
+      log(`  WARNING ${t.name}: ${r.lost} incomplete streams, ${r.errors} errors; first: ${r.firstProblem}`);
+    if (r && r.cpuSource !== 'schedstat')
+      log(`  NOTE ${t.name}: schedstat unreadable, CPU from /proc/<pid>/stat in 10 ms ticks (coarse)`);
+  }
+  if (targets.some((t) => out[t.name]?.otherCores > 0.2))
+    log('  WARNING: other processes used the CPU during these runs ("other CPU", in cores): the figures are noisy');
+  return out;
+}
+
+/** Servegate's CPU per request (logs off) split into the platform's (the bare forwarder's) and its own; undefined without both. */
+function platformSplit(results) {
+  const off = results.modes.off ?? {};
+  const cpu = (name) => usable(off[name])?.serverCpuUsPerRequest;
+  const servegate = cpu('servegate');
+  const bare = cpu('bare');
+  if (servegate === undefined || bare === undefined) return undefined;
+  return { servegate, bare, own: servegate - bare, net: cpu('net'), fastify: cpu('fastify'), nginx: cpu('nginx') };
 }
 
 /** A measurement with failed requests is not a figure: no ratio or goal is computed from it. */
@@ -374,6 +543,15 @@ function printComparison(results) {
     );
   log('  (server CPU: CPU time of the process group the client talks to, in cores; direct = the backend itself;');
   log("   other CPU: cores used meanwhile by processes that are not this benchmark's)");
+  const split = platformSplit(results);
+  if (split) {
+    log(
+      `  servegate CPU/request (logs off) ${us(split.servegate)} = platform (bare forwarder: node:http + undici) ${us(split.bare)} + servegate's own (servegate − bare) ${us(split.own)}`,
+    );
+    log(
+      `  ceiling of Node's socket layer (net: raw TCP forwarder) ${us(split.net)}; fastify + @fastify/http-proxy ${us(split.fastify)}; nginx ${us(split.nginx)}`,
+    );
+  }
   for (const mode of Object.keys(MODES)) {
     const lines = results.logLines?.[mode];
     if (!lines) continue;
@@ -615,6 +793,7 @@ function explainTail(ctx, gateway, runs, schedSamples, results) {
   log(`  during servegate's ${r.windows.length} measured slices:`);
   log(`    servegate GC pauses: ${kinds(inside)}`);
   const perRequest = (runMs * 1000) / (r.ok + r.non2xx);
+  results.openLoopTail.mainThread.usPerRequest = perRequest;
   log(
     `    servegate main thread: ${runMs.toFixed(0)} ms on a CPU (${us(perRequest)} per request), ${waitMs.toFixed(0)} ms runnable but waiting for a CPU (busy cores)`,
   );
@@ -790,18 +969,55 @@ function judge(ctx, results) {
   const s = results.sse;
   const sseFigure = s ? `gap ${ms(s.servegate.medianGapMs)} (direct ${ms(s.direct.medianGapMs)})` : 'n/a';
   results.goals.sse = goal(texts.sse, sseFigure, s?.unbuffered, 'A');
+  const sc = results.sseCost;
+  const clean = (r) => (r && !r.lost && !r.errors && Number.isFinite(r.usPerEvent) ? r : undefined);
+  const sg = clean(sc?.servegate);
+  const fa = clean(sc?.fastify);
+  const costFigure =
+    sg && fa
+      ? `${us1(sg.usPerEvent)} vs ${us1(fa.usPerEvent)} (fastify÷servegate ${ratio(fa.usPerEvent / sg.usPerEvent)})`
+      : `n/a (${!sc?.fastify ? 'no fastify row' : 'no clean run of both'})`;
+  results.goals.sseCost = goal(
+    texts.sseCost,
+    costFigure,
+    sg && fa ? sg.usPerEvent <= fa.usPerEvent / 1.5 : undefined,
+    'A',
+  );
 }
 
-/** Lines for the closing summary: the ratios against nginx, in both modes. */
-function summaryLines(results) {
+/**
+ * Lines for the closing summary: the ratios against nginx, in both modes (logs off: with the main thread's CPU per
+ * request at the open loop's rate), the platform split, the SSE cost.
+ */
+function summaryLines(ctx, results) {
   const lines = [];
+  const atRate = results.openLoopTail?.mainThread?.usPerRequest;
   for (const mode of Object.keys(MODES)) {
     const v = results.ratios[mode];
     if (v) {
       lines.push(
-        `${MODES[mode].title}: servegate ${rps(v.gw.rps)} vs nginx ${rps(v.ng.rps)} = ${ratio(v.throughput)}; CPU/request ${us(v.gw.serverCpuUsPerRequest)} vs ${us(v.ng.serverCpuUsPerRequest)} (nginx÷servegate ${ratio(v.cpuNginxOverGateway)})`,
+        `${MODES[mode].title}: servegate ${rps(v.gw.rps)} vs nginx ${rps(v.ng.rps)} = ${ratio(v.throughput)}; CPU/request ${us(v.gw.serverCpuUsPerRequest)} vs ${us(v.ng.serverCpuUsPerRequest)} (nginx÷servegate ${ratio(v.cpuNginxOverGateway)})${mode === 'off' ? `; servegate at ${ctx.rate.toLocaleString('en-US')} req/s: main thread ${us(atRate)}/request (saturated: ${us(v.gw.serverCpuUsPerRequest)}, all threads)` : ''}`,
       );
     }
+  }
+  if (!results.ratios.off && Number.isFinite(atRate))
+    lines.push(
+      `servegate at ${ctx.rate.toLocaleString('en-US')} req/s: main thread ${us(atRate)}/request (saturated, logs off: ${us(usable(results.modes.off?.servegate)?.serverCpuUsPerRequest)}, all threads)`,
+    );
+  const split = platformSplit(results);
+  if (split)
+    lines.push(
+      `logs off, CPU/request: servegate ${us(split.servegate)} = platform (bare forwarder) ${us(split.bare)} + servegate's own ${us(split.own)}; net ceiling ${us(split.net)}; fastify ${us(split.fastify)}; nginx ${us(split.nginx)}`,
+    );
+  const sc = results.sseCost;
+  if (sc) {
+    const names = Object.keys(sc).filter((n) => n !== 'settings');
+    lines.push(
+      `SSE cost, CPU per event (${LONG} vs ${SHORT} event streams): ${names.map((n) => `${n} ${us1(sc[n].usPerEvent)}`).join(', ')}`,
+    );
+    lines.push(
+      `SSE cost, CPU per ${LONG}-event stream: ${names.map((n) => `${n} ${us(sc[n].long.cpuUsPerStream)}`).join(', ')}; streams lost: ${names.reduce((a, n) => a + sc[n].lost + sc[n].errors, 0)}`,
+    );
   }
   if (results.logModeOff) lines.push(`servegate with access log off ran with: ${results.logModeOff.logMode}`);
   const b = results.baseline;
@@ -842,8 +1058,20 @@ export async function runGatewayBench(ctx) {
     results.backend = backend.kind;
     log(`  backend: ${backend.kind} on 127.0.0.1:${backend.port}; SSE backend in this process`);
     sse = await startSseBackend();
+    const burstPort = await freePort();
+    const burst = {
+      name: 'direct',
+      url: `http://127.0.0.1:${burstPort}${STREAM_PATH}`,
+      child: await startForwarder('sse-burst', { mode: 'sse-burst', port: burstPort }, async () =>
+        (await probe(`http://127.0.0.1:${burstPort}${STREAM_PATH}`, {})).includes('[DONE]'),
+      ),
+    };
+    started.push(burst.child);
+    log(`  SSE cost backend: bench/lib/forwarders.mjs sse-burst, its own process, on 127.0.0.1:${burstPort}`);
     const direct = { name: 'direct', url: `http://127.0.0.1:${backend.port}${MODEL_PATH}`, child: backend.child };
-    const manifests = cliBuilt() ? writeManifests(dir, backend.port, sse.port, { prefix, sha256 }) : undefined;
+    const manifests = cliBuilt()
+      ? writeManifests(dir, backend.port, sse.port, burstPort, { prefix, sha256 })
+      : undefined;
     if (!ctx.tools.nginx) log('  nginx: SKIPPED (not installed; apt-get install -y nginx-light)');
     if (!manifests) log(`  servegate: SKIPPED (${CLI} not built; run npx tsc -p .)`);
     log(
@@ -851,6 +1079,9 @@ export async function runGatewayBench(ctx) {
     );
     log(
       '  nginx: worker_processes 1, path strip + API-key map; servegate: node dist/cli/main.js serve --manifests, 1 process, stdout to a file',
+    );
+    log(
+      '  access log OFF only: net (raw TCP forwarder), bare (node:http + undici Pool, prefix strip, no checks), fastify (+ @fastify/http-proxy, API-key hook)',
     );
     if (ctx.baseline) {
       results.baseline = { dir: ctx.baseline.label, cli: ctx.baseline.cli, rate: ctx.rate, closedLoop: {} };
@@ -862,12 +1093,17 @@ export async function runGatewayBench(ctx) {
 
     // 1. Throughput in each access-log mode; the off-mode servers stay up for the open loop, SSE and RSS runs.
     const keep = {};
+    let forwarders = [];
     for (const mode of Object.keys(MODES)) {
       const targets = mode === 'off' ? [direct] : [];
       if (ctx.tools.nginx) {
-        const proxy = await startProxy(ctx, dir, backend.port, key, mode);
+        const proxy = await startProxy(ctx, dir, backend.port, burstPort, key, mode);
         started.push(proxy.child);
         targets.push(proxy);
+      }
+      if (mode === 'off') {
+        forwarders = await startForwarders(ctx, backend.port, burstPort, sha256, started);
+        targets.push(...forwarders);
       }
       let gateway;
       if (manifests) {
@@ -935,9 +1171,10 @@ export async function runGatewayBench(ctx) {
     printComparison(results);
     if (results.baseline) printBaselineComparison(ctx, results);
 
-    // 2. Added latency at a fixed rate (access log off); a baseline that died is left out.
+    // 2. Added latency at a fixed rate (access log off); a baseline that died is left out, and of the forwarders
+    // only bare takes part (the platform's floor).
     const old = results.baselineDied ? undefined : keep.baselineGw;
-    const openTargets = keep.targets.filter((t) => t.name !== OLD || old);
+    const openTargets = keep.targets.filter((t) => (t.name !== OLD || old) && t.name !== 'net' && t.name !== 'fastify');
     await addedLatency(ctx, openTargets, keep.gateway, results, old);
     const nl = usable(results.openLoop?.servegate);
     const ol = usable(results.openLoop?.[OLD]);
@@ -949,9 +1186,11 @@ export async function runGatewayBench(ctx) {
         oldP99Ms: ol.fromSchedule.p99,
       };
 
-    // 3. SSE and 4. RSS, through the access-log-off gateway (SSE through the baseline too, which then stops).
+    // 3. SSE, 3b. SSE cost and 4. RSS, through the access-log-off gateway (SSE and SSE cost through the baseline
+    // too, which then stops; SSE cost through every target, after which the forwarders stop).
     const gateway = keep.gateway;
-    if (gateway && !results.gatewayDied) {
+    const gatewayUp = gateway && !results.gatewayDied;
+    if (gatewayUp) {
       results.sse = await sseCheck(ctx, sse, gateway, results.baselineDied ? undefined : old);
       const so = results.sse[OLD];
       if (so)
@@ -962,8 +1201,25 @@ export async function runGatewayBench(ctx) {
           oldEvents: so.events,
           oldStatuses: so.statuses.join(','),
         };
-      if (old) await stopProcess(old.child); // not part of the RSS run
+    }
+    const costTargets = [
+      burst,
+      ...keep.targets
+        .filter((t) => t.burstUrl && t.name !== 'servegate' && t.name !== OLD)
+        .map((t) => ({ name: t.name, url: t.burstUrl, child: t.burstChild ?? t.child })),
+      ...(gatewayUp && !results.gatewayDied
+        ? [{ name: 'servegate', url: gateway.burstUrl, child: gateway.child }]
+        : []),
+      ...(old && !results.baselineDied ? [{ name: OLD, url: old.burstUrl, child: old.child }] : []),
+    ];
+    results.sseCost = await sseCost(ctx, costTargets, results);
+    for (const t of forwarders) {
+      await stopProcess(t.child);
+      await stopProcess(t.burstChild);
+    }
+    if (old) await stopProcess(old.child); // not part of the RSS run
 
+    if (gateway && !results.gatewayDied) {
       results.rss = await rssOverRequests(ctx, gateway, results.modes.off?.servegate?.rps);
       printRss(ctx, results.rss);
       reportDeath(gateway.child, results);
@@ -981,7 +1237,7 @@ export async function runGatewayBench(ctx) {
 
     log('');
     judge(ctx, results);
-    results.summary = summaryLines(results);
+    results.summary = summaryLines(ctx, results);
     return results;
   } finally {
     for (const child of started.reverse()) await stopProcess(child);

@@ -78,6 +78,12 @@ if (flags.help) {
     '  --cold-openloop: the open loop right after a closed loop on the gateway, 1 s warm-up, no settle/GC (the old way)',
   );
   log('  --requests-for-rss: requests driven through the gateway while its RSS is sampled (--quick: 100000)');
+  log('  Part A also runs, access log off only, three more closed-loop rows: net (raw TCP forwarder, the ceiling');
+  log(
+    '    of the socket layer), bare (node:http + undici, no checks: the platform) and fastify (+ @fastify/http-proxy,',
+  );
+  log('    API-key hook; skipped if not installed); and an SSE cost per target: CPU per 50-event and 1-event stream');
+  log('    and per event (2,000 + 4,000 streams per target; --quick: 300 + 600)');
   log('  --llm-seconds / --llm-warmup / --llm-rate: Part D (llm-routing), per run: measured seconds (--quick: 3),');
   log('    warm-up seconds (--quick: 1) and Poisson arrivals per second; 8 runs (2 loads × 1|2 gateways × 2 policies)');
   log(
@@ -158,7 +164,8 @@ if (ctx.llmRate <= 0 || ctx.llmSeconds <= 0) {
 }
 
 // Time limit: 6 minutes for the build and the fixed parts (3 for the build alone with --only llm-routing), plus the
-// RSS run at 3,000 requests/s at worst, plus Part D's eight runs (llm-routing.mjs timeBudgetSeconds).
+// RSS run at 3,000 requests/s at worst, plus Part D's eight runs (llm-routing.mjs timeBudgetSeconds), plus 3 minutes
+// for Part A's extra rows (net, bare, fastify closed loops, bare in the open loop, the SSE cost of 6 targets).
 // The baseline gateway (--baseline-dist) adds its closed loops in both log modes, its open-loop slices and SSE streams.
 const partA = !flags.only || flags.only === 'gateway';
 const partD = !flags.only || flags.only === 'llm-routing';
@@ -166,6 +173,7 @@ const baselineSeconds = baseline && partA ? 2 * (ctx.warmupSeconds + ctx.seconds
 const limitMs =
   ((flags.only === 'llm-routing' ? 3 * 60 : 6 * 60) +
     baselineSeconds +
+    (partA ? 3 * 60 : 0) +
     (partA ? ctx.rssRequests / 3000 : 0) +
     (partD ? llmRoutingSeconds(ctx) : 0) +
     (!flags.only || flags.only === 'streams' ? streamsSeconds(ctx) : 0)) *

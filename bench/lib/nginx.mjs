@@ -64,8 +64,24 @@ function accessLogLines(file) {
  * nginx doing the gateway's job in its simplest form: one worker, `/v1/<project>/<deployment>` stripped,
  * an API-key check by `map` on the Authorization header (401 otherwise), the key not forwarded,
  * X-Forwarded-* set, keep-alive to the backend. With `accessLog` (a file), one JSON line per request there.
+ * With `stream` ({ deployment, port }), a second location `/v1/<project>/<stream.deployment>/` does the same to an
+ * SSE backend on that port with `proxy_buffering off` (each chunk passed on as it comes).
  */
-export function proxyConfig(dir, port, backendPort, { project, deployment, key, name = 'proxy', accessLog }) {
+export function proxyConfig(dir, port, backendPort, { project, deployment, key, name = 'proxy', accessLog, stream }) {
+  const location = (prefix, upstream, extra = '') => `
+    location ${prefix} {
+      if ($sg_key_ok = 0) {
+        return 401 '{"error":"missing or invalid API key"}';
+      }
+      proxy_pass http://${upstream}/;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Authorization "";
+      proxy_set_header X-Forwarded-For $remote_addr;
+      proxy_set_header X-Forwarded-Proto $scheme;
+      proxy_set_header X-Forwarded-Host $host;
+      proxy_set_header X-Request-Id $request_id;${extra}
+    }`;
   return `${common(dir, name, 1)}
 http {${httpCommon(dir, name, accessLog)}
   map_hash_bucket_size 256;
@@ -78,21 +94,19 @@ http {${httpCommon(dir, name, accessLog)}
     server 127.0.0.1:${backendPort};
     keepalive 128;
     keepalive_requests 10000000;
+  }${
+    stream
+      ? `
+  upstream sg_stream {
+    server 127.0.0.1:${stream.port};
+    keepalive 32;
+    keepalive_requests 10000000;
+  }`
+      : ''
   }
   server {
-    listen 127.0.0.1:${port};
-    location /v1/${project}/${deployment}/ {
-      if ($sg_key_ok = 0) {
-        return 401 '{"error":"missing or invalid API key"}';
-      }
-      proxy_pass http://sg_backend/;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_set_header Authorization "";
-      proxy_set_header X-Forwarded-For $remote_addr;
-      proxy_set_header X-Forwarded-Proto $scheme;
-      proxy_set_header X-Forwarded-Host $host;
-      proxy_set_header X-Request-Id $request_id;
+    listen 127.0.0.1:${port};${location(`/v1/${project}/${deployment}/`, 'sg_backend')}${
+      stream ? location(`/v1/${project}/${stream.deployment}/`, 'sg_stream', '\n      proxy_buffering off;') : ''
     }
     location / {
       return 404 '{"error":"unknown deployment"}';
