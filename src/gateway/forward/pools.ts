@@ -18,15 +18,21 @@ const CLIENT_OPTIONS = {
   keepAliveMaxTimeout: 60_000,
 } as const;
 
-/** One backend connection (a Client) and what the origin's list knows of it. */
-interface Conn {
-  readonly client: Client;
-  /** Date.now() when its connection was made (0: not yet). */
-  bornAt: number;
+/** One backend connection: an undici Client with what the origin's list knows of it (no object of its own). */
+class Conn extends Client {
+  /** Date.now() when it was made (its connection is opened at once, for its first request). */
+  readonly bornAt = Date.now();
   /** Its index in the origin's free list, -1 while it serves a request (or is gone). */
-  free: number;
+  free = -1;
   /** Its connection closed or failed: never used again. */
-  gone: boolean;
+  gone = false;
+}
+
+/** A listener that hands `fn` the connection that emitted the event. */
+function onEmitter(fn: (c: Conn) => void): (this: Conn) => void {
+  return function (this: Conn) {
+    fn(this);
+  };
 }
 
 /** The connections to one backend origin: a free list, the newest-freed first. A Dispatcher, as a Pool is. */
@@ -34,6 +40,9 @@ export class OriginPool extends Dispatcher {
   private readonly freeList: Conn[] = [];
   private readonly all = new Set<Conn>();
   private closing = false;
+  // One listener of each kind for all the origin's connections (an emitter calls its listeners with itself as `this`).
+  private readonly onDrain: (this: Conn) => void;
+  private readonly onGone: (this: Conn) => void;
 
   constructor(
     private readonly origin: string,
@@ -41,6 +50,8 @@ export class OriginPool extends Dispatcher {
     private readonly clientTtlMs: number,
   ) {
     super();
+    this.onDrain = onEmitter((c) => this.release(c));
+    this.onGone = onEmitter((c) => this.drop(c));
   }
 
   /** Client objects the origin holds (each one connection, open or opening). */
@@ -55,7 +66,7 @@ export class OriginPool extends Dispatcher {
     }
     const now = Date.now();
     let c = this.freeList.pop();
-    while (c && (c.gone || (c.bornAt && now - c.bornAt > this.clientTtlMs))) {
+    while (c && (c.gone || now - c.bornAt > this.clientTtlMs)) {
       if (!c.gone) {
         c.free = -1;
         this.drop(c);
@@ -65,28 +76,23 @@ export class OriginPool extends Dispatcher {
     if (c) c.free = -1;
     else c = this.open();
     // One request at a time on a connection: the client says so (false) until its 'drain'.
-    if (c.client.dispatch(opts, handler)) this.release(c);
+    if (c.dispatch(opts, handler)) this.release(c);
     return true;
   }
 
   private open(): Conn {
-    const client = new Client(this.origin, { ...CLIENT_OPTIONS, connect: this.connector });
-    const c: Conn = { client, bornAt: 0, free: -1, gone: false };
+    const c = new Conn(this.origin, { ...CLIENT_OPTIONS, connect: this.connector });
     this.all.add(c);
-    client.on('connect', () => {
-      c.bornAt = Date.now();
-    });
-    client.on('drain', () => this.release(c));
-    const drop = (): void => this.drop(c);
-    client.on('disconnect', drop);
-    client.on('connectionError', drop);
+    c.on('drain', this.onDrain);
+    c.on('disconnect', this.onGone);
+    c.on('connectionError', this.onGone);
     return c;
   }
 
   /** The connection's request is done: it goes back on the free list, unless it is gone or older than the TTL. */
   private release(c: Conn): void {
     if (c.gone || c.free !== -1) return;
-    if (this.closing || (c.bornAt && Date.now() - c.bornAt > this.clientTtlMs)) return this.drop(c);
+    if (this.closing || Date.now() - c.bornAt > this.clientTtlMs) return this.drop(c);
     c.free = this.freeList.length;
     this.freeList.push(c);
   }
@@ -107,17 +113,17 @@ export class OriginPool extends Dispatcher {
       c.free = -1;
     }
     // Closed once whatever it still runs is over (after a disconnect it runs nothing: undici failed that request).
-    c.client.close().catch(() => undefined);
+    c.close().catch(() => undefined);
   }
 
   override async close(): Promise<void> {
     this.closing = true;
-    await Promise.all([...this.all].map((c) => c.client.close().catch(() => undefined)));
+    await Promise.all([...this.all].map((c) => c.close().catch(() => undefined)));
   }
 
   override async destroy(): Promise<void> {
     this.closing = true;
-    await Promise.all([...this.all].map((c) => c.client.destroy().catch(() => undefined)));
+    await Promise.all([...this.all].map((c) => c.destroy().catch(() => undefined)));
   }
 }
 
@@ -204,51 +210,66 @@ const isInterim = (b: Buffer): boolean =>
 
 const HEAD_END = Buffer.from('\r\n\r\n');
 
+/** Per backend socket: the interim-answer filter's state (on the socket itself: no closures per connection). */
+interface Filtered extends Socket {
+  /** A request head was written and no byte of its answer read yet. */
+  [kAtStart]?: boolean;
+  /** The start of an answer too short to tell yet, kept until more bytes come. */
+  [kHeld]?: Buffer;
+}
+const kAtStart = Symbol('servegate.atStart');
+const kHeld = Symbol('servegate.held');
+
 /**
  * A backend may send `100 Continue` before its answer without being asked (RFC 9110 §15.2: a client must accept any
  * number of 1xx answers). undici never sends Expect, so it takes an unasked 100 for a broken connection and destroys
  * it — after the backend processed the request. The gateway does not forward interim answers, so every 100, 102 or
  * 103 before the final answer is taken out of the bytes before undici reads them (a 100 after a 103 included).
+ * The socket's read and write (its class's: a socket fresh from the connector has no own ones) are replaced by two
+ * shared functions that call them.
  */
 function dropUnaskedContinue(socket: Socket): void {
-  const read = socket.read.bind(socket);
-  const write = socket.write.bind(socket) as (...args: unknown[]) => boolean;
-  /** A request head was written and no byte of its answer read yet. */
-  let atStart = false;
-  socket.write = ((...args: unknown[]) => {
-    const chunk = args[0];
-    // undici writes a request's head as one string starting with its method (upper case); the other strings it
-    // writes are chunk-size lines ("\r\n1f\r\n"), and bodies are buffers.
-    if (typeof chunk === 'string' && chunk.charCodeAt(0) >= 65 && chunk.charCodeAt(0) <= 90) atStart = true;
-    return write(...args);
-  }) as typeof socket.write;
-  /** The start of an answer too short to tell yet, kept until more bytes come. */
-  let held: Buffer | undefined;
-  socket.read = ((size?: number) => {
-    let chunk = read(size) as Buffer | null;
-    if (held) {
-      chunk = chunk ? Buffer.concat([held, chunk]) : held;
-      held = undefined;
+  const s = socket as Filtered;
+  s[kAtStart] = false;
+  s[kHeld] = undefined;
+  socket.write = filteredWrite;
+  socket.read = filteredRead;
+}
+
+function filteredWrite(this: Filtered, ...args: unknown[]): boolean {
+  const chunk = args[0];
+  // undici writes a request's head as one string starting with its method (upper case); the other strings it
+  // writes are chunk-size lines ("\r\n1f\r\n"), and bodies are buffers.
+  if (typeof chunk === 'string' && chunk.charCodeAt(0) >= 65 && chunk.charCodeAt(0) <= 90) this[kAtStart] = true;
+  return (Object.getPrototypeOf(this) as { write: (...a: unknown[]) => boolean }).write.apply(this, args);
+}
+
+function filteredRead(this: Filtered, size?: number): Buffer | null {
+  const read = (Object.getPrototypeOf(this) as Socket).read;
+  let chunk = read.call(this, size) as Buffer | null;
+  const held = this[kHeld];
+  if (held) {
+    chunk = chunk ? Buffer.concat([held, chunk]) : held;
+    this[kHeld] = undefined;
+  }
+  while (this[kAtStart] && chunk !== null) {
+    if (chunk.length < 13) {
+      // Not enough to tell: kept, read again when more comes.
+      this[kHeld] = chunk;
+      return null;
     }
-    while (atStart && chunk !== null) {
-      if (chunk.length < 13) {
-        // Not enough to tell: kept, read again when more comes.
-        held = chunk;
-        return null;
-      }
-      if (!isInterim(chunk)) {
-        atStart = false;
-        break;
-      }
-      const end = chunk.indexOf(HEAD_END);
-      if (end === -1) {
-        // A 100 whose head has not ended yet.
-        held = chunk;
-        return null;
-      }
-      const rest = chunk.subarray(end + 4);
-      chunk = rest.length ? rest : (read(size) as Buffer | null);
+    if (!isInterim(chunk)) {
+      this[kAtStart] = false;
+      break;
     }
-    return chunk;
-  }) as typeof socket.read;
+    const end = chunk.indexOf(HEAD_END);
+    if (end === -1) {
+      // A 100 whose head has not ended yet.
+      this[kHeld] = chunk;
+      return null;
+    }
+    const rest = chunk.subarray(end + 4);
+    chunk = rest.length ? rest : (read.call(this, size) as Buffer | null);
+  }
+  return chunk;
 }
