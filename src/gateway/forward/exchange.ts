@@ -126,7 +126,7 @@ export class Exchange implements Job, Held, CallOwner {
     if (!req.complete) {
       const late = this.clock!.look(now, this.conn.socket.bytesRead, req.readableLength > 0);
       if (late) return this.bodyTimedOut(late);
-    }
+    } else this.clock = undefined;
     // A client that stops reading its answer holds the backend as long as a stalled stream would, not longer.
     const since = this.call?.drainSince;
     if (since && now - since >= this.ctx.streamIdleMs) {
@@ -291,7 +291,14 @@ export class Exchange implements Job, Held, CallOwner {
       }
       chunks.push(c);
     };
-    const onEnd = (): void => this.bodyRead(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size), b);
+    const onEnd = (): void => {
+      // The request object lives as long as the answer (a stream: minutes): nothing of the reading stays on it.
+      req.off('data', onData);
+      req.off('end', onEnd);
+      const body = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size);
+      chunks.length = 0;
+      this.bodyRead(body, b);
+    };
     req.on('data', onData);
     req.on('end', onEnd);
   }
@@ -539,6 +546,20 @@ export class Exchange implements Job, Held, CallOwner {
   }
 
   // ---- answer ------------------------------------------------------------------------------------------------------
+
+  /**
+   * The backend's answer is on its way to the client: no retry, fallback or answer of the gateway's own can follow, so
+   * what only they need goes now (the answer may last minutes: an event stream). Kept: what the cut, the shutdown and
+   * the record read.
+   */
+  answering(call: UpstreamCall): void {
+    if (call !== this.call) return;
+    this.head = undefined;
+    this.body = null;
+    this.llm = undefined;
+    this.unhold = undefined;
+    this.extra = [];
+  }
 
   callEnded(_call: UpstreamCall, cut: string | undefined): void {
     if (cut) this.cut(cut);
