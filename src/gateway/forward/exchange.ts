@@ -106,7 +106,8 @@ export class Exchange implements Job, Held, CallOwner {
   // ---- the connection's view (Job) --------------------------------------------------------------------------------
 
   start(): void {
-    this.res.once('close', this.onClose);
+    (this.res as Answer)[kExchange] = this;
+    this.res.on('close', answerClosed);
     // The body idle clock starts now: the sweep then fires between bodyIdleMs and bodyIdleMs + its 1 s period.
     const { bodyIdleMs, bodyMinRate } = this.ctx;
     this.clock = new BodyClock(this.conn.socket.bytesRead, Date.now(), bodyIdleMs, bodyMinRate);
@@ -722,7 +723,7 @@ export class Exchange implements Job, Held, CallOwner {
   // ---- record ------------------------------------------------------------------------------------------------------
 
   /** The answer is complete, or the client is gone: record it once, free the turn. */
-  private readonly onClose = (): void => {
+  closed(): void {
     if (this.ended === 'over') return;
     const { res, req, call } = this;
     if (this.held) {
@@ -740,7 +741,7 @@ export class Exchange implements Job, Held, CallOwner {
     if (this.closeAfter && !req.complete) closeSocket(this.conn.socket);
     this.conn.done(this);
     this.release();
-  };
+  }
 
   private record(status: number): void {
     const call = this.call;
@@ -775,6 +776,16 @@ export class Exchange implements Job, Held, CallOwner {
   private release(): void {
     this.call?.release();
   }
+}
+
+/** The exchange an answer belongs to, on the answer itself: one shared 'close' listener instead of one per request. */
+const kExchange = Symbol('servegate.exchange');
+type Answer = ServerResponse & { [kExchange]?: Exchange };
+
+function answerClosed(this: Answer): void {
+  const x = this[kExchange];
+  this[kExchange] = undefined;
+  x?.closed();
 }
 
 /** Streams a chunked body through, failing once it passes max bytes. */
