@@ -44,12 +44,16 @@ export class OriginPool extends Dispatcher {
   private readonly onDrain: (this: Conn) => void;
   private readonly onGone: (this: Conn) => void;
 
+  /** Parsed once: every Client of the origin shares it (from a string each would parse its own). */
+  private readonly url: URL;
+
   constructor(
-    private readonly origin: string,
+    origin: string,
     private readonly connector: buildConnector.connector,
     private readonly clientTtlMs: number,
   ) {
     super();
+    this.url = new URL(origin);
     this.onDrain = onEmitter((c) => this.release(c));
     this.onGone = onEmitter((c) => this.drop(c));
   }
@@ -81,7 +85,7 @@ export class OriginPool extends Dispatcher {
   }
 
   private open(): Conn {
-    const c = new Conn(this.origin, { ...CLIENT_OPTIONS, connect: this.connector });
+    const c = new Conn(this.url, { ...CLIENT_OPTIONS, connect: this.connector });
     this.all.add(c);
     c.on('drain', this.onDrain);
     c.on('disconnect', this.onGone);
