@@ -76,7 +76,7 @@ export class Exchange implements Job, Held, CallOwner {
   /** LLM JSON requests: the parsed body, kept to rewrite `model` for a fallback deployment. */
   private llm: LlmRequest | undefined;
   /** Where the request goes when its deployment fails before answering. */
-  private readonly fallbacks = new Fallbacks();
+  private fallbacks: Fallbacks | undefined;
   private body: Buffer | Readable | null = null;
   private bodyLength: number | undefined;
   private chosen: Chosen | undefined;
@@ -496,7 +496,8 @@ export class Exchange implements Job, Held, CallOwner {
       this.variant = chosen.variant;
       this.extra.push('x-servegate-variant', chosen.variant);
     }
-    if (this.fallbacks.named(route)) this.setExtra('x-servegate-deployment', `${route.project}/${route.deployment}`);
+    if (route.fallbacks || this.fallbacks?.named(route))
+      this.setExtra('x-servegate-deployment', `${route.project}/${route.deployment}`);
     const headers = upstreamHeaders(this.head!, {
       clientIp: this.conn.client,
       proto: this.conn.proto,
@@ -581,7 +582,8 @@ export class Exchange implements Job, Held, CallOwner {
   private nextFallback(): Route | undefined {
     const d = this.d;
     if (!d || this.res.headersSent || !(this.body === null || Buffer.isBuffer(this.body))) return undefined;
-    return this.fallbacks.peek(this.ctx.store.current(), d.route, d.key);
+    if (!d.route.fallbacks && !this.fallbacks) return undefined;
+    return (this.fallbacks ??= new Fallbacks()).peek(this.ctx.store.current(), d.route, d.key);
   }
 
   /** Sends the request to the next fallback deployment; false when there is none. */
@@ -590,7 +592,7 @@ export class Exchange implements Job, Held, CallOwner {
     const to = this.nextFallback();
     if (!to) return false;
     const d = this.d!;
-    const from = this.fallbacks.take(d.route);
+    const from = this.fallbacks!.take(d.route);
     const ref = `${to.project}/${to.deployment}`;
     this.ctx.metrics.fallbacks.inc({ project: from.project, deployment: from.deployment, to: ref, reason });
     this.ctx.logger.info(
