@@ -1,9 +1,10 @@
 // The connection pools: after a burst, nothing of the connections opened at once stays — a connection that closes
-// takes its client object with it, and one older than the TTL is closed once its request is done.
+// takes its client object with it, and one older than the TTL is closed once its request is done; the connector of
+// http backends keeps nothing of the connect on the socket.
 import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { afterAll, beforeAll, expect, test } from '@jest/globals';
-import { Pools, type OriginPool } from '../../../src/gateway/forward/pools.js';
+import type { AddressInfo, Socket } from 'node:net';
+import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
+import { connectPlain, Pools, type OriginPool } from '../../../src/gateway/forward/pools.js';
 import { waitFor } from '../../support/wait.js';
 
 let server: Server;
@@ -66,4 +67,43 @@ test('free connections are reused: sequential requests do not open one connectio
   } finally {
     await pools.close();
   }
+});
+
+describe('connectPlain: the connector of http backends', () => {
+  test('a connected socket carries no listener of the connect (undici would keep its error listener for life)', async () => {
+    const port = Number(new URL(origin).port);
+    const socket = await new Promise<Socket>((resolve, reject) =>
+      connectPlain(
+        { hostname: '127.0.0.1', host: `127.0.0.1:${port}`, protocol: 'http:', port: String(port), servername: '' },
+        (err, s) => (err ? reject(err) : resolve(s as Socket)),
+      ),
+    );
+    try {
+      expect(socket.listenerCount('error')).toBe(0);
+      expect(socket.listenerCount('connect')).toBe(0);
+      expect(socket.remotePort).toBe(port);
+    } finally {
+      socket.destroy();
+    }
+  });
+
+  test('a refused connect calls back once, with the socket error (the code the retry reads)', async () => {
+    // A port that was just free: nothing listens there.
+    const probe = createServer();
+    await new Promise<void>((r) => probe.listen(0, '127.0.0.1', () => r()));
+    const port = (probe.address() as AddressInfo).port;
+    await new Promise((r) => probe.close(r));
+    const calls: Array<string | undefined> = [];
+    await new Promise<void>((resolve) =>
+      connectPlain(
+        { hostname: '127.0.0.1', host: `127.0.0.1:${port}`, protocol: 'http:', port: String(port), servername: '' },
+        (err, _socket) => {
+          calls.push((err as NodeJS.ErrnoException | null)?.code);
+          resolve();
+        },
+      ),
+    );
+    await new Promise((r) => setTimeout(r, 50)); // a second call would come within this
+    expect(calls).toEqual(['ECONNREFUSED']);
+  });
 });
