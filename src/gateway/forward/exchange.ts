@@ -76,7 +76,7 @@ export class Exchange implements Job, Held, CallOwner {
   /** LLM JSON requests: the parsed body, kept to rewrite `model` for a fallback deployment. */
   private llm: LlmRequest | undefined;
   /** Where the request goes when its deployment fails before answering. */
-  private readonly fallbacks = new Fallbacks();
+  private fallbacks: Fallbacks | undefined;
   private body: Buffer | Readable | null = null;
   private bodyLength: number | undefined;
   private chosen: Chosen | undefined;
@@ -106,7 +106,8 @@ export class Exchange implements Job, Held, CallOwner {
   // ---- the connection's view (Job) --------------------------------------------------------------------------------
 
   start(): void {
-    this.res.once('close', this.onClose);
+    (this.res as Answer)[kExchange] = this;
+    this.res.on('close', answerClosed);
     // The body idle clock starts now: the sweep then fires between bodyIdleMs and bodyIdleMs + its 1 s period.
     const { bodyIdleMs, bodyMinRate } = this.ctx;
     this.clock = new BodyClock(this.conn.socket.bytesRead, Date.now(), bodyIdleMs, bodyMinRate);
@@ -126,7 +127,7 @@ export class Exchange implements Job, Held, CallOwner {
     if (!req.complete) {
       const late = this.clock!.look(now, this.conn.socket.bytesRead, req.readableLength > 0);
       if (late) return this.bodyTimedOut(late);
-    }
+    } else this.clock = undefined;
     // A client that stops reading its answer holds the backend as long as a stalled stream would, not longer.
     const since = this.call?.drainSince;
     if (since && now - since >= this.ctx.streamIdleMs) {
@@ -291,7 +292,14 @@ export class Exchange implements Job, Held, CallOwner {
       }
       chunks.push(c);
     };
-    const onEnd = (): void => this.bodyRead(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size), b);
+    const onEnd = (): void => {
+      // The request object lives as long as the answer (a stream: minutes): nothing of the reading stays on it.
+      req.off('data', onData);
+      req.off('end', onEnd);
+      const body = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size);
+      chunks.length = 0;
+      this.bodyRead(body, b);
+    };
     req.on('data', onData);
     req.on('end', onEnd);
   }
@@ -488,7 +496,8 @@ export class Exchange implements Job, Held, CallOwner {
       this.variant = chosen.variant;
       this.extra.push('x-servegate-variant', chosen.variant);
     }
-    if (this.fallbacks.named(route)) this.setExtra('x-servegate-deployment', `${route.project}/${route.deployment}`);
+    if (route.fallbacks || this.fallbacks?.named(route))
+      this.setExtra('x-servegate-deployment', `${route.project}/${route.deployment}`);
     const headers = upstreamHeaders(this.head!, {
       clientIp: this.conn.client,
       proto: this.conn.proto,
@@ -540,6 +549,20 @@ export class Exchange implements Job, Held, CallOwner {
 
   // ---- answer ------------------------------------------------------------------------------------------------------
 
+  /**
+   * The backend's answer is on its way to the client: no retry, fallback or answer of the gateway's own can follow, so
+   * what only they need goes now (the answer may last minutes: an event stream). Kept: what the cut, the shutdown and
+   * the record read.
+   */
+  answering(call: UpstreamCall): void {
+    if (call !== this.call) return;
+    this.head = undefined;
+    this.body = null;
+    this.llm = undefined;
+    this.unhold = undefined;
+    this.extra = [];
+  }
+
   callEnded(_call: UpstreamCall, cut: string | undefined): void {
     if (cut) this.cut(cut);
   }
@@ -559,7 +582,8 @@ export class Exchange implements Job, Held, CallOwner {
   private nextFallback(): Route | undefined {
     const d = this.d;
     if (!d || this.res.headersSent || !(this.body === null || Buffer.isBuffer(this.body))) return undefined;
-    return this.fallbacks.peek(this.ctx.store.current(), d.route, d.key);
+    if (!d.route.fallbacks && !this.fallbacks) return undefined;
+    return (this.fallbacks ??= new Fallbacks()).peek(this.ctx.store.current(), d.route, d.key);
   }
 
   /** Sends the request to the next fallback deployment; false when there is none. */
@@ -568,7 +592,7 @@ export class Exchange implements Job, Held, CallOwner {
     const to = this.nextFallback();
     if (!to) return false;
     const d = this.d!;
-    const from = this.fallbacks.take(d.route);
+    const from = this.fallbacks!.take(d.route);
     const ref = `${to.project}/${to.deployment}`;
     this.ctx.metrics.fallbacks.inc({ project: from.project, deployment: from.deployment, to: ref, reason });
     this.ctx.logger.info(
@@ -701,7 +725,7 @@ export class Exchange implements Job, Held, CallOwner {
   // ---- record ------------------------------------------------------------------------------------------------------
 
   /** The answer is complete, or the client is gone: record it once, free the turn. */
-  private readonly onClose = (): void => {
+  closed(): void {
     if (this.ended === 'over') return;
     const { res, req, call } = this;
     if (this.held) {
@@ -719,7 +743,7 @@ export class Exchange implements Job, Held, CallOwner {
     if (this.closeAfter && !req.complete) closeSocket(this.conn.socket);
     this.conn.done(this);
     this.release();
-  };
+  }
 
   private record(status: number): void {
     const call = this.call;
@@ -754,6 +778,16 @@ export class Exchange implements Job, Held, CallOwner {
   private release(): void {
     this.call?.release();
   }
+}
+
+/** The exchange an answer belongs to, on the answer itself: one shared 'close' listener instead of one per request. */
+const kExchange = Symbol('servegate.exchange');
+type Answer = ServerResponse & { [kExchange]?: Exchange };
+
+function answerClosed(this: Answer): void {
+  const x = this[kExchange];
+  this[kExchange] = undefined;
+  x?.closed();
 }
 
 /** Streams a chunked body through, failing once it passes max bytes. */

@@ -25,6 +25,8 @@ export interface CallOwner {
   divert(call: UpstreamCall, status: number): boolean;
   /** The backend's answer ended: completely, or cut (`cut` names why). */
   callEnded(call: UpstreamCall, cut: string | undefined): void;
+  /** The backend's answer started: its status and headers are written to the client. */
+  answering(call: UpstreamCall): void;
   /** The call failed: before the answer started (the owner answers) or during it (the owner cuts). */
   callFailed(call: UpstreamCall, err: Error): void;
 }
@@ -76,6 +78,8 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   private abortFn: ((err?: Error) => void) | undefined;
   private abortReason: Error | undefined;
   private resumeFn: (() => void) | undefined;
+  /** The client's answer (opts.res; opts itself is let go once the answer's head is written). */
+  private res: ServerResponse | undefined;
 
   private readonly origin: string;
 
@@ -87,6 +91,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     private readonly loads: EndpointLoads,
   ) {
     metrics.inflightNow++;
+    this.res = opts!.res;
     this.origin = opts!.origin;
     loads.begin(this.origin);
   }
@@ -135,11 +140,13 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     this.closeDelimited = !down.length && !down.chunked && !NO_BODY_STATUS(status) && !opts.head;
     res.writeHead(status, list);
     if (sse) res.flushHeaders();
+    this.opts = undefined;
+    this.owner?.answering(this);
     return true;
   }
 
   onData(data: Buffer): boolean {
-    const res = this.opts?.res;
+    const res = this.res;
     if (this.stopped || this.over || !res || res.destroyed) return false;
     let chunk: Buffer | undefined = data;
     if (this.meter) {
@@ -149,24 +156,22 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     this.bytesOut += chunk.length;
     if (res.write(chunk)) return true;
     this.drainSince = Date.now();
-    res.once('drain', this.onDrain);
+    // Made only when the client falls behind (most calls never need it).
+    res.once('drain', () => {
+      this.drainSince = 0;
+      this.resumeFn?.();
+    });
     return false;
   }
 
-  private readonly onDrain = (): void => {
-    this.drainSince = 0;
-    this.resumeFn?.();
-  };
-
   onComplete(trailers: string[] | null): void {
-    const opts = this.opts;
-    if (this.over || !opts) return;
+    const res = this.res;
+    if (this.over || !res) return;
     this.settle();
     this.endAt = performance.now();
     const owner = this.owner!;
     // The backend reset a close-delimited answer: the client must see it cut, never a clean end.
     if (this.closeDelimited && this.pools.resetNow) return owner.callEnded(this, 'reset');
-    const res = opts.res;
     if (trailers && trailers.length && res.chunkedEncoding) {
       const t: Array<[string, string]> = [];
       for (let i = 0; i < trailers.length; i += 2) t.push([String(trailers[i]), String(trailers[i + 1])]);
@@ -191,7 +196,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   release(): void {
     this.settle();
     this.over = true;
-    this.owner = this.opts = this.abortFn = this.resumeFn = undefined;
+    this.owner = this.opts = this.res = this.abortFn = this.resumeFn = undefined;
   }
 
   private settle(): void {

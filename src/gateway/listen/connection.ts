@@ -44,7 +44,7 @@ export class Conn {
     this.client = a.startsWith('::ffff:') ? a.slice(7) : a;
     this.proto = (socket as { encrypted?: boolean }).encrypted ? 'https' : 'http';
     (socket as unknown as Record<symbol, Conn>)[kConn] = this;
-    socket.once('close', () => this.onClose());
+    socket.on('close', Conn.socketClosed);
   }
 
   static of(socket: Socket): Conn | undefined {
@@ -106,6 +106,11 @@ export class Conn {
 
   deadline(): void {
     this.active?.deadline();
+  }
+
+  /** One shared listener for every socket's 'close' (an emitter calls it with itself as `this`). */
+  private static socketClosed(this: Socket): void {
+    Conn.of(this)?.onClose();
   }
 
   private onClose(): void {

@@ -107,6 +107,8 @@ export function carriesText(buf: Buffer, s: number, stop: number): boolean {
 
 type Piece = Buffer | [number, number];
 
+const NOTHING = Object.freeze([]) as unknown as never[];
+
 export class SseUsageMeter implements UsageMeter {
   usage: TokenUsage | undefined;
   generated = 0;
@@ -118,19 +120,23 @@ export class SseUsageMeter implements UsageMeter {
   private carryLength = 0;
   // strip only ---------------------------------------------------------------------------------------------------
   /** The current event: copies (earlier chunks, rewritten lines) and [start, end) ranges of the chunk being read. */
-  private ev: Piece[] = [];
+  private ev: Piece[];
   private evLength = 0;
   /** The current event grew past MAX_EVENT: its bytes pass as they come, unstripped. */
   private passing = false;
   /** The current event carries only the usage the client did not ask for. */
   private drop = false;
   /** While a chunk is read: what goes out, the open run of it that is a range of the chunk. */
-  private out: Buffer[] = [];
+  private out: Buffer[];
   private runStart = -1;
   private runEnd = -1;
   private chunk: Buffer | undefined;
 
-  constructor(private readonly strip: boolean) {}
+  constructor(private readonly strip: boolean) {
+    // Without strip nothing is held or rewritten: one shared, frozen empty list (a meter lives as long as its stream).
+    this.ev = strip ? [] : NOTHING;
+    this.out = strip ? [] : NOTHING;
+  }
 
   push(chunk: Buffer, now: number): Buffer | undefined {
     const strip = this.strip;

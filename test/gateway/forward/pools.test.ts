@@ -1,8 +1,10 @@
-// The connection pools: after a burst, the clients of connections opened at once do not stay for the pool's life.
+// The connection pools: after a burst, nothing of the connections opened at once stays — a connection that closes
+// takes its client object with it, and one older than the TTL is closed once its request is done; the connector of
+// http backends keeps nothing of the connect on the socket.
 import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { afterAll, beforeAll, expect, test } from '@jest/globals';
-import { Pools } from '../../../src/gateway/forward/pools.js';
+import type { AddressInfo, Socket } from 'node:net';
+import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
+import { connectPlain, Pools, type OriginPool } from '../../../src/gateway/forward/pools.js';
 import { waitFor } from '../../support/wait.js';
 
 let server: Server;
@@ -19,26 +21,89 @@ afterAll(async () => {
   await new Promise((r) => server.close(r));
 });
 
+const call = async (pool: OriginPool): Promise<string> => {
+  const r = await pool.request({ path: '/', method: 'GET' });
+  return r.body.text();
+};
+
 test('a burst of 20 concurrent requests: its 20 connections are closed once older than the client TTL', async () => {
   const pools = new Pools(300_000, 150);
   try {
     const pool = pools.get(origin);
-    const call = async () => {
-      const r = await pool.request({ path: '/', method: 'GET' });
-      return r.body.text();
-    };
-    // undici's own list of the pool's clients (no public count: PoolStats counts sockets, not client objects).
-    const kClients = Object.getOwnPropertySymbols(pool).find((s) => s.description === 'clients')!;
-    const clients = () => (pool as unknown as Record<symbol, unknown[]>)[kClients].length;
-    expect(await Promise.all(Array.from({ length: 20 }, call))).toEqual(Array(20).fill('ok'));
-    expect(pool.stats.connected).toBe(20);
-    expect(clients()).toBeGreaterThanOrEqual(20); // one per connection (undici may hold one more, unconnected)
+    expect(await Promise.all(Array.from({ length: 20 }, () => call(pool)))).toEqual(Array(20).fill('ok'));
+    expect(pool.clients).toBe(20); // one per connection, no spare
     // Older than the TTL: the next request's pick closes them, and goes on a fresh connection.
     await new Promise((r) => setTimeout(r, 200)); // the stimulus: connections aging past the 150 ms TTL
-    expect(await call()).toBe('ok');
-    await waitFor(() => clients() <= 2, 'the aged clients to leave the pool');
-    expect(clients()).toBeLessThanOrEqual(2); // the one that served, and the spare undici keeps
+    expect(await call(pool)).toBe('ok');
+    expect(pool.clients).toBe(1); // the fresh one
   } finally {
     await pools.close();
   }
+});
+
+test('connections closed by the backend leave the pool at once, without a request to notice', async () => {
+  const pools = new Pools();
+  try {
+    const pool = pools.get(origin);
+    expect(await Promise.all(Array.from({ length: 20 }, () => call(pool)))).toEqual(Array(20).fill('ok'));
+    expect(pool.clients).toBe(20);
+    server.closeIdleConnections(); // the stimulus: the backend ends its idle keep-alive connections
+    await waitFor(() => pool.clients === 0, 'the closed connections to leave the pool');
+    // The pool still serves, on a new connection.
+    expect(await call(pool)).toBe('ok');
+    expect(pool.clients).toBe(1);
+  } finally {
+    await pools.close();
+  }
+});
+
+test('free connections are reused: sequential requests do not open one connection each', async () => {
+  const pools = new Pools();
+  try {
+    const pool = pools.get(origin);
+    for (let i = 0; i < 10; i++) expect(await call(pool)).toBe('ok');
+    // undici frees a connection a microtask after the answer's end, so the next request may find it still busy.
+    expect(pool.clients).toBeLessThanOrEqual(2);
+  } finally {
+    await pools.close();
+  }
+});
+
+describe('connectPlain: the connector of http backends', () => {
+  test('a connected socket carries no listener of the connect (undici would keep its error listener for life)', async () => {
+    const port = Number(new URL(origin).port);
+    const socket = await new Promise<Socket>((resolve, reject) =>
+      connectPlain(
+        { hostname: '127.0.0.1', host: `127.0.0.1:${port}`, protocol: 'http:', port: String(port), servername: '' },
+        (err, s) => (err ? reject(err) : resolve(s as Socket)),
+      ),
+    );
+    try {
+      expect(socket.listenerCount('error')).toBe(0);
+      expect(socket.listenerCount('connect')).toBe(0);
+      expect(socket.remotePort).toBe(port);
+    } finally {
+      socket.destroy();
+    }
+  });
+
+  test('a refused connect calls back once, with the socket error (the code the retry reads)', async () => {
+    // A port that was just free: nothing listens there.
+    const probe = createServer();
+    await new Promise<void>((r) => probe.listen(0, '127.0.0.1', () => r()));
+    const port = (probe.address() as AddressInfo).port;
+    await new Promise((r) => probe.close(r));
+    const calls: Array<string | undefined> = [];
+    await new Promise<void>((resolve) =>
+      connectPlain(
+        { hostname: '127.0.0.1', host: `127.0.0.1:${port}`, protocol: 'http:', port: String(port), servername: '' },
+        (err, _socket) => {
+          calls.push((err as NodeJS.ErrnoException | null)?.code);
+          resolve();
+        },
+      ),
+    );
+    await new Promise((r) => setTimeout(r, 50)); // a second call would come within this
+    expect(calls).toEqual(['ECONNREFUSED']);
+  });
 });
