@@ -99,7 +99,11 @@ export async function startGatewayProcess(
     ...(gcLog ? ['--import', GC_PROBE] : []),
     ...(profileDir ? ['--cpu-prof', '--cpu-prof-dir', profileDir] : []),
   ];
-  const child = startProcess(name, process.execPath, [...nodeArgs, ...args], {
+  // BENCH_GATEWAY_NODE_FLAGS: node/V8 flags for this build's gateway only (not a --baseline-dist build's), so that
+  // one run compares the same code with and without them (e.g. --max-semi-space-size=16).
+  const extra =
+    cli === CLI && process.env.BENCH_GATEWAY_NODE_FLAGS ? process.env.BENCH_GATEWAY_NODE_FLAGS.split(/\s+/) : [];
+  const child = startProcess(name, process.execPath, [...extra, ...nodeArgs, ...args], {
     env: { ...process.env, ...env, ...(gcLog ? { BENCH_GC_LOG: gcLog } : {}) },
     cwd: ROOT,
     stdoutFile: join(dir, `${name}-stdout.log`),
