@@ -70,6 +70,7 @@ export function goalTexts(ctx) {
     throughput: 'throughput >= 0.35x nginx (logs off)',
     stretch: 'throughput >= 0.48x nginx (logs off, stretch)',
     addedLatency: `p99 added latency <= 1 ms at ${ctx.rate} req/s`,
+    addedVsNginx: `p99 added latency <= 3x nginx's at ${ctx.rate} req/s`,
     rss: `RSS flat (±10 %) over ${ctx.rssRequests.toLocaleString('en-US')} requests`,
     sse: 'SSE chunks pass unbuffered',
     sseCost: "SSE per-event CPU <= fastify's ÷ 1.5",
@@ -751,10 +752,12 @@ async function addedLatency(ctx, targets, gateway, results, baselineGw) {
     gl && dl
       ? { p50Ms: gl.fromSchedule.p50 - dl.fromSchedule.p50, p99Ms: gl.fromSchedule.p99 - dl.fromSchedule.p99 }
       : undefined;
+  const nl = usable(runs.nginx);
+  if (results.added && nl) results.added.nginxP99Ms = nl.fromSchedule.p99 - dl.fromSchedule.p99;
   if (results.added) {
     log('');
     log(
-      `  servegate added latency at ${ctx.rate} req/s: p50 ${signedMs(results.added.p50Ms)}, p99 ${signedMs(results.added.p99Ms)}`,
+      `  servegate added latency at ${ctx.rate} req/s: p50 ${signedMs(results.added.p50Ms)}, p99 ${signedMs(results.added.p99Ms)}${results.added.nginxP99Ms === undefined ? '' : ` (nginx p99 ${signedMs(results.added.nginxP99Ms)})`}`,
     );
   }
   const ol = usable(runs[OLD]);
@@ -960,6 +963,13 @@ function judge(ctx, results) {
     texts.addedLatency,
     `${signedMs(a)} (p50 ${signedMs(results.added?.p50Ms)})`,
     a === undefined ? undefined : a <= 1,
+    'A',
+  );
+  const n = results.added?.nginxP99Ms;
+  results.goals.addedVsNginx = goal(
+    texts.addedVsNginx,
+    n === undefined ? 'n/a (no usable nginx run)' : `${signedMs(a)} vs nginx ${signedMs(n)}`,
+    a === undefined || n === undefined ? undefined : a <= 3 * Math.max(n, 0),
     'A',
   );
   const r = results.rss;

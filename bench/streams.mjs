@@ -368,6 +368,7 @@ export async function runStreamsBench(ctx) {
     `  ${streams.toLocaleString('en-US')} SSE streams per target, 1 event/s each for ${seconds} s, one connection per stream (no keep-alive); ` +
       `children run with ulimit -n ${fds} (hard limit ${hard})`,
   );
+  if (process.env.BENCH_GATEWAY_PRELOAD) log(`  servegate runs with LD_PRELOAD=${process.env.BENCH_GATEWAY_PRELOAD}`);
 
   const started = [];
   try {
@@ -424,6 +425,10 @@ export async function runStreamsBench(ctx) {
         args.push('--port', String(port), '--admin-port', String(adminPort));
         t.child = startProcess('servegate streams', ...ulimit(process.execPath, args), {
           cwd: ctx.root,
+          // BENCH_GATEWAY_PRELOAD: a library preloaded into the gateway only (e.g. an allocator: libjemalloc.so.2).
+          env: process.env.BENCH_GATEWAY_PRELOAD
+            ? { ...process.env, LD_PRELOAD: process.env.BENCH_GATEWAY_PRELOAD }
+            : process.env,
           stdoutFile: join(dir, 'servegate-stdout.log'),
         });
         started.push(t.child);
