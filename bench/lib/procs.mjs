@@ -293,15 +293,16 @@ export function groupCpuSeconds(pgid) {
   return cpuOfGroups([pgid])?.get(pgid);
 }
 
-/** Map pgid → CPU seconds (user + system) of the live processes of each group, in one scan of /proc. */
-function cpuOfGroups(pgids) {
-  clockTicks ??= Number(spawnSyncText('getconf', ['CLK_TCK'])) || 100;
-  const ticks = new Map(pgids.map((g) => [g, 0]));
+/**
+ * Calls fn(pid, fields) for every live process, `fields` being /proc/<pid>/stat after the command name "(...)":
+ * state ppid pgrp ... utime(11) stime(12), counted from 0. false when /proc cannot be read.
+ */
+export function forEachProcess(fn) {
   let entries = [];
   try {
     entries = readdirSync('/proc');
   } catch {
-    return undefined;
+    return false;
   }
   for (const entry of entries) {
     if (!/^\d+$/.test(entry)) continue;
@@ -311,11 +312,20 @@ function cpuOfGroups(pgids) {
     } catch {
       continue;
     }
-    // Fields after the command name "(...)": state ppid pgrp ... utime(14) stime(15), counted from 1 overall.
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    fn(entry, stat.slice(stat.lastIndexOf(')') + 2).split(' '));
+  }
+  return true;
+}
+
+/** Map pgid → CPU seconds (user + system) of the live processes of each group, in one scan of /proc. */
+function cpuOfGroups(pgids) {
+  clockTicks ??= Number(spawnSyncText('getconf', ['CLK_TCK'])) || 100;
+  const ticks = new Map(pgids.map((g) => [g, 0]));
+  const read = forEachProcess((_pid, fields) => {
     const pgrp = Number(fields[2]);
     if (ticks.has(pgrp)) ticks.set(pgrp, ticks.get(pgrp) + Number(fields[11]) + Number(fields[12]));
-  }
+  });
+  if (!read) return undefined;
   return new Map([...ticks].map(([g, t]) => [g, t / clockTicks]));
 }
 

@@ -8,7 +8,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Pool } from 'undici';
-import { cpuSnapshot, groupCpuSeconds, otherCores } from './procs.mjs';
+import { cpuSnapshot, forEachProcess, groupCpuSeconds, otherCores } from './procs.mjs';
 
 /** Events per long stream and per short stream. */
 export const LONG = 50;
@@ -28,37 +28,24 @@ export const SSE_COST_BODY = JSON.stringify({
 function groupCpuPrecise(pgid) {
   let ns = 0;
   let seen = false;
-  let entries = [];
-  try {
-    entries = readdirSync('/proc');
-  } catch {
-    return undefined;
-  }
-  for (const entry of entries) {
-    if (!/^\d+$/.test(entry)) continue;
-    let stat;
-    try {
-      stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-    } catch {
-      continue;
-    }
-    if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[2]) !== pgid) continue;
+  const read = forEachProcess((pid, fields) => {
+    if (Number(fields[2]) !== pgid) return;
     let tasks = [];
     try {
-      tasks = readdirSync(`/proc/${entry}/task`);
+      tasks = readdirSync(`/proc/${pid}/task`);
     } catch {
-      continue;
+      return;
     }
     for (const tid of tasks) {
       try {
-        ns += Number(readFileSync(`/proc/${entry}/task/${tid}/schedstat`, 'utf8').split(' ')[0]);
+        ns += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0]);
         seen = true;
       } catch {
         /* thread gone */
       }
     }
-  }
-  return seen ? ns / 1e9 : undefined;
+  });
+  return read && seen ? ns / 1e9 : undefined;
 }
 
 /** `data:` events in a stream's text, the final `data: [DONE]` apart. */
