@@ -64,6 +64,20 @@ describe('Dockerfile', () => {
     expect(values.podSecurityContext.runAsUser).toBe(uid);
   });
 
+  test('the runtime preloads jemalloc from one path on every architecture, installed before the user drops root', () => {
+    const env = ins(runtime, 'ENV').find((e) => e.args.startsWith('LD_PRELOAD='))!;
+    const path = env.args.slice('LD_PRELOAD='.length);
+    expect(path).toBe('/usr/local/lib/libjemalloc.so.2');
+    const runs = ins(runtime, 'RUN').map((r) => r.args);
+    const install = runs.findIndex((a) => a.includes('libjemalloc2') && a.includes(`ln -s`) && a.includes(path));
+    expect(install).toBeGreaterThanOrEqual(0);
+    expect(runs[install]).toMatch(/--no-install-recommends/);
+    expect(runs[install]).toMatch(/rm -rf \/var\/lib\/apt\/lists/);
+    const order = runtime.instructions;
+    const at = (pred: (i: Instruction) => boolean) => order.findIndex(pred);
+    expect(at((i) => i.op === 'RUN' && i.args.includes('libjemalloc2'))).toBeLessThan(at((i) => i.op === 'USER'));
+  });
+
   test('exposes the gateway and admin ports the chart uses', () => {
     expect(ins(runtime, 'EXPOSE')[0].args.split(/\s+/).sort()).toEqual(['8080', '9090']);
   });
