@@ -27,7 +27,11 @@ const CONNECT_TIMEOUT_MS = 5_000;
  * 0.3 KB per backend connection, one per open stream). The caller adds its own error listener in the callback, before
  * undici's client adds its.
  */
-export function connectPlain(opts: buildConnector.Options, cb: buildConnector.Callback): void {
+export function connectPlain(
+  opts: buildConnector.Options,
+  cb: buildConnector.Callback,
+  timeoutMs = CONNECT_TIMEOUT_MS,
+): void {
   const port = Number(opts.port) || 80;
   // highWaterMark: a Duplex option Node's net takes, missing from its connect options' type.
   const options: NetConnectOpts & { highWaterMark: number } = {
@@ -42,10 +46,10 @@ export function connectPlain(opts: buildConnector.Options, cb: buildConnector.Ca
   const timer = setTimeout(() => {
     socket.destroy(
       new errors.ConnectTimeoutError(
-        `Connect Timeout Error (attempted address: ${opts.hostname}:${port}, timeout: ${CONNECT_TIMEOUT_MS}ms)`,
+        `Connect Timeout Error (attempted address: ${opts.hostname}:${port}, timeout: ${timeoutMs}ms)`,
       ),
     );
-  }, CONNECT_TIMEOUT_MS);
+  }, timeoutMs);
   const connected = (): void => {
     clearTimeout(timer);
     socket.off('error', failed);

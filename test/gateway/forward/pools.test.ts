@@ -2,7 +2,8 @@
 // takes its client object with it, and one older than the TTL is closed once its request is done; the connector of
 // http backends keeps nothing of the connect on the socket.
 import { createServer, type Server } from 'node:http';
-import type { AddressInfo, Socket } from 'node:net';
+import { spawn } from 'node:child_process';
+import { connect as netConnect, type AddressInfo, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import { connectPlain, Pools, type OriginPool } from '../../../src/gateway/forward/pools.js';
 import { waitFor } from '../../support/wait.js';
@@ -107,5 +108,58 @@ describe('connectPlain: the connector of http backends', () => {
     );
     await new Promise((r) => setTimeout(r, 50)); // a second call would come within this
     expect(calls).toEqual(['ECONNREFUSED']);
+  });
+
+  test('a connect that never completes ends with UND_ERR_CONNECT_TIMEOUT after the timeout, once, with no socket handed over', async () => {
+    // A listener that never accepts, with a backlog of 0: once its accept queue is full the kernel drops further SYNs,
+    // so a connect there hangs as one to a blackholed address would (loopback only).
+    const listener = spawn(
+      'python3',
+      [
+        '-c',
+        "import socket,time\ns=socket.socket()\ns.bind(('127.0.0.1',0))\ns.listen(0)\nprint(s.getsockname()[1],flush=True)\ntime.sleep(20)",
+      ],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    const fillers: Socket[] = [];
+    try {
+      const port = await new Promise<number>((resolve, reject) => {
+        listener.stdout.once('data', (d: Buffer) => resolve(Number(String(d).trim())));
+        listener.once('error', reject);
+      });
+      // Fill the accept queue: connect until one does not complete within 300 ms.
+      for (let i = 0; i < 8; i++) {
+        const s = netConnect(port, '127.0.0.1');
+        fillers.push(s);
+        s.on('error', () => undefined);
+        const connected = await new Promise<boolean>((r) => {
+          const t = setTimeout(() => r(false), 300);
+          s.once('connect', () => {
+            clearTimeout(t);
+            r(true);
+          });
+        });
+        if (!connected) break;
+      }
+      const calls: Array<{ code: string | undefined; socket: unknown }> = [];
+      const started = Date.now();
+      await new Promise<void>((resolve) =>
+        connectPlain(
+          { hostname: '127.0.0.1', host: `127.0.0.1:${port}`, protocol: 'http:', port: String(port), servername: '' },
+          (err, socket) => {
+            calls.push({ code: (err as NodeJS.ErrnoException | null)?.code, socket });
+            resolve();
+          },
+          200,
+        ),
+      );
+      const waited = Date.now() - started;
+      await new Promise((r) => setTimeout(r, 50)); // a second call would come within this
+      expect(calls).toEqual([{ code: 'UND_ERR_CONNECT_TIMEOUT', socket: null }]);
+      expect(waited).toBeGreaterThanOrEqual(190);
+    } finally {
+      for (const s of fillers) s.destroy();
+      listener.kill();
+    }
   });
 });
