@@ -26,9 +26,9 @@ LABEL org.opencontainers.image.title="servegate" \
       org.opencontainers.image.licenses="Apache-2.0"
 ENV NODE_ENV=production
 # jemalloc as the process's malloc: glibc's heap keeps the native memory of connections that have closed (it shrinks
-# only from the top), so after a burst of long streams RSS stayed 56-58 % above its baseline; with jemalloc it came
-# back, and each open stream held 17.7 KB instead of 20.4 (docs/performance.md, Part E). One path for every
-# architecture; if the file were missing, the loader would warn and go on with glibc's malloc.
+# only from the top), so 5 s after a burst of 9,900 streams RSS stayed 55 % above its baseline; with jemalloc it came
+# back to within 3 % (docs/performance.md, Part E). One path for every architecture; if the file were missing, the
+# loader would warn and go on with glibc's malloc.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends libjemalloc2 \
     && rm -rf /var/lib/apt/lists/* \

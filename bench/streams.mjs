@@ -9,7 +9,7 @@
 // both after a forced full GC through its inspector, as Part A does).
 // Also run as a child: `node bench/streams.mjs backend <port>` / `node bench/streams.mjs client <json options>`.
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { Agent, createServer, request as httpRequest } from 'node:http';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -368,7 +368,15 @@ export async function runStreamsBench(ctx) {
     `  ${streams.toLocaleString('en-US')} SSE streams per target, 1 event/s each for ${seconds} s, one connection per stream (no keep-alive); ` +
       `children run with ulimit -n ${fds} (hard limit ${hard})`,
   );
-  if (process.env.BENCH_GATEWAY_PRELOAD) log(`  servegate runs with LD_PRELOAD=${process.env.BENCH_GATEWAY_PRELOAD}`);
+  // The gateway runs as the container image runs it: jemalloc preloaded as malloc (Dockerfile), when this machine has
+  // the library (apt-get install -y libjemalloc2). BENCH_GATEWAY_PRELOAD=<library> preloads another one, =none nothing.
+  const asked = process.env.BENCH_GATEWAY_PRELOAD;
+  const preload = asked === 'none' ? undefined : (asked ?? findJemalloc());
+  log(
+    preload
+      ? `  servegate runs with LD_PRELOAD=${preload}${asked ? ' (BENCH_GATEWAY_PRELOAD)' : ' (jemalloc, as the container image runs it)'}`
+      : `  servegate runs with glibc's malloc${asked === 'none' ? ' (BENCH_GATEWAY_PRELOAD=none)' : '; the container image preloads jemalloc (apt-get install -y libjemalloc2 to measure it so)'}`,
+  );
 
   const started = [];
   try {
@@ -425,10 +433,7 @@ export async function runStreamsBench(ctx) {
         args.push('--port', String(port), '--admin-port', String(adminPort));
         t.child = startProcess('servegate streams', ...ulimit(process.execPath, args), {
           cwd: ctx.root,
-          // BENCH_GATEWAY_PRELOAD: a library preloaded into the gateway only (e.g. an allocator: libjemalloc.so.2).
-          env: process.env.BENCH_GATEWAY_PRELOAD
-            ? { ...process.env, LD_PRELOAD: process.env.BENCH_GATEWAY_PRELOAD }
-            : process.env,
+          env: preload ? { ...process.env, LD_PRELOAD: preload } : process.env,
           stdoutFile: join(dir, 'servegate-stdout.log'),
         });
         started.push(t.child);
@@ -459,8 +464,9 @@ export async function runStreamsBench(ctx) {
         await sleep(1000);
         return groupRss(pid);
       };
-      // Warm-up: a few streams of 2 s, then the baseline.
+      // Warm-up: a few streams of 2 s, then the baseline, taken as the RSS after is: 5 s after the streams ended.
       await clientRun(t, Math.min(streams, 100), 2);
+      await sleep(5000);
       const baseline = await rss();
       const before = await backendStats();
       const r = await clientRun(t, streams, seconds, true);
@@ -664,4 +670,13 @@ export async function runStreamsBench(ctx) {
           : ''),
     ];
   }
+}
+
+/** Debian's jemalloc (libjemalloc2) for this machine's architecture, if installed. */
+function findJemalloc() {
+  for (const dir of ['/usr/lib/x86_64-linux-gnu', '/usr/lib/aarch64-linux-gnu', '/usr/lib']) {
+    const f = join(dir, 'libjemalloc.so.2');
+    if (existsSync(f)) return f;
+  }
+  return undefined;
 }
