@@ -125,8 +125,10 @@ export class OriginPool extends Dispatcher {
     }
     if (c) c.free = -1;
     else c = this.open();
-    // One request at a time on a connection: the client says so (false) until its 'drain'.
-    if (c.dispatch(opts, handler)) this.release(c);
+    // One request at a time on a connection: the client says so (false) until its 'drain'. A request undici refuses
+    // on the spot (it calls the handler's onError itself) is not queued: no 'drain' follows, and a new client that
+    // never connects sends no 'disconnect' either, so the client goes back at once.
+    if (c.dispatch(opts, handler) || c.stats.size === 0) this.release(c);
     return true;
   }
 

@@ -72,6 +72,22 @@ test('free connections are reused: sequential requests do not open one connectio
   }
 });
 
+test('a request undici refuses on the spot (an invalid header value) leaves no client behind', async () => {
+  const pools = new Pools();
+  try {
+    const pool = pools.get(origin);
+    for (let i = 0; i < 5; i++) {
+      const err = await pool.request({ path: '/', method: 'GET', headers: { 'x-a': 'a\x7fb' } }).catch((e) => e);
+      expect((err as Error).message).toMatch(/invalid x-a header/);
+    }
+    expect(pool.clients).toBeLessThanOrEqual(1); // the same free client each time, never connected
+    expect(await call(pool)).toBe('ok'); // and it serves the next request
+    expect(pool.clients).toBe(1);
+  } finally {
+    await pools.close();
+  }
+});
+
 describe('connectPlain: the connector of http backends', () => {
   test('a connected socket carries no listener of the connect (undici would keep its error listener for life)', async () => {
     const port = Number(new URL(origin).port);
