@@ -27,27 +27,35 @@ const call = async (pool: OriginPool): Promise<string> => {
   return r.body.text();
 };
 
-test('a burst of 20 concurrent requests: its 20 connections are closed once older than the client TTL', async () => {
-  // A TTL long enough for the burst to end within it on a busy machine (a connection older than the TTL when its
-  // request ends is closed then, which would make fewer than 20 here).
-  const pools = new Pools(300_000, 1_000);
+/** Runs `fn` on the pool of the test server's origin, in a Pools made with `args`, closed afterwards. */
+async function withPool(fn: (pool: OriginPool) => Promise<void>, ...args: ConstructorParameters<typeof Pools>) {
+  const pools = new Pools(...args);
   try {
-    const pool = pools.get(origin);
-    expect(await Promise.all(Array.from({ length: 20 }, () => call(pool)))).toEqual(Array(20).fill('ok'));
-    expect(pool.clients).toBe(20); // one per connection, no spare
-    // Older than the TTL: the next request's pick closes them, and goes on a fresh connection.
-    await new Promise((r) => setTimeout(r, 1_100)); // the stimulus: connections aging past the 1 s TTL
-    expect(await call(pool)).toBe('ok');
-    expect(pool.clients).toBe(1); // the fresh one
+    await fn(pools.get(origin));
   } finally {
     await pools.close();
   }
+}
+
+test('a burst of 20 concurrent requests: its 20 connections are closed once older than the client TTL', async () => {
+  // A TTL long enough for the burst to end within it on a busy machine (a connection older than the TTL when its
+  // request ends is closed then, which would make fewer than 20 here).
+  await withPool(
+    async (pool) => {
+      expect(await Promise.all(Array.from({ length: 20 }, () => call(pool)))).toEqual(Array(20).fill('ok'));
+      expect(pool.clients).toBe(20); // one per connection, no spare
+      // Older than the TTL: the next request's pick closes them, and goes on a fresh connection.
+      await new Promise((r) => setTimeout(r, 1_100)); // the stimulus: connections aging past the 1 s TTL
+      expect(await call(pool)).toBe('ok');
+      expect(pool.clients).toBe(1); // the fresh one
+    },
+    300_000,
+    1_000,
+  );
 });
 
 test('connections closed by the backend leave the pool at once, without a request to notice', async () => {
-  const pools = new Pools();
-  try {
-    const pool = pools.get(origin);
+  await withPool(async (pool) => {
     expect(await Promise.all(Array.from({ length: 20 }, () => call(pool)))).toEqual(Array(20).fill('ok'));
     expect(pool.clients).toBe(20);
     server.closeIdleConnections(); // the stimulus: the backend ends its idle keep-alive connections
@@ -55,27 +63,19 @@ test('connections closed by the backend leave the pool at once, without a reques
     // The pool still serves, on a new connection.
     expect(await call(pool)).toBe('ok');
     expect(pool.clients).toBe(1);
-  } finally {
-    await pools.close();
-  }
+  });
 });
 
 test('free connections are reused: sequential requests do not open one connection each', async () => {
-  const pools = new Pools();
-  try {
-    const pool = pools.get(origin);
+  await withPool(async (pool) => {
     for (let i = 0; i < 10; i++) expect(await call(pool)).toBe('ok');
     // undici frees a connection a microtask after the answer's end, so the next request may find it still busy.
     expect(pool.clients).toBeLessThanOrEqual(2);
-  } finally {
-    await pools.close();
-  }
+  });
 });
 
 test('a request undici refuses on the spot (an invalid header value) leaves no client behind', async () => {
-  const pools = new Pools();
-  try {
-    const pool = pools.get(origin);
+  await withPool(async (pool) => {
     for (let i = 0; i < 5; i++) {
       const err = await pool.request({ path: '/', method: 'GET', headers: { 'x-a': 'a\x7fb' } }).catch((e) => e);
       expect((err as Error).message).toMatch(/invalid x-a header/);
@@ -83,9 +83,7 @@ test('a request undici refuses on the spot (an invalid header value) leaves no c
     expect(pool.clients).toBeLessThanOrEqual(1); // the same free client each time, never connected
     expect(await call(pool)).toBe('ok'); // and it serves the next request
     expect(pool.clients).toBe(1);
-  } finally {
-    await pools.close();
-  }
+  });
 });
 
 describe('connectPlain: the connector of http backends', () => {
