@@ -4,24 +4,10 @@
 // usage JSON.parse reads at the top level, never a nested one.
 import { describe, expect, test } from '@jest/globals';
 import fc from 'fast-check';
-import { JsonUsageMeter, readUsage, SseUsageMeter, type UsageMeter } from '../../../src/gateway/openai/usage-meter.js';
+import { JsonUsageMeter, readUsage, SseUsageMeter } from '../../../src/gateway/openai/usage-meter.js';
+import { feed as run } from '../../support/meter.js';
 
 const RUNS = 200;
-
-/** Feeds `buf` in pieces cut at `cuts` (ascending); returns the bytes out, end() included. */
-function run(m: UsageMeter, buf: Buffer, cuts: number[]): Buffer {
-  const out: Buffer[] = [];
-  let from = 0;
-  let t = 1;
-  for (const c of [...cuts, buf.length]) {
-    const piece = m.push(buf.subarray(from, c), t++);
-    if (piece) out.push(Buffer.from(piece));
-    from = c;
-  }
-  const rest = m.end();
-  if (rest) out.push(Buffer.from(rest));
-  return Buffer.concat(out);
-}
 
 /** Split points in [0, n], ascending and distinct, from any naturals. */
 const cutsWithin = (raw: number[], n: number): number[] =>

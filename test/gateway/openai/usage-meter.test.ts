@@ -2,6 +2,7 @@
 // (or exactly the usage event less, when the gateway asked for usage the client did not), and the usage is found.
 import { describe, expect, test } from '@jest/globals';
 import { JsonUsageMeter, readUsage, SseUsageMeter, type UsageMeter } from '../../../src/gateway/openai/usage-meter.js';
+import { feed } from '../../support/meter.js';
 
 const event = (o: unknown) => `data: ${JSON.stringify(o)}\n\n`;
 const chunk = (i: number, extra: Record<string, unknown> = {}) => ({
@@ -14,20 +15,7 @@ const usage = { prompt_tokens: 12, completion_tokens: 34, total_tokens: 46 };
 const usageEvent = event({ id: 'c', object: 'chat.completion.chunk', choices: [], usage });
 
 /** Feeds `text` in pieces cut at `cuts`; returns the bytes out. */
-function run(m: UsageMeter, text: string, cuts: number[]): string {
-  const buf = Buffer.from(text);
-  const out: Buffer[] = [];
-  let from = 0;
-  let t = 1;
-  for (const c of [...cuts, buf.length]) {
-    const piece = m.push(buf.subarray(from, c), t++);
-    if (piece) out.push(Buffer.from(piece));
-    from = c;
-  }
-  const rest = m.end();
-  if (rest) out.push(rest);
-  return Buffer.concat(out).toString();
-}
+const run = (m: UsageMeter, text: string, cuts: number[]): string => feed(m, Buffer.from(text), cuts).toString();
 
 /** Every single cut, and pieces of one byte. */
 function splits(text: string): number[][] {
