@@ -1,15 +1,11 @@
 // Failed-authentication throttling per client address: the window, the threshold, other addresses, bounded memory.
 import { describe, expect, test } from '@jest/globals';
 import { AuthFailureLimiter } from '../../src/limits/auth-failures.js';
-
-function clock(start = 5_000_000) {
-  let t = start;
-  return { now: () => t, advance: (ms: number) => (t += ms) };
-}
+import { clock } from '../support/limits.js';
 
 describe('AuthFailureLimiter', () => {
   test('more than maxFailures in the window blocks the address until the window ends; others are untouched', () => {
-    const c = clock();
+    const c = clock(5_000_000);
     const l = new AuthFailureLimiter({ maxFailures: 3, windowSeconds: 60 }, c.now);
     for (let i = 0; i < 3; i++) l.failed('10.0.0.1');
     expect(l.blockedFor('10.0.0.1')).toBe(0); // exactly maxFailures: still allowed
@@ -34,7 +30,7 @@ describe('AuthFailureLimiter', () => {
   });
 
   test('memory is bounded: ended windows are swept, then the oldest live ones dropped', () => {
-    const c = clock();
+    const c = clock(5_000_000);
     const l = new AuthFailureLimiter({ maxFailures: 1, windowSeconds: 1, maxAddresses: 100 }, c.now);
     for (let i = 0; i < 100; i++) l.failed(`10.0.${i >> 8}.${i & 255}`);
     c.advance(1_000);

@@ -11,20 +11,11 @@ import { startOpenAIBackend, type OpenAIBackend } from '../support/backends.js';
 import { send, startGateway, type Gateway } from '../support/harness.js';
 import { RedisServer, hasRedis } from '../support/redis.js';
 import { waitFor } from '../support/wait.js';
+import { clock, sync } from '../support/limits.js';
 
 const route = { project: 'demo', deployment: 'chat', namespace: 'demo', name: 'chat' };
 const key = { namespace: 'servegate', name: 'ci-bot' };
 const TPM = { requestsPerMinute: 0, tokensPerMinute: 1000 };
-
-function clock(start = 1_000_000) {
-  let t = start;
-  return { now: () => t, advance: (ms: number) => (t += ms) };
-}
-
-function sync(d: LimitDecision | Promise<LimitDecision>): LimitDecision {
-  if (d instanceof Promise) throw new Error('the in-process store must answer synchronously');
-  return d;
-}
 
 /** A Retry-After must be a positive integer of seconds, at most one window. */
 function expectRetryAfter(d: LimitDecision, max = 60): number {

@@ -1,11 +1,7 @@
 // The in-process limit store: token buckets per minute, all-or-nothing admission, token debt, bounded memory.
 import { describe, expect, test } from '@jest/globals';
 import { MemoryLimitStore } from '../../src/limits/memory.js';
-
-function clock(start = 1_000_000) {
-  let t = start;
-  return { now: () => t, advance: (ms: number) => (t += ms) };
-}
+import { clock } from '../support/limits.js';
 
 describe('MemoryLimitStore', () => {
   test('admits exactly the per-minute limit at once, then refuses with the wait for one request', () => {

@@ -2,21 +2,12 @@
 import { describe, expect, test } from '@jest/globals';
 import { MemoryLimitStore } from '../../src/limits/memory.js';
 import type { Admission, BucketSpec, LimitStore } from '../../src/limits/buckets.js';
-import { PerMinuteLimits, duration, type LimitDecision } from '../../src/limits/per-minute.js';
+import { PerMinuteLimits, duration } from '../../src/limits/per-minute.js';
 import { renderError } from '../../src/gateway/http/errors.js';
+import { clock, sync } from '../support/limits.js';
 
 const route = { project: 'demo', deployment: 'chat', namespace: 'demo', name: 'chat' };
 const key = { namespace: 'servegate', name: 'ci-bot' };
-
-function clock(start = 1_000_000) {
-  let t = start;
-  return { now: () => t, advance: (ms: number) => (t += ms) };
-}
-
-function sync(d: LimitDecision | Promise<LimitDecision>): LimitDecision {
-  if (d instanceof Promise) throw new Error('the in-process store must answer synchronously');
-  return d;
-}
 
 describe('PerMinuteLimits.specs', () => {
   test('no limit anywhere: no bucket, admitted with no headers', () => {
