@@ -110,11 +110,11 @@ export class TargetPicker {
    * through cluster DNS as kube-proxy would; an ExternalName Service): one target stands for it.
    */
   targets(backend: Backend): readonly Target[] | undefined {
-    if (backend.kind === 'url') return [this.urlTarget(backend.url)];
-    if (backend.kind === 'urls') {
+    if (backend.kind === 'url' || backend.kind === 'urls') {
+      // Made once per backend object of the table (not a list per request).
       let list = this.listTargets.get(backend);
       if (!list) {
-        list = backend.urls.map((u) => this.urlTarget(u));
+        list = (backend.kind === 'url' ? [backend.url] : backend.urls).map((u) => this.urlTarget(u));
         this.listTargets.set(backend, list);
       }
       return list;
