@@ -102,7 +102,9 @@ export async function startGatewayProcess(
   // BENCH_GATEWAY_NODE_FLAGS: node/V8 flags for this build's gateway only (not a --baseline-dist build's), so that
   // one run compares the same code with and without them (e.g. --max-semi-space-size=16).
   const extra =
-    cli === CLI && process.env.BENCH_GATEWAY_NODE_FLAGS ? process.env.BENCH_GATEWAY_NODE_FLAGS.split(/\s+/) : [];
+    cli === CLI && process.env.BENCH_GATEWAY_NODE_FLAGS
+      ? process.env.BENCH_GATEWAY_NODE_FLAGS.split(/\s+/).filter(Boolean)
+      : [];
   const child = startProcess(name, process.execPath, [...extra, ...nodeArgs, ...args], {
     env: { ...process.env, ...env, ...(gcLog ? { BENCH_GC_LOG: gcLog } : {}) },
     cwd: ROOT,
