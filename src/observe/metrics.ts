@@ -17,7 +17,41 @@ interface RouteCounters {
   total: number;
   errors: number;
   /** '' (no canary: no variant label) or the variant → its exported series (the admin page adds them up). */
-  variants: Map<string, { requests: Map<number, Tally>; duration: HistogramSeries }>;
+  variants: Map<string, VariantSeries>;
+  /** The series of the last answer (most answers of a route share variant and status): no map lookups for the next. */
+  lastVariant: string | undefined;
+  lastStatus: number;
+  lastSeries: VariantSeries | undefined;
+  lastTally: Tally | undefined;
+}
+
+interface VariantSeries {
+  requests: Map<number, Tally>;
+  duration: HistogramSeries;
+}
+
+/**
+ * What a route object carries for the metrics, in a hidden (not enumerable) property: its counters and its endpoint
+ * pick tallies, so that a request reads one object it already points at instead of looking its route up in maps
+ * (with thousands of routes every such lookup is a cache miss; docs/performance.md, "10,000 routes").
+ */
+interface RouteSlot {
+  /** The `perRoute` generation `counters` belong to (a clear starts a new one; another Metrics has its own). */
+  gen: object | undefined;
+  counters: RouteCounters | undefined;
+  pickGen: object | undefined;
+  picks: Map<string, Tally> | undefined;
+}
+
+const SLOT = Symbol('servegate.metrics');
+
+function slotOf(route: object): RouteSlot | undefined {
+  const held = (route as { [SLOT]?: RouteSlot })[SLOT];
+  if (held) return held;
+  if (!Object.isExtensible(route)) return undefined;
+  const slot: RouteSlot = { gen: undefined, counters: undefined, pickGen: undefined, picks: undefined };
+  Object.defineProperty(route, SLOT, { value: slot, enumerable: false, writable: false, configurable: true });
+  return slot;
 }
 
 /**
@@ -150,8 +184,8 @@ export class Metrics {
   });
 
   private perRoute = new Map<string, RouteCounters>();
-  /** The same entries by route object: no key string per request while a table lasts. */
-  private byRoute = new WeakMap<object, RouteCounters>();
+  /** The generation of `perRoute` (route objects hold its entries: see RouteSlot). */
+  private gen: object = {};
 
   /**
    * Counts one answered request with plain numbers (handed to prom-client at scrape time). `variant` is set for
@@ -166,29 +200,44 @@ export class Metrics {
     variant = '',
     at?: object,
   ): void {
-    let e = at && this.byRoute.get(at);
+    const slot = at && slotOf(at);
+    let e = slot && slot.gen === this.gen ? slot.counters : undefined;
     if (!e) {
       e = this.routeCounters(project, deployment);
-      if (at) this.byRoute.set(at, e);
+      if (slot) {
+        slot.gen = this.gen;
+        slot.counters = e;
+      }
     }
     e.total++;
     if (status >= 500) e.errors++;
-    let v = e.variants.get(variant);
-    if (!v) {
-      v = {
-        requests: new Map(),
-        duration: variant
-          ? this.duration.child(project, deployment, variant)
-          : this.duration.child(project, deployment),
-      };
-      e.variants.set(variant, v);
-    }
-    let c = v.requests.get(status);
-    if (!c) {
-      const labels: Record<string, string> = { project, deployment, status: String(status) };
-      if (variant) labels.variant = variant;
-      c = { labels, n: 0 };
-      v.requests.set(status, c);
+    let v: VariantSeries | undefined;
+    let c: Tally | undefined;
+    if (e.lastStatus === status && e.lastVariant === variant) {
+      v = e.lastSeries!;
+      c = e.lastTally!;
+    } else {
+      v = e.variants.get(variant);
+      if (!v) {
+        v = {
+          requests: new Map(),
+          duration: variant
+            ? this.duration.child(project, deployment, variant)
+            : this.duration.child(project, deployment),
+        };
+        e.variants.set(variant, v);
+      }
+      c = v.requests.get(status);
+      if (!c) {
+        const labels: Record<string, string> = { project, deployment, status: String(status) };
+        if (variant) labels.variant = variant;
+        c = { labels, n: 0 };
+        v.requests.set(status, c);
+      }
+      e.lastVariant = variant;
+      e.lastStatus = status;
+      e.lastSeries = v;
+      e.lastTally = c;
     }
     c.n++;
     this.duration.observe(v.duration, seconds);
@@ -201,9 +250,19 @@ export class Metrics {
       if (this.perRoute.size > 50_000) {
         this.flushRequests();
         this.perRoute.clear();
-        this.byRoute = new WeakMap();
+        this.gen = {};
       }
-      e = { project, deployment, total: 0, errors: 0, variants: new Map() };
+      e = {
+        project,
+        deployment,
+        total: 0,
+        errors: 0,
+        variants: new Map(),
+        lastVariant: undefined,
+        lastStatus: 0,
+        lastSeries: undefined,
+        lastTally: undefined,
+      };
       this.perRoute.set(key, e);
     }
     return e;
@@ -238,12 +297,13 @@ export class Metrics {
     },
   });
   private picks = new Map<string, Tally>();
-  /** Per route object: its tallies by reason (no key string per request while a table lasts). */
-  private picksByRoute = new WeakMap<object, Map<string, Tally>>();
+  /** The generation of `picks` (route objects hold their tallies by reason: see RouteSlot). */
+  private picksGen: object = {};
 
   /** One pick, counted as a plain number (handed to prom-client at scrape time). `at`: the route object. */
   endpointPick(project: string, deployment: string, reason: string, at?: object): void {
-    let byReason = at && this.picksByRoute.get(at);
+    const slot = at && slotOf(at);
+    let byReason = slot && slot.pickGen === this.picksGen ? slot.picks : undefined;
     let c = byReason?.get(reason);
     if (!c) {
       const k = `${project}\u0000${deployment}\u0000${reason}`;
@@ -252,14 +312,17 @@ export class Metrics {
         if (this.picks.size > 50_000) {
           for (const t of this.picks.values()) flushTally(this.endpointPicks, t);
           this.picks.clear();
-          this.picksByRoute = new WeakMap();
+          this.picksGen = {};
           byReason = undefined;
         }
         c = { labels: { project, deployment, reason }, n: 0 };
         this.picks.set(k, c);
       }
-      if (at) {
-        if (!byReason) this.picksByRoute.set(at, (byReason = new Map()));
+      if (slot) {
+        if (!byReason || slot.pickGen !== this.picksGen) {
+          slot.pickGen = this.picksGen;
+          slot.picks = byReason = new Map();
+        }
         byReason.set(reason, c);
       }
     }

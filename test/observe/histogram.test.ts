@@ -91,3 +91,46 @@ test('counts kept by route object add up across table rebuilds and scrapes, with
   expect(await m.render()).toContain('servegate_requests_total{project="demo",deployment="iris",status="200"} 4');
   expect(m.routeTotals()[0]).toMatchObject({ total: 4, errors: 0 });
 });
+
+test('counts kept on route objects: the route shows nothing of them, two Metrics on one route count apart, and a change of status or variant is counted as such', async () => {
+  const a = new Metrics(false);
+  const b = new Metrics(false);
+  const route = { project: 'demo', deployment: 'iris' };
+  const content = JSON.stringify(route);
+  for (const [m, status, variant] of [
+    [a, 200, ''],
+    [b, 200, ''],
+    [a, 200, ''],
+    [a, 503, ''],
+    [b, 200, ''],
+    [a, 200, ''],
+    [a, 200, 'canary'],
+  ] as const)
+    m.observeRequest('demo', 'iris', status, 0.003, variant, route);
+  a.endpointPick('demo', 'iris', 'prefix', route);
+  b.endpointPick('demo', 'iris', 'load', route);
+  a.endpointPick('demo', 'iris', 'prefix', route);
+  a.endpointPick('demo', 'iris', 'load', route);
+  // The route's own content is what it was: not enumerable, not in JSON (routes are hashed and compared by content).
+  expect(JSON.stringify(route)).toBe(content);
+  expect(Object.keys(route)).toEqual(['project', 'deployment']);
+  const ta = await a.render();
+  expect(ta).toContain('servegate_requests_total{project="demo",deployment="iris",status="200"} 3');
+  expect(ta).toContain('servegate_requests_total{project="demo",deployment="iris",status="503"} 1');
+  expect(ta).toContain('servegate_requests_total{project="demo",deployment="iris",status="200",variant="canary"} 1');
+  expect(ta).toContain('servegate_endpoint_picks_total{project="demo",deployment="iris",reason="prefix"} 2');
+  expect(ta).toContain('servegate_endpoint_picks_total{project="demo",deployment="iris",reason="load"} 1');
+  const tb = await b.render();
+  expect(tb).toContain('servegate_requests_total{project="demo",deployment="iris",status="200"} 2');
+  expect(tb).not.toContain('status="503"');
+  expect(tb).toContain('servegate_endpoint_picks_total{project="demo",deployment="iris",reason="load"} 1');
+  expect(tb).not.toContain('reason="prefix"');
+  expect(a.routeTotals()[0]).toMatchObject({ total: 5, errors: 1 });
+  // A frozen route object is counted all the same (by name).
+  const frozen = Object.freeze({ project: 'demo', deployment: 'iris' });
+  a.observeRequest('demo', 'iris', 200, 0.003, '', frozen);
+  a.endpointPick('demo', 'iris', 'prefix', frozen);
+  const tf = await a.render();
+  expect(tf).toContain('servegate_requests_total{project="demo",deployment="iris",status="200"} 4');
+  expect(tf).toContain('servegate_endpoint_picks_total{project="demo",deployment="iris",reason="prefix"} 3');
+});

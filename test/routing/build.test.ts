@@ -145,6 +145,28 @@ describe('route fields', () => {
       targetPort: 'web',
     });
   });
+  test('routes that name the same Service hold one backend object; a backend differing in any field is its own', () => {
+    const r = build({
+      source: 'kubernetes',
+      deployments: [
+        sdep('demo/a').backend('svc', 8080).build(),
+        sdep('demo/b').backend('svc', 8080).build(),
+        sdep('demo/c').backend('svc', 9090).build(),
+        sdep('other/d').backend('svc', 8080).build(),
+      ],
+    });
+    const [a, b, c, d] = ['demo/a', 'demo/b', 'demo/c', 'other/d'].map(
+      (id) => r.table.routes.find((x) => x.id === id)!.backend,
+    );
+    expect(a).toBe(b);
+    expect(c).not.toBe(a);
+    expect(c).toEqual({ kind: 'service', namespace: 'demo', service: 'svc', port: 9090 });
+    expect(d).not.toBe(a);
+    expect(d).toEqual({ kind: 'service', namespace: 'other', service: 'svc', port: 8080 });
+    // A build that shares nothing with it gives routes equal to these (sharing changes no content).
+    const alone = build({ source: 'kubernetes', deployments: [sdep('demo/b').backend('svc', 8080).build()] });
+    expect(alone.table.routes[0]).toEqual(r.table.routes.find((x) => x.id === 'demo/b'));
+  });
 });
 
 describe('projects: default and both path forms (SPEC §3)', () => {

@@ -2,6 +2,7 @@
 // its paths, project form and hostname unless an older route holds one of them (Conflict, naming the older one).
 import { createHash } from 'node:crypto';
 import { deploymentUrls, legacyHostname, projectNamespaceForm } from '../names.js';
+import { shareParts } from '../share.js';
 import type { DeploymentStatus, ObjectMeta, ReadyReason, Route } from '../types.js';
 import type { BuildOptions } from '../build.js';
 import { cmp } from './order.js';
@@ -54,7 +55,7 @@ export function candidate(
   readyEndpoints?: boolean,
 ): Candidate {
   const h = legacyHostname(route.project, route.deployment, options.serverlessDomain);
-  const full: Route = 'hostname' in h ? { ...route, hostname: h.hostname } : { ...route };
+  const full: Route = shareParts('hostname' in h ? { ...route, hostname: h.hostname } : { ...route });
   const form = projectNamespaceForm(full.project);
   const t = meta.creationTimestamp ? Date.parse(meta.creationTimestamp) : Number.NaN;
   const hostnameMessage = 'error' in h ? h.error : undefined;

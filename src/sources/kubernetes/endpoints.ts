@@ -11,6 +11,13 @@ interface CacheEntry {
   addresses: readonly EndpointAddress[];
 }
 
+/** A backend object's last answer, kept on the object itself (a hidden property): see EndpointIndex.resolve. */
+interface BackendEntry extends CacheEntry {
+  owner: EndpointIndex;
+}
+
+const ENTRY = Symbol('servegate.endpoints');
+
 const EMPTY: readonly EndpointAddress[] = Object.freeze([]);
 
 export class EndpointIndex {
@@ -23,11 +30,6 @@ export class EndpointIndex {
   /** "ns/service" → port key → cached answer. */
   private readonly cache = new Map<string, Map<string, CacheEntry>>();
   private nextVersion = 1;
-  /**
-   * Per backend object of the route table: its last answer and the change counter then. While nothing changed
-   * anywhere (a steady cluster) a request finds its endpoints with one lookup and builds no key string.
-   */
-  private readonly byBackend = new WeakMap<ServiceBackend, CacheEntry>();
 
   constructor(
     private readonly services: (key: string) => ServiceResource | undefined,
@@ -80,14 +82,23 @@ export class EndpointIndex {
     return this.sliceOwner.size;
   }
 
+  /**
+   * The ready addresses for a backend of the route table. Each backend object keeps its last answer and the change
+   * counter then (a hidden property, not a map keyed by backend: with thousands of routes every map lookup is a cache
+   * miss), so while nothing changed anywhere (a steady cluster) a request reads one object and builds no key string.
+   */
   resolve(backend: ServiceBackend): readonly EndpointAddress[] {
-    const quick = this.byBackend.get(backend);
-    if (quick && quick.version === this.nextVersion) return quick.addresses;
+    const held = (backend as { [ENTRY]?: BackendEntry })[ENTRY];
+    if (held && held.owner === this && held.version === this.nextVersion) return held.addresses;
     const addresses = this.resolveByKey(backend);
-    if (quick) {
-      quick.version = this.nextVersion;
-      quick.addresses = addresses;
-    } else this.byBackend.set(backend, { version: this.nextVersion, addresses });
+    if (held) {
+      held.owner = this;
+      held.version = this.nextVersion;
+      held.addresses = addresses;
+    } else if (Object.isExtensible(backend)) {
+      const entry: BackendEntry = { owner: this, version: this.nextVersion, addresses };
+      Object.defineProperty(backend, ENTRY, { value: entry, enumerable: false, writable: false, configurable: true });
+    }
     return addresses;
   }
 
