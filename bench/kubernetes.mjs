@@ -13,7 +13,7 @@ import { runAutocannon, runWrk, writeWrkScript } from './lib/load.mjs';
 import { deploymentObject, keySecretObject, makeKey } from './lib/manifests.mjs';
 import { memoryOf, stopProcess, waitFor } from './lib/procs.mjs';
 import { goal, log, mb, ms, ratio, rps, table } from './lib/report.mjs';
-import { CLI, heapOf, liveHeap, startGateway } from './lib/servegate.mjs';
+import { CLI, heapOf, imageAllocator, liveHeap, startGateway } from './lib/servegate.mjs';
 
 const KEYS_NAMESPACE = 'servegate';
 const LEASE_NAME = 'servegate-controller'; // config default kubernetes.leaderElection.leaseName
@@ -197,11 +197,17 @@ async function post(pool, path, headers) {
  * `probePath` is served. Resolves with `readyMs`, from the spawn of the process that served to the first 200.
  */
 export async function startKubeGateway(dir, name, fake, probePath, headers, profileDir) {
+  const { preload } = imageAllocator();
   const kubeconfig = writeKubeconfig(dir, name, fake.url);
   mkdirSync(join(dir, name), { recursive: true });
   const gw = await startGateway(join(dir, name), ['--kubernetes'], {
     accessLog: false,
-    env: { KUBECONFIG: kubeconfig, POD_NAMESPACE: KEYS_NAMESPACE, POD_NAME: `bench-${name}` },
+    env: {
+      KUBECONFIG: kubeconfig,
+      POD_NAMESPACE: KEYS_NAMESPACE,
+      POD_NAME: `bench-${name}`,
+      ...(preload ? { LD_PRELOAD: preload } : {}),
+    },
     profileDir: profileDir && join(profileDir, `kubernetes-${name}`),
     ready: async (g) => {
       const pool = new Pool(`http://127.0.0.1:${g.port}`, { connections: 1 });
@@ -283,6 +289,7 @@ export async function runKubernetesBench(ctx) {
       `  servegate (${count.toLocaleString('en-US')} deployments, follower): all routes served ${ms(results.startupMs)} after the process started`,
     );
     log(`  servegate access log off: ${gwBig.logMode}`);
+    log(`  ${imageAllocator().note}`);
     const gwOne = await startKubeGateway(dir, 'one', oneFake, one.paths[0], oneHeaders, ctx.profileDir);
     started.push(gwOne.child);
     await sleep(500);

@@ -9,7 +9,7 @@
 // both after a forced full GC through its inspector, as Part A does).
 // Also run as a child: `node bench/streams.mjs backend <port>` / `node bench/streams.mjs client <json options>`.
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { Agent, createServer, request as httpRequest } from 'node:http';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -337,7 +337,7 @@ export async function runStreamsBench(ctx) {
   const procs = await import('./lib/procs.mjs');
   const { freePort, groupCpuSeconds, startProcess, stopProcess, waitFor, memoryOf } = procs;
   const { goal, log, mb, ms, table, us } = await import('./lib/report.mjs');
-  const { CLI, cliBuilt, liveHeap } = await import('./lib/servegate.mjs');
+  const { CLI, cliBuilt, imageAllocator, liveHeap } = await import('./lib/servegate.mjs');
   const { keySecretObject, makeKey } = await import('./lib/manifests.mjs');
   const texts = goalTexts();
   const dir = join(ctx.dir, 'streams');
@@ -368,15 +368,9 @@ export async function runStreamsBench(ctx) {
     `  ${streams.toLocaleString('en-US')} SSE streams per target, 1 event/s each for ${seconds} s, one connection per stream (no keep-alive); ` +
       `children run with ulimit -n ${fds} (hard limit ${hard})`,
   );
-  // The gateway runs as the container image runs it: jemalloc preloaded as malloc (Dockerfile), when this machine has
-  // the library (apt-get install -y libjemalloc2). BENCH_GATEWAY_PRELOAD=<library> preloads another one, =none nothing.
-  const asked = process.env.BENCH_GATEWAY_PRELOAD;
-  const preload = asked === 'none' ? undefined : (asked ?? findJemalloc());
-  log(
-    preload
-      ? `  servegate runs with LD_PRELOAD=${preload}${asked ? ' (BENCH_GATEWAY_PRELOAD)' : ' (jemalloc, as the container image runs it)'}`
-      : `  servegate runs with glibc's malloc${asked === 'none' ? ' (BENCH_GATEWAY_PRELOAD=none)' : '; the container image preloads jemalloc (apt-get install -y libjemalloc2 to measure it so)'}`,
-  );
+  // The gateway runs as the container image runs it: jemalloc preloaded as malloc (bench/lib/servegate.mjs).
+  const { preload, note } = imageAllocator();
+  log(`  ${note}`);
 
   const started = [];
   try {
@@ -670,13 +664,4 @@ export async function runStreamsBench(ctx) {
           : ''),
     ];
   }
-}
-
-/** Debian's jemalloc (libjemalloc2) for this machine's architecture, if installed. */
-function findJemalloc() {
-  for (const dir of ['/usr/lib/x86_64-linux-gnu', '/usr/lib/aarch64-linux-gnu', '/usr/lib']) {
-    const f = join(dir, 'libjemalloc.so.2');
-    if (existsSync(f)) return f;
-  }
-  return undefined;
 }

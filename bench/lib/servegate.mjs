@@ -72,6 +72,29 @@ export function prepareBaseline(dirArg) {
  * (bench/lib/gc-probe.mjs). `cli`: another build's entry (prepareBaseline). Resolves { child, port, adminPort } once
  * started (readiness is for the caller to probe).
  */
+/**
+ * The allocator the container image runs the gateway with: jemalloc preloaded as malloc (Dockerfile), when this
+ * machine has Debian's library (apt-get install -y libjemalloc2). BENCH_GATEWAY_PRELOAD=<library> preloads another
+ * one, =none nothing (glibc's malloc). `note`: the line the report prints.
+ */
+export function imageAllocator() {
+  const asked = process.env.BENCH_GATEWAY_PRELOAD;
+  let preload = asked === 'none' ? undefined : asked;
+  if (asked === undefined) {
+    for (const dir of ['/usr/lib/x86_64-linux-gnu', '/usr/lib/aarch64-linux-gnu', '/usr/lib']) {
+      const f = join(dir, 'libjemalloc.so.2');
+      if (existsSync(f)) {
+        preload = f;
+        break;
+      }
+    }
+  }
+  const note = preload
+    ? `servegate runs with LD_PRELOAD=${preload}${asked ? ' (BENCH_GATEWAY_PRELOAD)' : ' (jemalloc, as the container image runs it)'}`
+    : `servegate runs with glibc's malloc${asked === 'none' ? ' (BENCH_GATEWAY_PRELOAD=none)' : '; the container image preloads jemalloc (apt-get install -y libjemalloc2 to measure it so)'}`;
+  return { preload, note };
+}
+
 export async function startGatewayProcess(
   dir,
   sourceArgs,
