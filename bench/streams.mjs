@@ -425,6 +425,7 @@ export async function runStreamsBench(ctx) {
         writeFileSync(config, JSON.stringify({ shutdown: { drainSeconds: 1 }, accessLog: false }));
         const args = ['--inspect=127.0.0.1:0', CLI, 'serve', '--manifests', manifests, '--config', config];
         args.push('--port', String(port), '--admin-port', String(adminPort));
+        t.adminPort = adminPort;
         t.child = startProcess('servegate streams', ...ulimit(process.execPath, args), {
           cwd: ctx.root,
           env: preload ? { ...process.env, LD_PRELOAD: preload } : process.env,
@@ -481,6 +482,13 @@ export async function runStreamsBench(ctx) {
       out.afterVsBaseline = end / baseline - 1;
       if (t.name === 'direct') out.rssPerStream = NaN;
       if (isGateway) [out.baselineLiveHeap, out.afterLiveHeap] = heaps;
+      if (out.plateauSpaces) {
+        const sp = out.plateauSpaces;
+        log(
+          `  ${t.name} mid-plateau: V8 new space ${mb(sp.newTotal)} (used ${mb(sp.newUsed)}), old space ${mb(sp.oldUsed)} used of ${mb(sp.oldTotal)}, ` +
+            `other V8 spaces ${mb(sp.otherTotal)}, external ${mb(sp.external)}; RSS outside the V8 heap ${mb(out.plateauRss - sp.heapTotal)}`,
+        );
+      }
       if (t.name === 'nginx' && out.opened < streams)
         log(`  nginx error log (tail):\n${procs.fileTail(join(dir, 'nginx-streams-error.log'), 1500).trim()}`);
       log(
@@ -518,6 +526,7 @@ export async function runStreamsBench(ctx) {
         }
       });
       let plateau;
+      let spaces;
       const samples = [];
       const deadline = Date.now() + (secs + 90 + n / 100) * 1000;
       const pid = t.child.pid;
@@ -535,6 +544,8 @@ export async function runStreamsBench(ctx) {
           plateau.to = now;
         }
         if (plateau && !plateau.cpu1 && samples.length * 250 <= now - plateau.from) samples.push(sampleRss());
+        // Where the gateway's memory is mid-plateau: V8's spaces and the memory outside them (prom-client's figures).
+        if (plateau && t.adminPort && !spaces && now - plateau.from >= 2000) spaces = heapSpacesOf(t.adminPort);
       }
       if (!final) {
         await stopProcess(client);
@@ -561,6 +572,7 @@ export async function runStreamsBench(ctx) {
         cpuUsPerEvent: t.name === 'direct' ? NaN : (cpu * 1e6) / plateauEvents,
         plateauRss: valid.length ? valid.reduce((a, b) => a + b, 0) / valid.length : NaN,
         plateauRssMax: valid.length ? Math.max(...valid) : NaN,
+        plateauSpaces: await spaces,
       };
     }
   } finally {
@@ -663,5 +675,34 @@ export async function runStreamsBench(ctx) {
           ? `; nginx ${(n.rssPerStream / 1024).toFixed(1)} KB/stream, ${us(n.cpuUsPerEvent)}/event, p99 ${ms(n.p99)} (steady ${ms(n.steadyP99)})`
           : ''),
     ];
+  }
+}
+
+/** V8's heap spaces and external memory of the gateway, from its admin /metrics (prom-client's default metrics). */
+async function heapSpacesOf(adminPort) {
+  try {
+    const res = await fetch(`http://127.0.0.1:${adminPort}/metrics`, { signal: AbortSignal.timeout(5000) });
+    const text = await res.text();
+    const series = (name) => {
+      const out = {};
+      for (const m of text.matchAll(new RegExp(`^${name}\\{space="(\\w+)"\\} ([0-9.e+]+)`, 'gm')))
+        out[m[1]] = Number(m[2]);
+      return out;
+    };
+    const total = series('nodejs_heap_space_size_total_bytes');
+    const used = series('nodejs_heap_space_size_used_bytes');
+    const one = (name) => Number(new RegExp(`^${name} ([0-9.e+]+)`, 'm').exec(text)?.[1]);
+    const heapTotal = Object.values(total).reduce((a, b) => a + b, 0);
+    return {
+      newTotal: total.new,
+      newUsed: used.new,
+      oldTotal: total.old,
+      oldUsed: used.old,
+      otherTotal: heapTotal - (total.new ?? 0) - (total.old ?? 0),
+      heapTotal,
+      external: one('nodejs_external_memory_bytes'),
+    };
+  } catch {
+    return undefined;
   }
 }
