@@ -337,7 +337,7 @@ export async function runStreamsBench(ctx) {
   const procs = await import('./lib/procs.mjs');
   const { freePort, groupCpuSeconds, startProcess, stopProcess, waitFor, memoryOf } = procs;
   const { goal, log, mb, ms, table, us } = await import('./lib/report.mjs');
-  const { CLI, cliBuilt, imageAllocator, liveHeap } = await import('./lib/servegate.mjs');
+  const { CLI, cliBuilt, gatewayNodeFlags, imageAllocator, liveHeap } = await import('./lib/servegate.mjs');
   const { keySecretObject, makeKey } = await import('./lib/manifests.mjs');
   const texts = goalTexts();
   const dir = join(ctx.dir, 'streams');
@@ -371,6 +371,8 @@ export async function runStreamsBench(ctx) {
   // The gateway runs as the container image runs it: jemalloc preloaded as malloc (bench/lib/servegate.mjs).
   const { preload, note } = imageAllocator();
   log(`  ${note}`);
+  if (gatewayNodeFlags().length)
+    log(`  servegate node flags (BENCH_GATEWAY_NODE_FLAGS): ${gatewayNodeFlags().join(' ')}`);
 
   const started = [];
   try {
@@ -423,7 +425,16 @@ export async function runStreamsBench(ctx) {
         const adminPort = await freePort();
         const config = join(dir, 'servegate-config.json');
         writeFileSync(config, JSON.stringify({ shutdown: { drainSeconds: 1 }, accessLog: false }));
-        const args = ['--inspect=127.0.0.1:0', CLI, 'serve', '--manifests', manifests, '--config', config];
+        const args = [
+          ...gatewayNodeFlags(),
+          '--inspect=127.0.0.1:0',
+          CLI,
+          'serve',
+          '--manifests',
+          manifests,
+          '--config',
+          config,
+        ];
         args.push('--port', String(port), '--admin-port', String(adminPort));
         t.adminPort = adminPort;
         t.child = startProcess('servegate streams', ...ulimit(process.execPath, args), {

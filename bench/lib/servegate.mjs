@@ -124,16 +124,18 @@ export async function startGatewayProcess(
   ];
   // BENCH_GATEWAY_NODE_FLAGS: node/V8 flags for this build's gateway only (not a --baseline-dist build's), so that
   // one run compares the same code with and without them (e.g. --max-semi-space-size=16).
-  const extra =
-    cli === CLI && process.env.BENCH_GATEWAY_NODE_FLAGS
-      ? process.env.BENCH_GATEWAY_NODE_FLAGS.split(/\s+/).filter(Boolean)
-      : [];
+  const extra = cli === CLI ? gatewayNodeFlags() : [];
   const child = startProcess(name, process.execPath, [...extra, ...nodeArgs, ...args], {
     env: { ...process.env, ...env, ...(gcLog ? { BENCH_GC_LOG: gcLog } : {}) },
     cwd: ROOT,
     stdoutFile: join(dir, `${name}-stdout.log`),
   });
   return { child, port, adminPort, stdoutFile: child.stdoutFile, spawnedAt: performance.now() };
+}
+
+/** BENCH_GATEWAY_NODE_FLAGS as node arguments (this build's gateways only; stray spaces give no empty argument). */
+export function gatewayNodeFlags() {
+  return (process.env.BENCH_GATEWAY_NODE_FLAGS ?? '').split(/\s+/).filter(Boolean);
 }
 
 /** Access log off as the configuration will say it: `accessLog: false` (a top-level key being added). */
