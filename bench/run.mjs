@@ -360,7 +360,9 @@ try {
   );
 } finally {
   killAllSync();
-  rmSync(dir, { recursive: true, force: true });
+  // BENCH_KEEP_DIR=1 keeps the run's directory (the processes' logs, e.g. with BENCH_GATEWAY_NODE_FLAGS=--trace-gc).
+  if (process.env.BENCH_KEEP_DIR === '1') log(`kept: ${dir}`);
+  else rmSync(dir, { recursive: true, force: true });
 }
 const out = join(ROOT, '.bench-tmp');
 mkdirSync(out, { recursive: true });

@@ -41,6 +41,6 @@ export function shareParts<R extends Omit<Route, 'hostname'>>(route: R): R {
   route.project = sharedString(route.project);
   route.namespace = sharedString(route.namespace);
   route.backend = sharedBackend(route.backend);
-  if (route.canary) route.canary = { ...route.canary, backend: sharedBackend(route.canary.backend) };
+  if (route.canary) route.canary = { backend: sharedBackend(route.canary.backend), percent: route.canary.percent };
   return route;
 }

@@ -25,6 +25,7 @@ import { checkSuffix, type BodyCheck } from './kind-rules.js';
 import { locate } from './route.js';
 import { gatewayError, type Dialect, type GatewayError } from '../http/errors.js';
 import { HIDDEN, selectModel, servedModel } from '../openai/by-model.js';
+import { withFields } from '../../shape.js';
 
 /** What admission reads of a request: plain data from its head. */
 export interface RequestFacts {
@@ -172,7 +173,7 @@ export function admit(facts: RequestFacts, ctx: AdmitContext): Admission | Promi
   const key = verified.record;
 
   if (at.at === 'openai') {
-    if (at.modelId instanceof Error) return { ...refused(at.modelId, 'openai', cors), key };
+    if (at.modelId instanceof Error) return withFields(refused(at.modelId, 'openai', cors), { key });
     const b: ByModel = {
       ok: true,
       kind: 'by-model',
@@ -190,7 +191,7 @@ export function admit(facts: RequestFacts, ctx: AdmitContext): Admission | Promi
     const error = ctx.perSecond.take(key, facts.now);
     if (error) {
       ctx.counters.rateLimited({ scope: 'key', kind: 'requests', reason: 'per_second' });
-      return { ...refused(error, 'openai', cors), key };
+      return withFields(refused(error, 'openai', cors), { key });
     }
     return perMinute(b, ctx.perMinute.specs(undefined, key), ctx);
   }
@@ -308,7 +309,7 @@ function admitUpgradeByModel(
   const route = selectModel(ctx.table, b.key, params.get('model') ?? undefined);
   if (route instanceof Error) {
     modelRefused(route, client, ctx);
-    return { ...refused(route, 'openai', b.headers), key: b.key };
+    return withFields(refused(route, 'openai', b.headers), { key: b.key });
   }
   params.set('model', servedModel(route));
   return limit(byModelAccepted(b, route, `?${params.toString()}`), ctx, now);
@@ -381,7 +382,7 @@ function perMinute<T extends Accepted | ByModel>(
     }
     const charge =
       a.charge && dec.charge ? { tokens: [...a.charge.tokens, ...dec.charge.tokens] } : (a.charge ?? dec.charge);
-    return { ...a, headers: withRateHeaders(a.headers, dec.headers), charge };
+    return withFields(a, { headers: withRateHeaders(a.headers, dec.headers), charge }) as T;
   };
   return decision instanceof Promise ? decision.then(apply) : apply(decision);
 }

@@ -4,6 +4,7 @@
 // `sglang:token_usage` — every `scrapeIntervalMs`, one scrape per endpoint at a time, never on a request's path. A
 // figure older than `staleAfterMs` is not used: such an endpoint is judged by the gateway's in-flight count alone.
 import { Agent, request } from 'undici';
+import { withFields } from '../../shape.js';
 
 export interface Scraped {
   /** Requests waiting in the server's queue. */
@@ -104,7 +105,7 @@ export class EndpointStats {
       }
       const s = parseServerMetrics(text);
       if (!s) throw new Error('no vLLM or SGLang metrics');
-      this.byOrigin.set(t.origin, { ...s, at: Date.now(), address: t.address });
+      this.byOrigin.set(t.origin, withFields(s, { at: Date.now(), address: t.address }));
     } catch {
       const e = this.errors.get(t.origin);
       if (e) e.count++;

@@ -38,6 +38,7 @@ import type { Chosen, Variant } from './targets.js';
 import { Diverted, UpstreamCall, type CallOwner } from './upstream-call.js';
 import { bodyFor, Fallbacks, type FallbackReason, type LlmRequest } from './fallback.js';
 import { BODY_TOO_LARGE, ClientGone, mapUpstreamError, tooLarge, unavailable } from './upstream-errors.js';
+import { withFields } from '../../shape.js';
 
 /** The gateway ended the backend call itself (body timeout, a parse error in the body) and answers on its own. */
 class EndedByGateway extends Error {
@@ -416,7 +417,7 @@ export class Exchange implements Job, Held, CallOwner {
     if (avoid !== undefined && this.chosen) {
       // The retry: the same backend (and variant), another address when it has one.
       const target = ctx.picker.pick(route, this.chosen.backend, avoid, this.prefix);
-      chosen = target && { ...this.chosen, target };
+      chosen = target && withFields(this.chosen, { target });
     } else if (!route.notReady) {
       chosen = ctx.picker.choose(route, this.prefix);
       if (chosen?.reason) ctx.metrics.endpointPick(route.project, route.deployment, chosen.reason, route);
@@ -769,7 +770,7 @@ export class Exchange implements Job, Held, CallOwner {
       bytesIn: this.bodyLength ?? 0,
       bytesOut: call?.bytesOut ?? 0,
       error: this.error,
-      llm: meter ? { ...llmFigures(meter, this.started, call.endAt, usage), estimated } : undefined,
+      llm: meter ? withFields(llmFigures(meter, this.started, call.endAt, usage), { estimated }) : undefined,
       variant: this.variant,
     });
   }

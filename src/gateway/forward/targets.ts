@@ -79,10 +79,10 @@ export class TargetPicker {
     this.credit.set(route, toCanary ? credit - 100 : credit);
     const first = toCanary ? canary.backend : route.backend;
     const c1 = this.chosen(route, first, prefix);
-    if (c1) return { ...c1, variant: toCanary ? 'canary' : 'primary' };
+    if (c1) return withVariant(c1, toCanary ? 'canary' : 'primary');
     const second = toCanary ? route.backend : canary.backend;
     const c2 = this.chosen(route, second, prefix);
-    return c2 && { ...c2, variant: toCanary ? 'primary' : 'canary' };
+    return c2 && withVariant(c2, toCanary ? 'primary' : 'canary');
   }
 
   /** Another address of the same backend than `avoid` (the retry after a failed connect), by the same policy. */
@@ -252,6 +252,11 @@ export class TargetPicker {
     const authority = `${backend.service}.${backend.namespace}.svc:${backend.port}`;
     return { origin: `http://${authority}`, authority, basePath: '', address: authority, hash: hash32(authority) };
   }
+}
+
+/** `c` for a canaried route. Written out, not `{ ...c, variant }`: see withFields (src/shape.ts). */
+function withVariant(c: Chosen, variant: Variant): Chosen {
+  return { target: c.target, backend: c.backend, variant, reason: c.reason };
 }
 
 function addr(ep: EndpointAddress): string {

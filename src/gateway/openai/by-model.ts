@@ -6,6 +6,7 @@ import type { ApiKeyRecord, Route, RouteTable } from '../../routing/types.js';
 import { grantsProject } from '../admit/auth.js';
 import { gatewayError, type GatewayError } from '../http/errors.js';
 import { editLlmBody, llmMembers, type LlmBody, type LlmMembers } from './llm-body.js';
+import { withFields } from '../../shape.js';
 
 /** The path segments of the base URL. */
 export const BASE_SEGMENTS = ['openai', 'v1'] as const;
@@ -131,7 +132,7 @@ export function prepareBody(
   if (members instanceof Error) return members;
   const route = selectModel(table, d.key, doc.model);
   if (route instanceof Error) return route;
-  return { ...editLlmBody(raw, doc, members, d.rest, servedModel(route)), route, doc, members };
+  return withFields(editLlmBody(raw, doc, members, d.rest, servedModel(route)), { route, doc, members });
 }
 
 /** JSON.parse of a body that must be an object. */

@@ -6,6 +6,7 @@ import { shareParts } from '../share.js';
 import type { DeploymentStatus, ObjectMeta, ReadyReason, Route } from '../types.js';
 import type { BuildOptions } from '../build.js';
 import { cmp } from './order.js';
+import { withFields } from '../../shape.js';
 
 export type Candidate = {
   route: Route;
@@ -55,7 +56,7 @@ export function candidate(
   readyEndpoints?: boolean,
 ): Candidate {
   const h = legacyHostname(route.project, route.deployment, options.serverlessDomain);
-  const full: Route = shareParts('hostname' in h ? { ...route, hostname: h.hostname } : { ...route });
+  const full: Route = shareParts('hostname' in h ? withFields(route, { hostname: h.hostname }) : withFields(route, {}));
   const form = projectNamespaceForm(full.project);
   const t = meta.creationTimestamp ? Date.parse(meta.creationTimestamp) : Number.NaN;
   const hostnameMessage = 'error' in h ? h.error : undefined;
