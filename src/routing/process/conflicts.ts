@@ -6,7 +6,6 @@ import { shareParts } from '../share.js';
 import type { DeploymentStatus, ObjectMeta, ReadyReason, Route } from '../types.js';
 import type { BuildOptions } from '../build.js';
 import { cmp } from './order.js';
-import { withFields } from '../../shape.js';
 
 export type Candidate = {
   route: Route;
@@ -56,7 +55,12 @@ export function candidate(
   readyEndpoints?: boolean,
 ): Candidate {
   const h = legacyHostname(route.project, route.deployment, options.serverlessDomain);
-  const full: Route = shareParts('hostname' in h ? withFields(route, { hostname: h.hostname }) : withFields(route, {}));
+  // The processor's fresh route object is completed in place: its fields stay where its literal put them, and the
+  // added hostname follows V8's shared transitions. A copy made as `{ ...route, hostname }` got a hidden class of its
+  // own per route (9,992 for 10,000), and every field read on the request path missed its inline cache.
+  const full = route as Route;
+  if ('hostname' in h) full.hostname = h.hostname;
+  shareParts(full);
   const form = projectNamespaceForm(full.project);
   const t = meta.creationTimestamp ? Date.parse(meta.creationTimestamp) : Number.NaN;
   const hostnameMessage = 'error' in h ? h.error : undefined;
