@@ -368,7 +368,7 @@ function perMinute<T extends Accepted | ByModel>(
   const decision = ctx.perMinute.decide(specs);
   const apply = (dec: LimitDecision): T | Refused => {
     if (!dec.ok) {
-      for (const s of dec.spent) ctx.counters.rateLimited({ ...s, reason: 'per_minute' });
+      for (const s of dec.spent) ctx.counters.rateLimited(withFields(s, { reason: 'per_minute' as const }));
       return {
         ok: false,
         kind: 'refused',

@@ -38,6 +38,7 @@ import type { HoldQueues } from '../forward/scale-from-zero.js';
 import type { EndpointStats, ScrapeTarget } from '../forward/endpoint-stats.js';
 import { Pools } from '../forward/pools.js';
 import { TargetPicker } from '../forward/targets.js';
+import { withFields } from '../../shape.js';
 
 export interface DataPlaneDeps {
   config: Config;
@@ -143,16 +144,17 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
   };
   const tls = deps.tls;
   const server: Server = tls
-    ? (createHttpsServer({
-        ...options,
-        cert: tls.cert,
-        key: tls.key,
-        minVersion: 'TLSv1.2',
-        // A handshake not done within the headers timeout is dropped (Node's default, 120 s, would let a client that
-        // never finishes its ClientHello hold a socket that long). It runs from the connection, however slowly the
-        // peer trickles its bytes in; the headers timeout then starts once the handshake is done.
-        handshakeTimeout: limits.headersTimeoutSeconds * 1000,
-      }) as unknown as Server)
+    ? (createHttpsServer(
+        withFields(options, {
+          cert: tls.cert,
+          key: tls.key,
+          minVersion: 'TLSv1.2' as const,
+          // A handshake not done within the headers timeout is dropped (Node's default, 120 s, would let a client that
+          // never finishes its ClientHello hold a socket that long). It runs from the connection, however slowly the
+          // peer trickles its bytes in; the headers timeout then starts once the handshake is done.
+          handshakeTimeout: limits.headersTimeoutSeconds * 1000,
+        }),
+      ) as unknown as Server)
     : createServer(options);
   const plain = tls?.plain ? createServer(options) : undefined;
   const servers = plain ? [server, plain] : [server];
@@ -240,7 +242,7 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
       (server as unknown as { setSecureContext(o: object): void }).setSecureContext({
         cert: pair.cert,
         key: pair.key,
-        minVersion: 'TLSv1.2',
+        minVersion: 'TLSv1.2' as const,
       });
     },
     ctx,

@@ -16,6 +16,7 @@ import type { ApiKeyRecord, Backend, Route, RouteTable } from '../../routing/typ
 import { grantsProject } from '../admit/auth.js';
 import { gatewayError, type GatewayError } from '../http/errors.js';
 import { objectLayout, type MemberSpan, type ObjectLayout } from './json-members.js';
+import { withFields } from '../../shape.js';
 
 /** OpenAI routes whose streams report usage only when `stream_options.include_usage` asks for it. */
 export const USAGE_OPTION_ROUTES = new Set(['/v1/chat/completions', '/v1/completions']);
@@ -123,7 +124,7 @@ export function editLlmBody(
   if (stream === true && USAGE_OPTION_ROUTES.has(path) && (so === undefined || so === null || isObject(so))) {
     const asked = isObject(so) && coerceBool(so.include_usage) === true;
     if (!asked) {
-      set('stream_options', JSON.stringify({ ...(isObject(so) ? so : {}), include_usage: true }));
+      set('stream_options', JSON.stringify(withFields(isObject(so) ? so : {}, { include_usage: true })));
       stripUsage = true;
     }
   }

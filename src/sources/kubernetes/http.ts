@@ -3,6 +3,7 @@
 import http from 'node:http';
 import https from 'node:https';
 import type { KubeConfig } from '@kubernetes/client-node';
+import { withFields } from '../../shape.js';
 
 /** An HTTP answer other than 200 from the API server; `code` is the HTTP status. */
 export class ApiStatusError extends Error {
@@ -34,7 +35,9 @@ export async function getJson(
       url,
       {
         method: 'GET',
-        headers: { ...(reqOpts.headers ?? {}), accept: 'application/json' },
+        headers: withFields((reqOpts.headers ?? {}) as Record<string, string | string[] | number | undefined>, {
+          accept: 'application/json',
+        }),
         agent: reqOpts.agent,
         auth: reqOpts.auth,
         signal: opts.signal,
