@@ -337,7 +337,7 @@ export async function runStreamsBench(ctx) {
   const procs = await import('./lib/procs.mjs');
   const { freePort, groupCpuSeconds, startProcess, stopProcess, waitFor, memoryOf } = procs;
   const { goal, log, mb, ms, table, us } = await import('./lib/report.mjs');
-  const { CLI, cliBuilt, gatewayNodeFlags, imageAllocator, liveHeap } = await import('./lib/servegate.mjs');
+  const { CLI, cliBuilt, gatewayNodeFlags, heapOf, imageAllocator, liveHeap } = await import('./lib/servegate.mjs');
   const { keySecretObject, makeKey } = await import('./lib/manifests.mjs');
   const texts = goalTexts();
   const dir = join(ctx.dir, 'streams');
@@ -494,10 +494,11 @@ export async function runStreamsBench(ctx) {
       if (t.name === 'direct') out.rssPerStream = NaN;
       if (isGateway) [out.baselineLiveHeap, out.afterLiveHeap] = heaps;
       if (out.plateauSpaces) {
-        const sp = out.plateauSpaces;
+        const { spaces: sp, heapTotal, external } = out.plateauSpaces;
+        const other = heapTotal - (sp.new?.total ?? 0) - (sp.old?.total ?? 0);
         log(
-          `  ${t.name} mid-plateau: V8 new space ${mb(sp.newTotal)} (used ${mb(sp.newUsed)}), old space ${mb(sp.oldUsed)} used of ${mb(sp.oldTotal)}, ` +
-            `other V8 spaces ${mb(sp.otherTotal)}, external ${mb(sp.external)}; RSS outside the V8 heap ${mb(out.plateauRss - sp.heapTotal)}`,
+          `  ${t.name} mid-plateau: V8 new space ${mb(sp.new?.total)} (used ${mb(sp.new?.used)}), old space ${mb(sp.old?.used)} used of ${mb(sp.old?.total)}, ` +
+            `other V8 spaces ${mb(other)}, external ${mb(external)}; RSS outside the V8 heap ${mb(out.plateauRss - heapTotal)}`,
         );
       }
       if (t.name === 'nginx' && out.opened < streams)
@@ -556,7 +557,7 @@ export async function runStreamsBench(ctx) {
         }
         if (plateau && !plateau.cpu1 && samples.length * 250 <= now - plateau.from) samples.push(sampleRss());
         // Where the gateway's memory is mid-plateau: V8's spaces and the memory outside them (prom-client's figures).
-        if (plateau && t.adminPort && !spaces && now - plateau.from >= 2000) spaces = heapSpacesOf(t.adminPort);
+        if (plateau && t.adminPort && !spaces && now - plateau.from >= 2000) spaces = heapOf(t.adminPort);
       }
       if (!final) {
         await stopProcess(client);
@@ -686,34 +687,5 @@ export async function runStreamsBench(ctx) {
           ? `; nginx ${(n.rssPerStream / 1024).toFixed(1)} KB/stream, ${us(n.cpuUsPerEvent)}/event, p99 ${ms(n.p99)} (steady ${ms(n.steadyP99)})`
           : ''),
     ];
-  }
-}
-
-/** V8's heap spaces and external memory of the gateway, from its admin /metrics (prom-client's default metrics). */
-async function heapSpacesOf(adminPort) {
-  try {
-    const res = await fetch(`http://127.0.0.1:${adminPort}/metrics`, { signal: AbortSignal.timeout(5000) });
-    const text = await res.text();
-    const series = (name) => {
-      const out = {};
-      for (const m of text.matchAll(new RegExp(`^${name}\\{space="(\\w+)"\\} ([0-9.e+]+)`, 'gm')))
-        out[m[1]] = Number(m[2]);
-      return out;
-    };
-    const total = series('nodejs_heap_space_size_total_bytes');
-    const used = series('nodejs_heap_space_size_used_bytes');
-    const one = (name) => Number(new RegExp(`^${name} ([0-9.e+]+)`, 'm').exec(text)?.[1]);
-    const heapTotal = Object.values(total).reduce((a, b) => a + b, 0);
-    return {
-      newTotal: total.new,
-      newUsed: used.new,
-      oldTotal: total.old,
-      oldUsed: used.old,
-      otherTotal: heapTotal - (total.new ?? 0) - (total.old ?? 0),
-      heapTotal,
-      external: one('nodejs_external_memory_bytes'),
-    };
-  } catch {
-    return undefined;
   }
 }

@@ -184,7 +184,10 @@ async function readyOrStop(gw, ready) {
   }
 }
 
-/** JS heap figures from the admin listener's /metrics (prom-client default metrics), in bytes; {} if unavailable. */
+/**
+ * JS heap figures from the admin listener's /metrics (prom-client default metrics), in bytes; {} if unavailable.
+ * `spaces`: each V8 space's size and used bytes ({ new: { total, used }, old: ... }).
+ */
 export async function heapOf(adminPort) {
   try {
     const res = await fetch(`http://127.0.0.1:${adminPort}/metrics`, { signal: AbortSignal.timeout(5000) });
@@ -193,10 +196,18 @@ export async function heapOf(adminPort) {
       const m = new RegExp(`^\\w*${name}(?:\\{[^}]*\\})? ([0-9.e+]+)`, 'm').exec(text);
       return m ? Number(m[1]) : undefined;
     };
+    const spaces = {};
+    for (const [kind, name] of [
+      ['total', 'nodejs_heap_space_size_total_bytes'],
+      ['used', 'nodejs_heap_space_size_used_bytes'],
+    ])
+      for (const m of text.matchAll(new RegExp(`^${name}\\{space="(\\w+)"\\} ([0-9.e+]+)`, 'gm')))
+        (spaces[m[1]] ??= {})[kind] = Number(m[2]);
     return {
       heapUsed: get('nodejs_heap_size_used_bytes'),
       heapTotal: get('nodejs_heap_size_total_bytes'),
       external: get('nodejs_external_memory_bytes'),
+      spaces,
     };
   } catch {
     return {};

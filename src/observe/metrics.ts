@@ -33,7 +33,7 @@ interface VariantSeries {
 /**
  * What a route object carries for the metrics, in a hidden (not enumerable) property: its counters and its endpoint
  * pick tallies, so that a request reads one object it already points at instead of looking its route up in maps
- * (with thousands of routes every such lookup is a cache miss; docs/performance.md, "10,000 routes").
+ * (with thousands of routes every such lookup is a cache miss; docs/performance.md, "The hidden classes").
  */
 interface RouteSlot {
   /** The `perRoute` generation `counters` belong to (a clear starts a new one; another Metrics has its own). */
@@ -292,9 +292,7 @@ export class Metrics {
     help: "Endpoints picked for requests to deployments with more than one ready endpoint, by reason (prefix: the prompt prefix's endpoint; load: another, the first being saturated, or no prefix; only: one endpoint; round-robin)",
     labelNames: ['project', 'deployment', 'reason'] as const,
     registers: [this.registry],
-    collect: (): void => {
-      for (const t of this.picks.values()) flushTally(this.endpointPicks, t);
-    },
+    collect: (): void => this.flushPicks(),
   });
   private picks = new Map<string, Tally>();
   /** The generation of `picks` (route objects hold their tallies by reason: see RouteSlot). */
@@ -310,7 +308,7 @@ export class Metrics {
       c = this.picks.get(k);
       if (!c) {
         if (this.picks.size > 50_000) {
-          for (const t of this.picks.values()) flushTally(this.endpointPicks, t);
+          this.flushPicks();
           this.picks.clear();
           this.picksGen = {};
           byReason = undefined;
@@ -319,7 +317,7 @@ export class Metrics {
         this.picks.set(k, c);
       }
       if (slot) {
-        if (!byReason || slot.pickGen !== this.picksGen) {
+        if (!byReason) {
           slot.pickGen = this.picksGen;
           slot.picks = byReason = new Map();
         }
@@ -327,6 +325,10 @@ export class Metrics {
       }
     }
     c.n++;
+  }
+
+  private flushPicks(): void {
+    for (const t of this.picks.values()) flushTally(this.endpointPicks, t);
   }
 
   readonly endpointWaiting: Gauge = new Gauge({

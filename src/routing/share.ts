@@ -1,7 +1,7 @@
 // Equal parts of routes are one object: the routes of a namespace that name the same Service hold one backend
 // object, and one string for their project and namespace. A request reads its route's parts; with thousands of
 // routes, parts of their own are thousands of places in memory, each a cache miss the first time a request touches
-// it (docs/performance.md, "10,000 routes"); shared parts stay in the cache. Sharing changes no route's content.
+// it (docs/performance.md, "The hidden classes"); shared parts stay in the cache. Sharing changes no route's content.
 import type { Backend, Route } from './types.js';
 
 /** Live shared backends by content; an entry goes when no route holds its backend any more. */
@@ -36,11 +36,10 @@ function backendKey(b: Backend): string {
   return JSON.stringify(b);
 }
 
-/** `route` with its backends and names replaced by equal shared ones (the same object, changed in place). */
-export function shareParts<R extends Omit<Route, 'hostname'>>(route: R): R {
+/** Replaces, in place, `route`'s backends and names by equal shared ones. */
+export function shareParts(route: Omit<Route, 'hostname'>): void {
   route.project = sharedString(route.project);
   route.namespace = sharedString(route.namespace);
   route.backend = sharedBackend(route.backend);
   if (route.canary) route.canary = { backend: sharedBackend(route.canary.backend), percent: route.canary.percent };
-  return route;
 }

@@ -242,7 +242,7 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
       (server as unknown as { setSecureContext(o: object): void }).setSecureContext({
         cert: pair.cert,
         key: pair.key,
-        minVersion: 'TLSv1.2' as const,
+        minVersion: 'TLSv1.2',
       });
     },
     ctx,
