@@ -35,7 +35,7 @@ import type { PlaneContext } from './context.js';
 import { RETRY, shouldRetry } from './retry.js';
 import { readWhileHeld, type Held } from './scale-from-zero.js';
 import type { Chosen, Variant } from './targets.js';
-import { Diverted, UpstreamCall, type CallOwner } from './upstream-call.js';
+import { bodyForUndici, Diverted, UpstreamCall, type CallOwner } from './upstream-call.js';
 import { bodyFor, Fallbacks, type FallbackReason, type LlmRequest } from './fallback.js';
 import { BODY_TOO_LARGE, ClientGone, mapUpstreamError, tooLarge, unavailable } from './upstream-errors.js';
 import { withFields } from '../../shape.js';
@@ -536,7 +536,7 @@ export class Exchange implements Job, Held, CallOwner {
           path: target.basePath + (route.pathPrefix ?? '') + d.upstreamPath,
           method: req.method as Dispatcher.HttpMethod,
           headers,
-          body: this.body,
+          body: bodyForUndici(this.body),
           headersTimeout: route.timeoutMs,
           bodyTimeout: ctx.streamIdleMs,
           idempotent: false,
