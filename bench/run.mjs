@@ -47,6 +47,7 @@ const { values: flags } = parseArgs({
     'llm-rate': { type: 'string', default: '40' },
     streams: { type: 'string', default: '10000' }, // Part E (bench/streams.mjs)
     'streams-seconds': { type: 'string', default: '20' },
+    'stream-prompt-kb': { type: 'string', default: '0' },
     'no-build': { type: 'boolean', default: false },
     profile: { type: 'boolean', default: false },
     'no-nginx': { type: 'boolean', default: false },
@@ -69,7 +70,7 @@ if (flags.help) {
   log('                        [--leader-seconds 15] [--llm-seconds 10] [--llm-warmup 3] [--llm-rate 40]');
   log('                        [--no-build] [--quick] [--profile] [--no-nginx] [--no-wrk] [--baseline-dist <dir>]');
   log(
-    '                        [--streams 10000] [--streams-seconds 20]   (Part E, --only streams; --quick: 1000 × 5 s)',
+    '                        [--streams 10000] [--streams-seconds 20] [--stream-prompt-kb 0]   (Part E, --only streams; --quick: 1000 × 5 s)',
   );
   log(
     '  --settle: idle seconds before the open loop (then a forced GC in the gateway and --openloop-warmup s per target)',
@@ -153,6 +154,7 @@ const ctx = {
   llmRate: num('llm-rate'),
   streams: flags.quick ? 1000 : Math.max(1, num('streams')), // Part E
   streamsSeconds: flags.quick ? 5 : Math.max(1, num('streams-seconds')),
+  streamPromptKb: Math.max(0, num('stream-prompt-kb')),
   quick: flags.quick,
   profileDir: flags.profile ? join(ROOT, '.bench-tmp', 'profiles') : undefined,
   baseline,

@@ -20,7 +20,13 @@ const SELF = fileURLToPath(import.meta.url);
 const PROJECT = 'bench';
 const DEPLOYMENT = 'chat';
 const STREAM_PATH = '/v1/chat/completions';
-const BODY = JSON.stringify({ model: 'bench', stream: true, messages: [{ role: 'user', content: 'tick' }] });
+/** The request of every stream: a chat completion whose prompt is `kb` KB of text (--stream-prompt-kb; 0: one word). */
+const bodyOf = (kb) =>
+  JSON.stringify({
+    model: 'bench',
+    stream: true,
+    messages: [{ role: 'user', content: kb > 0 ? 'tick '.repeat(Math.ceil((kb * 1024) / 5)) : 'tick' }],
+  });
 /** Descriptors a proxy needs besides two per stream (listeners, inspector, logs, files). */
 const SPARE_FDS = 200;
 
@@ -92,6 +98,7 @@ function runBackend(port) {
 // Child: the client. Prints a JSON progress line every 250 ms and a final line with the delay percentiles.
 
 function runClient(opts) {
+  const BODY = bodyOf(opts.promptKb ?? 0);
   const { url, streams, seconds, headers, connecting = 256 } = opts;
   const agent = new Agent({ keepAlive: false, maxSockets: Infinity });
   const target = new URL(url);
@@ -322,11 +329,11 @@ http {
 }
 
 /** One short stream (1 event) through `url`: resolves the status and whether the event and [DONE] arrived. */
-async function oneStream(url, headers) {
+async function oneStream(url, headers, body) {
   const res = await fetch(url, {
     method: 'POST',
     headers: { ...headers, 'x-bench-seconds': '1' },
-    body: BODY,
+    body,
     signal: AbortSignal.timeout(5000),
   });
   const text = await res.text();
@@ -337,7 +344,8 @@ export async function runStreamsBench(ctx) {
   const procs = await import('./lib/procs.mjs');
   const { freePort, groupCpuSeconds, startProcess, stopProcess, waitFor, memoryOf } = procs;
   const { goal, log, mb, ms, table, us } = await import('./lib/report.mjs');
-  const { CLI, cliBuilt, gatewayNodeFlags, heapOf, imageAllocator, liveHeap } = await import('./lib/servegate.mjs');
+  const { CLI, cliBuilt, gatewayNodeFlags, heapOf, heapSnapshot, imageAllocator, liveHeap } =
+    await import('./lib/servegate.mjs');
   const { keySecretObject, makeKey } = await import('./lib/manifests.mjs');
   const texts = goalTexts();
   const dir = join(ctx.dir, 'streams');
@@ -364,8 +372,10 @@ export async function runStreamsBench(ctx) {
   results.streams = streams;
   const seconds = ctx.streamsSeconds;
   const ulimit = (cmd, args) => ['sh', ['-c', `ulimit -n ${fds} && exec "$0" "$@"`, cmd, ...args]];
+  results.promptKb = ctx.streamPromptKb ?? 0;
   log(
     `  ${streams.toLocaleString('en-US')} SSE streams per target, 1 event/s each for ${seconds} s, one connection per stream (no keep-alive); ` +
+      `request body ${Buffer.byteLength(bodyOf(results.promptKb)).toLocaleString('en-US')} B (--stream-prompt-kb ${results.promptKb}); ` +
       `children run with ulimit -n ${fds} (hard limit ${hard})`,
   );
   // The gateway runs as the container image runs it: jemalloc preloaded as malloc (bench/lib/servegate.mjs).
@@ -445,7 +455,10 @@ export async function runStreamsBench(ctx) {
         started.push(t.child);
         t.url = `http://127.0.0.1:${port}/v1/${PROJECT}/${DEPLOYMENT}${STREAM_PATH}`;
       }
-      await waitFor(`${t.name} streams`, () => oneStream(t.url, headers), { child: t.child, timeoutMs: 20_000 });
+      await waitFor(`${t.name} streams`, () => oneStream(t.url, headers, bodyOf(ctx.streamPromptKb)), {
+        child: t.child,
+        timeoutMs: 20_000,
+      });
       results.targets[t.name] = await runTarget(t);
       if (t.name !== 'direct') await stopProcess(t.child);
     }
@@ -517,7 +530,7 @@ export async function runStreamsBench(ctx) {
      * target's RSS (every 250 ms) and CPU over the plateau (all streams open, before the first one ends).
      */
     async function clientRun(t, n, secs, measure = false) {
-      const opts = { url: t.url, streams: n, seconds: secs, headers };
+      const opts = { url: t.url, streams: n, seconds: secs, headers, promptKb: ctx.streamPromptKb };
       const client = startProcess(
         `streams client ${t.name}`,
         ...ulimit(process.execPath, [SELF, 'client', JSON.stringify(opts)]),
@@ -539,6 +552,8 @@ export async function runStreamsBench(ctx) {
       });
       let plateau;
       let spaces;
+      let snapshot;
+      const snapshotFile = process.env.BENCH_HEAP_SNAPSHOT;
       const samples = [];
       const deadline = Date.now() + (secs + 90 + n / 100) * 1000;
       const pid = t.child.pid;
@@ -558,12 +573,20 @@ export async function runStreamsBench(ctx) {
         if (plateau && !plateau.cpu1 && samples.length * 250 <= now - plateau.from) samples.push(sampleRss());
         // Where the gateway's memory is mid-plateau: V8's spaces and the memory outside them (prom-client's figures).
         if (plateau && t.adminPort && !spaces && now - plateau.from >= 2000) spaces = heapOf(t.adminPort);
+        // BENCH_HEAP_SNAPSHOT=<file>: a heap snapshot of the gateway mid-plateau (a diagnostic: it stops the gateway
+        // for seconds, so that run's delay and CPU figures are not to be kept).
+        if (plateau && t.name === 'servegate' && snapshotFile && !snapshot && now - plateau.from >= 3000) {
+          snapshot = heapSnapshot(t.child, snapshotFile).then((ok) =>
+            log(`  heap snapshot of servegate mid-plateau: ${ok ? snapshotFile : 'FAILED'}`),
+          );
+        }
       }
       if (!final) {
         await stopProcess(client);
         throw new Error(`streams client for ${t.name} gave no result:\n${procs.outputOf(client).trim().slice(-1500)}`);
       }
       await client.exited;
+      await snapshot;
       if (!measure) return final;
       const eventsAt = (at) => {
         let prev = [startedAt, 0];

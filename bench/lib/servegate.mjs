@@ -1,5 +1,5 @@
 // Starts the BUILT gateway (dist/cli/main.js) as its own process: one process = one worker.
-import { cpSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, createWriteStream, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, isAbsolute, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { performance } from 'node:perf_hooks';
@@ -212,6 +212,40 @@ export async function heapOf(adminPort) {
   } catch {
     return {};
   }
+}
+
+/**
+ * Writes a heap snapshot of the gateway (through its inspector port) to `file`; resolves true when written. A
+ * diagnostic (BENCH_HEAP_SNAPSHOT): the snapshot stops the gateway for seconds, so figures of that run are not kept.
+ */
+export async function heapSnapshot(child, file) {
+  const url = /Debugger listening on (ws:\/\/\S+)/.exec(child.output)?.[1];
+  if (!url) return false;
+  const { default: WebSocket } = await import('ws');
+  const out = createWriteStream(file);
+  return new Promise((resolve) => {
+    const ws = new WebSocket(url, { maxPayload: 1 << 30 });
+    const timer = setTimeout(() => {
+      ws.terminate();
+      out.end();
+      resolve(false);
+    }, 120_000);
+    ws.on('message', (data) => {
+      const msg = JSON.parse(String(data));
+      if (msg.method === 'HeapProfiler.addHeapSnapshotChunk') out.write(msg.params.chunk);
+      else if (msg.id === 1) {
+        clearTimeout(timer);
+        ws.close();
+        out.end(() => resolve(true));
+      }
+    });
+    ws.on('error', () => {
+      clearTimeout(timer);
+      out.end();
+      resolve(false);
+    });
+    ws.on('open', () => ws.send(JSON.stringify({ id: 1, method: 'HeapProfiler.takeHeapSnapshot', params: {} })));
+  });
 }
 
 /**
