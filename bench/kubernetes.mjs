@@ -197,7 +197,7 @@ async function post(pool, path, headers) {
  * `probePath` is served. Resolves with `readyMs`, from the spawn of the process that served to the first 200.
  */
 export async function startKubeGateway(dir, name, fake, probePath, headers, profileDir) {
-  const { preload } = imageAllocator();
+  const { env: allocator } = imageAllocator();
   const kubeconfig = writeKubeconfig(dir, name, fake.url);
   mkdirSync(join(dir, name), { recursive: true });
   const gw = await startGateway(join(dir, name), ['--kubernetes'], {
@@ -206,7 +206,7 @@ export async function startKubeGateway(dir, name, fake, probePath, headers, prof
       KUBECONFIG: kubeconfig,
       POD_NAMESPACE: KEYS_NAMESPACE,
       POD_NAME: `bench-${name}`,
-      ...(preload ? { LD_PRELOAD: preload } : {}),
+      ...allocator,
     },
     profileDir: profileDir && join(profileDir, `kubernetes-${name}`),
     ready: async (g) => {

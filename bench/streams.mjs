@@ -44,8 +44,12 @@ export function goalTexts() {
 
 /** Upper bound of this part's run time in seconds (for run.mjs's time limit): 3 targets, each ramp + run + GC. */
 export function timeBudgetSeconds(ctx) {
-  return 3 * (ctx.streamsSeconds + 2 * 60) + 60;
+  return 3 * (ctx.streamsSeconds + 2 * 60 + (2 * (SETTLE_FIRST_MS + SETTLE_MAX_MS + 4000)) / 1000) + 60;
 }
+
+/** The wait for the RSS to settle, before the streams and after them (see `settled` in runTarget). */
+const SETTLE_FIRST_MS = 15_000;
+const SETTLE_MAX_MS = 30_000;
 
 // ---------------------------------------------------------------------------------------------------------------
 // Child: the SSE backend.
@@ -379,7 +383,7 @@ export async function runStreamsBench(ctx) {
       `children run with ulimit -n ${fds} (hard limit ${hard})`,
   );
   // The gateway runs as the container image runs it: jemalloc preloaded as malloc (bench/lib/servegate.mjs).
-  const { preload, note } = imageAllocator();
+  const { env: allocator, note } = imageAllocator();
   log(`  ${note}`);
   if (gatewayNodeFlags().length)
     log(`  servegate node flags (BENCH_GATEWAY_NODE_FLAGS): ${gatewayNodeFlags().join(' ')}`);
@@ -449,7 +453,7 @@ export async function runStreamsBench(ctx) {
         t.adminPort = adminPort;
         t.child = startProcess('servegate streams', ...ulimit(process.execPath, args), {
           cwd: ctx.root,
-          env: preload ? { ...process.env, LD_PRELOAD: preload } : process.env,
+          env: { ...process.env, ...allocator },
           stdoutFile: join(dir, 'servegate-stdout.log'),
         });
         started.push(t.child);
@@ -473,25 +477,49 @@ export async function runStreamsBench(ctx) {
     async function runTarget(t) {
       const pid = t.child.pid;
       const isGateway = t.name === 'servegate';
-      const heaps = [];
       const rss = async () => {
         if (isGateway) {
           const h = await liveHeap(t.child);
-          heaps.push(h?.liveHeap);
-          return h?.rssAfterGc ?? memoryOf(pid)?.rss;
+          return { rss: h?.rssAfterGc ?? memoryOf(pid)?.rss, liveHeap: h?.liveHeap };
         }
         await sleep(1000);
-        return groupRss(pid);
+        return { rss: groupRss(pid) };
       };
-      // Warm-up: a few streams of 2 s, then the baseline, taken as the RSS after is: 5 s after the streams ended.
+      // The RSS once it stopped falling (after a forced GC, for the gateway): first read SETTLE_FIRST_MS after the
+      // streams ended, then every 3 s until two readings are within 1 % (at most SETTLE_MAX_MS more). Soon after a load
+      // the gateway still holds memory its allocator gives back over the next seconds (jemalloc purges freed pages over
+      // ~10 s, in steps): one run read 110, 93, 77, 76, 76 MB at 5 s intervals after the warm-up, all of it outside the
+      // V8 heap. The baseline used to be read after 5 s: that made the per-stream figure look smaller than it is, and
+      // the RSS after the streams 15-25 % below its baseline.
+      const settled = async (what) => {
+        await sleep(SETTLE_FIRST_MS);
+        const t0 = Date.now();
+        let last = await rss();
+        const reads = [last.rss];
+        while (Date.now() - t0 < SETTLE_MAX_MS) {
+          await sleep(3000);
+          const next = await rss();
+          reads.push(next.rss);
+          const steady = Math.abs(next.rss - last.rss) <= 0.01 * last.rss;
+          last = next;
+          if (steady) break;
+        }
+        const spaces = isGateway && t.adminPort ? (await heapOf(t.adminPort)).spaces : undefined;
+        log(
+          `  ${t.name} ${what}: RSS ${reads.map((b) => mb(b)).join(' → ')} (3 s apart${isGateway ? ', each after a forced GC' : ''})` +
+            (spaces ? `; V8 new space ${mb(spaces.new?.total)}, old space ${mb(spaces.old?.total)}` : ''),
+        );
+        return last;
+      };
+      // Warm-up: a few streams of 2 s, then the baseline, settled as the RSS after is.
       await clientRun(t, Math.min(streams, 100), 2);
-      await sleep(5000);
-      const baseline = await rss();
+      const base = await settled('baseline');
+      const baseline = base.rss;
       const before = await backendStats();
       const r = await clientRun(t, streams, seconds, true);
       const after = await backendStats();
-      await sleep(5000); // closed sockets and their buffers released before the forced GC
-      const end = await rss();
+      const last = await settled('after the streams');
+      const end = last.rss;
       const out = {
         ...r,
         baselineRss: baseline,
@@ -505,7 +533,7 @@ export async function runStreamsBench(ctx) {
       out.rssPerStream = (out.plateauRss - baseline) / Math.max(1, out.opened);
       out.afterVsBaseline = end / baseline - 1;
       if (t.name === 'direct') out.rssPerStream = NaN;
-      if (isGateway) [out.baselineLiveHeap, out.afterLiveHeap] = heaps;
+      if (isGateway) [out.baselineLiveHeap, out.afterLiveHeap] = [base.liveHeap, last.liveHeap];
       if (out.plateauSpaces) {
         const { spaces: sp, heapTotal, external } = out.plateauSpaces;
         const other = heapTotal - (sp.new?.total ?? 0) - (sp.old?.total ?? 0);
@@ -519,7 +547,7 @@ export async function runStreamsBench(ctx) {
       log(
         `  ${t.name}: ${out.opened}/${streams} streams opened in ${((out.allOpenAt - out.startedAt) / 1000).toFixed(1)} s, ` +
           `${out.events}/${out.expected} events, plateau ${(out.plateauMs / 1000).toFixed(1)} s, RSS peak ${mb(out.plateauRssMax)}` +
-          (isGateway ? `, live JS heap ${mb(heaps[0])} before, ${mb(heaps[1])} after` : '') +
+          (isGateway ? `, live JS heap ${mb(base.liveHeap)} before, ${mb(last.liveHeap)} after` : '') +
           `${out.errors.length ? `; errors: ${out.errors.slice(0, 3).join(' | ')}` : ''}`,
       );
       return out;

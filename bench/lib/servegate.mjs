@@ -75,7 +75,8 @@ export function prepareBaseline(dirArg) {
 /**
  * The allocator the container image runs the gateway with: jemalloc preloaded as malloc (Dockerfile), when this
  * machine has Debian's library (apt-get install -y libjemalloc2). BENCH_GATEWAY_PRELOAD=<library> preloads another
- * one, =none nothing (glibc's malloc). `note`: the line the report prints.
+ * one, =none nothing (glibc's malloc). `env`: the gateway's environment for it (with jemalloc, MALLOC_CONF as the image
+ * sets it; BENCH_GATEWAY_MALLOC_CONF another, '' none). `note`: the line the report prints.
  */
 export function imageAllocator() {
   const asked = process.env.BENCH_GATEWAY_PRELOAD;
@@ -92,7 +93,14 @@ export function imageAllocator() {
   const note = preload
     ? `servegate runs with LD_PRELOAD=${preload}${asked ? ' (BENCH_GATEWAY_PRELOAD)' : ' (jemalloc, as the container image runs it)'}`
     : `servegate runs with glibc's malloc${asked === 'none' ? ' (BENCH_GATEWAY_PRELOAD=none)' : '; the container image preloads jemalloc (apt-get install -y libjemalloc2 to measure it so)'}`;
-  return { preload, note };
+  // As the image sets it (Dockerfile): jemalloc's background threads give freed pages back on a clock.
+  const mallocConf = process.env.BENCH_GATEWAY_MALLOC_CONF ?? 'background_thread:true';
+  const env = preload ? { LD_PRELOAD: preload, ...(mallocConf ? { MALLOC_CONF: mallocConf } : {}) } : {};
+  return {
+    preload,
+    env,
+    note: preload && mallocConf ? `${note}, MALLOC_CONF=${mallocConf}` : note,
+  };
 }
 
 export async function startGatewayProcess(

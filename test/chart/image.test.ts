@@ -78,6 +78,11 @@ describe('Dockerfile', () => {
     expect(at((i) => i.op === 'RUN' && i.args.includes('libjemalloc2'))).toBeLessThan(at((i) => i.op === 'USER'));
   });
 
+  test('jemalloc gives freed memory back on its own clock (background threads), not only while the process allocates', () => {
+    const env = ins(runtime, 'ENV').filter((e) => e.args.startsWith('MALLOC_CONF='));
+    expect(env.map((e) => e.args)).toEqual(['MALLOC_CONF=background_thread:true']);
+  });
+
   test('exposes the gateway and admin ports the chart uses', () => {
     expect(ins(runtime, 'EXPOSE')[0].args.split(/\s+/).sort()).toEqual(['8080', '9090']);
   });
