@@ -9,11 +9,25 @@ import { LET_GO_MIN } from '../../../src/gateway/forward/upstream-call.js';
 import { forceGc } from '../../support/attack.js';
 import { startGateway, type Gateway } from '../../support/harness.js';
 import { waitFor } from '../../support/wait.js';
+import { closedPort } from '../../support/backends.js';
 
-/** A backend that reads each body (keeping only its size and hash), starts an event stream and holds it open. */
+interface Received {
+  size: number;
+  sha256: string;
+  /** The body's `model` and the length of its first message's content. */
+  model?: string;
+  prompt?: number;
+}
+
+/**
+ * A backend that reads each body (keeping its size, hash, model and prompt length), starts an event stream and holds
+ * it open; or, with `status`, answers that status once the body is read.
+ */
 class HoldingBackend {
   readonly server = http.createServer((req, res) => this.handle(req, res));
-  readonly received: Array<{ size: number; sha256: string }> = [];
+  readonly received: Received[] = [];
+
+  constructor(private readonly status = 200) {}
   readonly open = new Set<ServerResponse>();
 
   async start(): Promise<string> {
@@ -23,13 +37,31 @@ class HoldingBackend {
 
   private handle(req: IncomingMessage, res: ServerResponse): void {
     const hash = createHash('sha256');
+    const chunks: Buffer[] = [];
     let size = 0;
     req.on('data', (c: Buffer) => {
       size += c.length;
       hash.update(c);
+      if (size <= 1 << 20) chunks.push(c);
     });
     req.on('end', () => {
-      this.received.push({ size, sha256: hash.digest('hex') });
+      const text = Buffer.concat(chunks).toString('utf8');
+      chunks.length = 0; // the open answer keeps this closure: it must not keep the body (the measure is of the gateway)
+      const doc = JSON.parse(text) as {
+        model?: string;
+        messages?: Array<{ content: string }>;
+      };
+      this.received.push({
+        size,
+        sha256: hash.digest('hex'),
+        model: doc.model,
+        prompt: doc.messages?.[0]?.content.length,
+      });
+      if (this.status !== 200) {
+        res.writeHead(this.status, { 'content-type': 'application/json' });
+        res.end('{"error":{"message":"busy","type":"server_error"}}');
+        return;
+      }
       res.writeHead(200, { 'content-type': 'text/event-stream' });
       res.write(`data: {"choices":[{"delta":{"content":"hi"}}]}\n\n`);
       this.open.add(res);
@@ -49,26 +81,42 @@ class HoldingBackend {
 }
 
 let backend: HoldingBackend;
+let busy: HoldingBackend;
 let gw: Gateway;
+
+const chatDoc = (name: string, url: string, extra: Record<string, unknown> = {}) => ({
+  apiVersion: 'serving.servegate.dev/v1alpha1',
+  kind: 'ServingDeployment',
+  metadata: { name, namespace: 'demo' },
+  spec: { type: 'model', modelServer: 'llm', backend: { url }, ...extra },
+});
 
 beforeAll(async () => {
   backend = new HoldingBackend();
-  const url = await backend.start();
+  busy = new HoldingBackend(503);
+  const [url, busyUrl] = await Promise.all([backend.start(), busy.start()]);
   gw = await startGateway({
-    deployments: [{ namespace: 'demo', name: 'chat', modelServer: 'llm', url }],
+    files: {
+      'llm.yaml': [
+        chatDoc('chat', url),
+        chatDoc('first', busyUrl, { modelName: 'big', fallbacks: ['rescue'] }),
+        chatDoc('down', `http://127.0.0.1:${await closedPort()}`, { modelName: 'big', fallbacks: ['rescue'] }),
+        chatDoc('rescue', url, { modelName: 'small' }),
+      ],
+    },
     keys: [{ name: 'k', projects: 'demo' }],
   });
 });
 
 afterAll(async () => {
   await gw?.close();
-  await backend?.close();
+  await Promise.all([backend?.close(), busy?.close()]);
 });
 
 /** Starts a streamed chat completion with `body`; resolves once its first event arrived, with its request. */
-function openStream(body: Buffer): Promise<{ req: http.ClientRequest; res: IncomingMessage }> {
+function openStream(body: Buffer, deployment = 'chat'): Promise<{ req: http.ClientRequest; res: IncomingMessage }> {
   return new Promise((resolve, reject) => {
-    const req = http.request(`${gw.url}/v1/demo/chat/v1/chat/completions`, {
+    const req = http.request(`${gw.url}/v1/demo/${deployment}/v1/chat/completions`, {
       method: 'POST',
       headers: {
         authorization: `ApiKey ${gw.keys.k}`,
@@ -108,7 +156,7 @@ describe('an open answer holds no copy of its request body', () => {
     try {
       await waitFor(() => backend.received.length >= STREAMS);
       // Every byte reached the backend as sent.
-      for (const r of backend.received) expect(r).toEqual({ size: body.length, sha256 });
+      for (const r of backend.received) expect(r).toMatchObject({ size: body.length, sha256 });
       const during = await settledArrayBuffers();
       // Holding the bodies would be STREAMS × 256 KB = 4 MB; the sockets' own buffers are far below a quarter of it.
       expect(during - before).toBeLessThan((STREAMS * PROMPT) / 4);
@@ -127,10 +175,27 @@ describe('an open answer holds no copy of its request body', () => {
       const { res } = await openStream(body);
       backend.endAll();
       await new Promise((r) => (res.on('end', r), res.resume()));
-      expect(backend.received.at(-1)).toEqual({
+      expect(backend.received.at(-1)).toMatchObject({
         size: body.length,
         sha256: createHash('sha256').update(body).digest('hex'),
       });
     }
+  });
+
+  test.each([
+    ['first', 'its backend answered 503 after reading it'],
+    ['down', 'its backend refused the connection (tried twice)'],
+  ])('a large body sent to %s goes whole to the fallback deployment when %s', async (deployment) => {
+    backend.received.length = 0;
+    busy.received.length = 0;
+    const body = Buffer.from(
+      JSON.stringify({ model: 'big', stream: true, messages: [{ role: 'user', content: 'z'.repeat(96 * 1024) }] }),
+    );
+    const { res } = await openStream(body, deployment);
+    backend.endAll();
+    await new Promise((r) => (res.on('end', r), res.resume()));
+    if (deployment === 'first') expect(busy.received).toEqual([expect.objectContaining({ size: body.length })]);
+    // The fallback's body is the same request with its own served model.
+    expect(backend.received).toEqual([expect.objectContaining({ model: 'small', prompt: 96 * 1024 })]);
   });
 });
