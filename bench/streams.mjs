@@ -507,7 +507,10 @@ export async function runStreamsBench(ctx) {
         const spaces = isGateway && t.adminPort ? (await heapOf(t.adminPort)).spaces : undefined;
         // BENCH_SMAPS=1 (with BENCH_KEEP_DIR=1): the gateway's memory map at each settled reading, to compare.
         if (isGateway && process.env.BENCH_SMAPS === '1')
-          writeFileSync(join(dir, `smaps-${what.replace(/\W+/g, '-')}.txt`), readFileSync(`/proc/${pid}/smaps`, 'utf8'));
+          writeFileSync(
+            join(dir, `smaps-${what.replace(/\W+/g, '-')}.txt`),
+            readFileSync(`/proc/${pid}/smaps`, 'utf8'),
+          );
         log(
           `  ${t.name} ${what}: RSS ${reads.map((b) => mb(b)).join(' → ')} (3 s apart${isGateway ? ', each after a forced GC' : ''})` +
             (spaces ? `; V8 new space ${mb(spaces.new?.total)}, old space ${mb(spaces.old?.total)}` : ''),
