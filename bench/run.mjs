@@ -2,7 +2,7 @@
 // (the cost of per-minute limits) and Part D (LLM-aware endpoint picking against round robin, on a simulated vLLM
 // fleet), and ends with a summary of every goal (met / MISSED / skipped) and the command line.
 //   node bench/run.mjs [--only gateway|kubernetes|limits|llm-routing|streams] [--seconds 10] [--warmup 2] [--rate 1000] [--rate-seconds 10]
-//                      [--settle 3] [--openloop-warmup 2] [--cold-openloop] [--requests-for-rss 1000000]
+//                      [--settle 3] [--openloop-warmup 6] [--cold-openloop] [--requests-for-rss 1000000]
 //                      [--connections 64] [--threads 2] [--backend-workers 2] [--deployments 10000] [--events 200]
 //                      [--leader-seconds 15] [--llm-seconds 10] [--llm-warmup 3] [--llm-rate 40]
 //                      [--no-build] [--quick] [--profile] [--no-nginx] [--no-wrk] [--baseline-dist <dir>]
@@ -33,7 +33,7 @@ const { values: flags } = parseArgs({
     rate: { type: 'string', default: '1000' },
     'rate-seconds': { type: 'string', default: '10' },
     settle: { type: 'string', default: '3' },
-    'openloop-warmup': { type: 'string', default: '2' },
+    'openloop-warmup': { type: 'string', default: '6' },
     'cold-openloop': { type: 'boolean', default: false },
     'requests-for-rss': { type: 'string' },
     connections: { type: 'string', default: '64' },
@@ -63,7 +63,7 @@ if (flags.help) {
     'usage: npm run bench -- [--only gateway|kubernetes|limits|llm-routing|streams] [--seconds 10] [--warmup 2] [--rate 1000]',
   );
   log('                        [--rate-seconds 10]');
-  log('                        [--settle 3] [--openloop-warmup 2] [--cold-openloop] [--requests-for-rss 1000000]');
+  log('                        [--settle 3] [--openloop-warmup 6] [--cold-openloop] [--requests-for-rss 1000000]');
   log(
     '                        [--connections 64] [--threads 2] [--backend-workers 2] [--deployments 10000] [--events 200]',
   );
@@ -167,7 +167,8 @@ if (ctx.llmRate <= 0 || ctx.llmSeconds <= 0) {
 
 // Time limit: 6 minutes for the build and the fixed parts (3 for the build alone with --only llm-routing), plus the
 // RSS run at 3,000 requests/s at worst, plus Part D's eight runs (llm-routing.mjs timeBudgetSeconds), plus 3 minutes
-// for Part A's extra rows (net, bare, fastify closed loops, bare in the open loop, the SSE cost of 6 targets).
+// for Part A's extra rows (net, bare, fastify closed loops, bare in the open loop, the SSE cost of 6 targets), plus
+// the open loop's warm-up of up to 6 targets.
 // The baseline gateway (--baseline-dist) adds its closed loops in both log modes, its open-loop slices and SSE streams.
 const partA = !flags.only || flags.only === 'gateway';
 const partD = !flags.only || flags.only === 'llm-routing';
@@ -176,6 +177,7 @@ const limitMs =
   ((flags.only === 'llm-routing' ? 3 * 60 : 6 * 60) +
     baselineSeconds +
     (partA ? 3 * 60 : 0) +
+    (partA ? 6 * ctx.openLoopWarmup : 0) +
     (partA ? ctx.rssRequests / 3000 : 0) +
     (partD ? llmRoutingSeconds(ctx) : 0) +
     (!flags.only || flags.only === 'streams' ? streamsSeconds(ctx) : 0)) *
