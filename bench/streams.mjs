@@ -512,7 +512,7 @@ export async function runStreamsBench(ctx) {
             readFileSync(`/proc/${pid}/smaps`, 'utf8'),
           );
         log(
-          `  ${t.name} ${what}: RSS ${reads.map((b) => mb(b)).join(' → ')} (3 s apart${isGateway ? ', each after a forced GC' : ''})` +
+          `  ${t.name} ${what}: RSS ${reads.map((b) => mb(b)).join(' → ')} (${isGateway ? '3 s apart, each after a forced GC' : 'about 4 s apart'})` +
             (spaces ? `; V8 new space ${mb(spaces.new?.total)}, old space ${mb(spaces.old?.total)}` : ''),
         );
         return last;

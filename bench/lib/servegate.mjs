@@ -94,7 +94,9 @@ export function imageAllocator() {
     ? `servegate runs with LD_PRELOAD=${preload}${asked ? ' (BENCH_GATEWAY_PRELOAD)' : ' (jemalloc, as the container image runs it)'}`
     : `servegate runs with glibc's malloc${asked === 'none' ? ' (BENCH_GATEWAY_PRELOAD=none)' : '; the container image preloads jemalloc (apt-get install -y libjemalloc2 to measure it so)'}`;
   // As the image sets it (Dockerfile): jemalloc's background threads give freed pages back on a clock.
-  const mallocConf = process.env.BENCH_GATEWAY_MALLOC_CONF ?? 'background_thread:true';
+  const mallocConf = /jemalloc/.test(preload ?? '')
+    ? (process.env.BENCH_GATEWAY_MALLOC_CONF ?? 'background_thread:true')
+    : '';
   const env = preload ? { LD_PRELOAD: preload, ...(mallocConf ? { MALLOC_CONF: mallocConf } : {}) } : {};
   return {
     preload,
@@ -238,6 +240,12 @@ export async function heapSnapshot(child, file) {
       out.end();
       resolve(false);
     }, 120_000);
+    // A file that cannot be written (a bad BENCH_HEAP_SNAPSHOT path): no snapshot, the run goes on.
+    out.on('error', () => {
+      clearTimeout(timer);
+      ws.terminate();
+      resolve(false);
+    });
     ws.on('message', (data) => {
       const msg = JSON.parse(String(data));
       if (msg.method === 'HeapProfiler.addHeapSnapshotChunk') out.write(msg.params.chunk);

@@ -218,15 +218,19 @@ export const LET_GO_MIN = 4096;
  * long as the request lasts — for an event stream, minutes — so a Buffer would keep every open stream's prompt in
  * memory (32 KB prompts: 33 KB more per open stream, bench Part E with BENCH_PROMPT_KB). As an iterable of one chunk
  * undici writes the same bytes after the same head (the content-length is set by the caller) and then holds an empty
- * shell. The exchange keeps its own reference as long as a retry or a fallback may need the body.
+ * shell. The exchange keeps its own reference as long as a retry or a fallback may need the body (each try gets a
+ * new one). Two differences from a Buffer body, both in undici: its headers timeout counts from the end of the write,
+ * and a connection whose backend answered before the body was all written is closed instead of reused.
  */
 class SentOnce implements Iterable<Buffer> {
   constructor(private body: Buffer | null) {}
 
   *[Symbol.iterator](): Iterator<Buffer> {
     const body = this.body;
+    // Sent twice (nothing does that today) would be an empty body under the old content-length: fail before any byte.
+    if (!body) throw new Error('request body already sent');
     this.body = null;
-    if (body) yield body;
+    yield body;
   }
 }
 

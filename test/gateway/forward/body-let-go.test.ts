@@ -21,7 +21,7 @@ interface Received {
 
 /**
  * A backend that reads each body (keeping its size, hash, model and prompt length), starts an event stream and holds
- * it open; or, with `status`, answers that status once the body is read.
+ * it open; or, with `status`, answers that status once the body is read (0: closes the connection without answering).
  */
 class HoldingBackend {
   readonly server = http.createServer((req, res) => this.handle(req, res));
@@ -57,6 +57,10 @@ class HoldingBackend {
         model: doc.model,
         prompt: doc.messages?.[0]?.content.length,
       });
+      if (this.status === 0) {
+        req.socket.destroy();
+        return;
+      }
       if (this.status !== 200) {
         res.writeHead(this.status, { 'content-type': 'application/json' });
         res.end('{"error":{"message":"busy","type":"server_error"}}');
@@ -82,6 +86,7 @@ class HoldingBackend {
 
 let backend: HoldingBackend;
 let busy: HoldingBackend;
+let hangup: HoldingBackend;
 let gw: Gateway;
 
 const chatDoc = (name: string, url: string, extra: Record<string, unknown> = {}) => ({
@@ -94,13 +99,15 @@ const chatDoc = (name: string, url: string, extra: Record<string, unknown> = {})
 beforeAll(async () => {
   backend = new HoldingBackend();
   busy = new HoldingBackend(503);
-  const [url, busyUrl] = await Promise.all([backend.start(), busy.start()]);
+  hangup = new HoldingBackend(0);
+  const [url, busyUrl, hangupUrl] = await Promise.all([backend.start(), busy.start(), hangup.start()]);
   gw = await startGateway({
     files: {
       'llm.yaml': [
         chatDoc('chat', url),
         chatDoc('first', busyUrl, { modelName: 'big', fallbacks: ['rescue'] }),
         chatDoc('down', `http://127.0.0.1:${await closedPort()}`, { modelName: 'big', fallbacks: ['rescue'] }),
+        chatDoc('hangup', hangupUrl, { modelName: 'big', fallbacks: ['rescue'] }),
         chatDoc('rescue', url, { modelName: 'small' }),
       ],
     },
@@ -110,7 +117,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await gw?.close();
-  await Promise.all([backend?.close(), busy?.close()]);
+  await Promise.all([backend?.close(), busy?.close(), hangup?.close()]);
 });
 
 /** Starts a streamed chat completion with `body`; resolves once its first event arrived, with its request. */
@@ -185,16 +192,22 @@ describe('an open answer holds no copy of its request body', () => {
   test.each([
     ['first', 'its backend answered 503 after reading it'],
     ['down', 'its backend refused the connection (tried twice)'],
+    ['hangup', 'its backend read it and closed the connection without answering'],
   ])('a large body sent to %s goes whole to the fallback deployment when %s', async (deployment) => {
     backend.received.length = 0;
-    busy.received.length = 0;
     const body = Buffer.from(
       JSON.stringify({ model: 'big', stream: true, messages: [{ role: 'user', content: 'z'.repeat(96 * 1024) }] }),
     );
     const { res } = await openStream(body, deployment);
     backend.endAll();
     await new Promise((r) => (res.on('end', r), res.resume()));
-    if (deployment === 'first') expect(busy.received).toEqual([expect.objectContaining({ size: body.length })]);
+    for (const [name, b] of [
+      ['first', busy],
+      ['hangup', hangup],
+    ] as const) {
+      if (deployment === name) expect(b.received).toEqual([expect.objectContaining({ size: body.length })]);
+      b.received.length = 0;
+    }
     // The fallback's body is the same request with its own served model.
     expect(backend.received).toEqual([expect.objectContaining({ model: 'small', prompt: 96 * 1024 })]);
   });
