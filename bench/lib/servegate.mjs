@@ -98,11 +98,7 @@ export function imageAllocator() {
     ? (process.env.BENCH_GATEWAY_MALLOC_CONF ?? 'background_thread:true')
     : '';
   const env = preload ? { LD_PRELOAD: preload, ...(mallocConf ? { MALLOC_CONF: mallocConf } : {}) } : {};
-  return {
-    preload,
-    env,
-    note: preload && mallocConf ? `${note}, MALLOC_CONF=${mallocConf}` : note,
-  };
+  return { env, note: preload && mallocConf ? `${note}, MALLOC_CONF=${mallocConf}` : note };
 }
 
 export async function startGatewayProcess(
@@ -224,12 +220,17 @@ export async function heapOf(adminPort) {
   }
 }
 
+/** The gateway's inspector address, from the line Node prints at start (startGatewayProcess runs it with --inspect). */
+function inspectorUrl(child) {
+  return /Debugger listening on (ws:\/\/\S+)/.exec(child.output)?.[1];
+}
+
 /**
  * Writes a heap snapshot of the gateway (through its inspector port) to `file`; resolves true when written. A
  * diagnostic (BENCH_HEAP_SNAPSHOT): the snapshot stops the gateway for seconds, so figures of that run are not kept.
  */
 export async function heapSnapshot(child, file) {
-  const url = /Debugger listening on (ws:\/\/\S+)/.exec(child.output)?.[1];
+  const url = inspectorUrl(child);
   if (!url) return false;
   const { default: WebSocket } = await import('ws');
   const out = createWriteStream(file);
@@ -269,7 +270,7 @@ export async function heapSnapshot(child, file) {
  * (bytes) and the RSS right after; undefined when the inspector is not reachable.
  */
 export async function liveHeap(child) {
-  const url = /Debugger listening on (ws:\/\/\S+)/.exec(child.output)?.[1];
+  const url = inspectorUrl(child);
   if (!url) return undefined;
   const { default: WebSocket } = await import('ws');
   return new Promise((resolve) => {
