@@ -421,10 +421,21 @@ export async function runStreamsBench(ctx) {
         .join('---\n'),
     );
 
-    const targets = [{ name: 'direct', url: `http://127.0.0.1:${backendPort}${STREAM_PATH}`, child: backend }];
+    let targets = [{ name: 'direct', url: `http://127.0.0.1:${backendPort}${STREAM_PATH}`, child: backend }];
     if (ctx.tools.nginx) targets.push({ name: 'nginx' });
     else log('  nginx: SKIPPED (not installed; apt-get install -y nginx-light)');
     targets.push({ name: 'servegate' });
+    // BENCH_STREAMS_TARGETS=servegate (or a comma list of direct, nginx, servegate): a diagnostic run of some targets
+    // only, a third of the time for servegate alone. The added delay needs direct's figure, so it is not judged then.
+    const only = process.env.BENCH_STREAMS_TARGETS?.split(',')
+      .map((s) => s.trim())
+      .filter(Boolean);
+    if (only?.length) {
+      targets = targets.filter((t) => only.includes(t.name));
+      log(
+        `  targets (BENCH_STREAMS_TARGETS): ${targets.map((t) => t.name).join(', ') || 'none of direct, nginx, servegate'}`,
+      );
+    }
 
     for (const t of targets) {
       if (t.name === 'nginx') {
@@ -455,6 +466,8 @@ export async function runStreamsBench(ctx) {
           cwd: ctx.root,
           env: { ...process.env, ...allocator },
           stdoutFile: join(dir, 'servegate-stdout.log'),
+          // With BENCH_KEEP_DIR=1 its whole stderr is kept too (jemalloc's stats_print goes there).
+          stderrFile: process.env.BENCH_KEEP_DIR === '1' ? join(dir, 'servegate-stderr.log') : undefined,
         });
         started.push(t.child);
         t.url = `http://127.0.0.1:${port}/v1/${PROJECT}/${DEPLOYMENT}${STREAM_PATH}`;
@@ -521,6 +534,7 @@ export async function runStreamsBench(ctx) {
       await clientRun(t, Math.min(streams, 100), 2);
       const base = await settled('baseline');
       const baseline = base.rss;
+      t.baseLiveHeap = base.liveHeap;
       const before = await backendStats();
       const r = await clientRun(t, streams, seconds, true);
       const after = await backendStats();
@@ -588,6 +602,8 @@ export async function runStreamsBench(ctx) {
       let spaces;
       let snapshot;
       const snapshotFile = process.env.BENCH_HEAP_SNAPSHOT;
+      const liveHeapAsked = process.env.BENCH_LIVE_HEAP === '1';
+      let liveMid;
       const samples = [];
       const deadline = Date.now() + (secs + 90 + n / 100) * 1000;
       const pid = t.child.pid;
@@ -609,6 +625,16 @@ export async function runStreamsBench(ctx) {
         if (plateau && t.adminPort && !spaces && now - plateau.from >= 2000) spaces = heapOf(t.adminPort);
         // BENCH_HEAP_SNAPSHOT=<file>: a heap snapshot of the gateway mid-plateau (a diagnostic: it stops the gateway
         // for seconds, so that run's delay and CPU figures are not to be kept).
+        // BENCH_LIVE_HEAP=1: the gateway's live JS heap mid-plateau, after a forced full GC, per open stream over the
+        // baseline's (a diagnostic, finer than RSS per stream: the GC stops the gateway, so not for the delay figures).
+        if (plateau && t.name === 'servegate' && liveHeapAsked && !liveMid && now - plateau.from >= 3000) {
+          liveMid = liveHeap(t.child).then((h) =>
+            log(
+              `  servegate live JS heap mid-plateau: ${mb(h?.liveHeap)}, ` +
+                `${((h?.liveHeap - t.baseLiveHeap) / 1024 / Math.max(1, last.opened ?? n)).toFixed(2)} KB per open stream over the baseline's (BENCH_LIVE_HEAP)`,
+            ),
+          );
+        }
         if (plateau && t.name === 'servegate' && snapshotFile && !snapshot && now - plateau.from >= 3000) {
           snapshot = heapSnapshot(t.child, snapshotFile).then((ok) =>
             log(`  heap snapshot of servegate mid-plateau: ${ok ? snapshotFile : 'FAILED'}`),
@@ -621,6 +647,7 @@ export async function runStreamsBench(ctx) {
       }
       await client.exited;
       await snapshot;
+      await liveMid;
       if (!measure) return final;
       const eventsAt = (at) => {
         let prev = [startedAt, 0];
@@ -712,8 +739,8 @@ export async function runStreamsBench(ctx) {
       ),
       delay: goal(
         texts.delay,
-        `${ms(added)} (all events: ${ms(addedAll)})`,
-        Number.isFinite(added) ? added <= 5 : undefined,
+        d ? `${ms(added)} (all events: ${ms(addedAll)})` : 'no figure (direct not run: BENCH_STREAMS_TARGETS)',
+        d && Number.isFinite(added) ? added <= 5 : undefined,
         'E',
       ),
       lost: goal(

@@ -1,7 +1,17 @@
 // Child processes for the benchmark: started in their own process group, all killed at the end,
 // on Ctrl-C, on an uncaught error, and when the global time limit expires.
 import { execFileSync, spawn } from 'node:child_process';
-import { accessSync, closeSync, constants, fstatSync, openSync, readdirSync, readFileSync, readSync } from 'node:fs';
+import {
+  accessSync,
+  appendFileSync,
+  closeSync,
+  constants,
+  fstatSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  readSync,
+} from 'node:fs';
 import { createServer } from 'node:net';
 import { delimiter, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -57,7 +67,7 @@ export function installCleanup(limitMs) {
  * Starts a long-running child in its own process group. Keeps the tail of its output for error
  * messages. `child.exited` resolves with the exit code (or signal name). With `stdoutFile`, the child's
  * stdout goes straight to that file (a server logging every request costs this process nothing; read
- * the tail with outputOf); stderr is still kept.
+ * the tail with outputOf); stderr is still kept, and with `stderrFile` written to that file as well.
  */
 export function startProcess(name, command, args, options = {}) {
   const out = options.stdoutFile ? openSync(options.stdoutFile, 'a') : 'pipe';
@@ -80,6 +90,8 @@ export function startProcess(name, command, args, options = {}) {
   };
   child.stdout?.on('data', keep);
   child.stderr.on('data', keep);
+  // `stderrFile`: all of its stderr in that file too (a diagnostic, e.g. jemalloc's statistics at exit).
+  if (options.stderrFile) child.stderr.on('data', (chunk) => appendFileSync(options.stderrFile, chunk));
   child.exited = new Promise((resolve) => {
     child.on('exit', (code, signal) => {
       children.delete(child);
