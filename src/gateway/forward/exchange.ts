@@ -11,7 +11,7 @@
 // complete or the client is gone. Every phase starts with the one guard `if (this.ended) return`.
 // A class rather than closures: one object is made per request, and it drops its references when it is over.
 import { randomUUID } from 'node:crypto';
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import { Transform, type Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
 import type { Route } from '../../routing/types.js';
@@ -557,6 +557,11 @@ export class Exchange implements Job, Held, CallOwner {
    */
   answering(call: UpstreamCall): void {
     if (call !== this.call) return;
+    // Node keeps the client's header lines on the request for as long as it lasts, and the headers object its server
+    // builds from them for every HTTP/1.1 request (to read host and expect): the API key among them. Nothing reads
+    // either past this point (the access log line takes the method and URL).
+    this.req.rawHeaders = NO_LINES;
+    this.req.headers = NO_HEADERS;
     this.head = undefined;
     this.body = null;
     this.llm = undefined;
@@ -780,6 +785,10 @@ export class Exchange implements Job, Held, CallOwner {
     this.call?.release();
   }
 }
+
+/** What an answering request's header lines and headers become (read by nobody; shared: nothing per request). */
+const NO_LINES: string[] = Object.freeze([]) as unknown as string[];
+const NO_HEADERS: IncomingHttpHeaders = Object.freeze({});
 
 /** The exchange an answer belongs to, on the answer itself: one shared 'close' listener instead of one per request. */
 const kExchange = Symbol('servegate.exchange');

@@ -2,6 +2,7 @@
 // them must not hold thousands of prompts too (undici keeps a request's body as long as the request lasts; the gateway
 // hands it large bodies in a form it lets go of once written: upstream-call.ts, SentOnce).
 import { createHash } from 'node:crypto';
+import diagnostics_channel from 'node:diagnostics_channel';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
@@ -210,5 +211,38 @@ describe('an open answer holds no copy of its request body', () => {
     }
     // The fallback's body is the same request with its own served model.
     expect(backend.received).toEqual([expect.objectContaining({ model: 'small', prompt: 96 * 1024 })]);
+  });
+});
+
+describe('an open answer holds none of its request header lines', () => {
+  test('the client request no longer carries its header lines (the API key among them) once the answer streams', async () => {
+    // The gateway's own IncomingMessage, as its HTTP server made it (the channel also sees the backends' requests).
+    const seen: IncomingMessage[] = [];
+    const onStart = (m: unknown): void => {
+      const { request } = m as { request: IncomingMessage };
+      if (request.url?.startsWith('/v1/demo/chat/')) seen.push(request);
+    };
+    diagnostics_channel.subscribe('http.server.request.start', onStart);
+    const body = Buffer.from(
+      JSON.stringify({ model: 'chat', stream: true, messages: [{ role: 'user', content: 'hi' }] }),
+    );
+    let stream: Awaited<ReturnType<typeof openStream>> | undefined;
+    try {
+      stream = await openStream(body);
+    } finally {
+      diagnostics_channel.unsubscribe('http.server.request.start', onStart);
+    }
+    try {
+      expect(seen).toHaveLength(1);
+      const [req] = seen;
+      expect(req.complete).toBe(true);
+      expect(req.rawHeaders).toEqual([]);
+      expect(JSON.stringify(req.headers)).not.toContain(gw.keys.k);
+    } finally {
+      backend.endAll();
+      await new Promise((r) => (stream!.res.on('end', r), stream!.res.resume()));
+    }
+    // The answer ended as any other: the request was served and counted.
+    expect(backend.received.at(-1)).toMatchObject({ size: body.length, model: 'chat' });
   });
 });
