@@ -90,14 +90,14 @@ const TEXT_KEYS = ['"content":', '"text":', '"arguments":', '"delta":'].map((k) 
 
 /** A data line [s, stop) holding a non-empty string under one of TEXT_KEYS. */
 export function carriesText(buf: Buffer, s: number, stop: number): boolean {
-  const line = buf.subarray(s, stop);
+  // Searched in place (no view of the line: this runs for every event of every stream).
   for (const key of TEXT_KEYS) {
-    let at = line.indexOf(key);
-    while (at !== -1) {
+    let at = buf.indexOf(key, s);
+    while (at !== -1 && at + key.length <= stop) {
       let j = at + key.length;
-      while (line[j] === 0x20) j++;
-      if (line[j] === 0x22 && j + 1 < line.length && line[j + 1] !== 0x22) return true;
-      at = line.indexOf(key, at + key.length);
+      while (j < stop && buf[j] === 0x20) j++;
+      if (j + 1 < stop && buf[j] === 0x22 && buf[j + 1] !== 0x22) return true;
+      at = buf.indexOf(key, at + key.length);
     }
   }
   return false;

@@ -4,7 +4,7 @@
 // usage JSON.parse reads at the top level, never a nested one.
 import { describe, expect, test } from '@jest/globals';
 import fc from 'fast-check';
-import { JsonUsageMeter, readUsage, SseUsageMeter } from '../../../src/gateway/openai/usage-meter.js';
+import { carriesText, JsonUsageMeter, readUsage, SseUsageMeter } from '../../../src/gateway/openai/usage-meter.js';
 import { feed as run } from '../../support/meter.js';
 
 const RUNS = 200;
@@ -174,5 +174,46 @@ describe('JsonUsageMeter agrees with JSON.parse', () => {
       }),
       { numRuns: RUNS },
     );
+  });
+});
+
+// ---- carriesText: a line inside a larger chunk ----------------------------------------------------------------------
+
+describe('carriesText reads only its line [s, stop) of the chunk', () => {
+  /** The definition: some key of the line followed by spaces and a string with at least one character. */
+  const reference = (line: string): boolean =>
+    ['"content":', '"text":', '"arguments":', '"delta":'].some((key) => {
+      for (let at = line.indexOf(key); at !== -1; at = line.indexOf(key, at + key.length)) {
+        let j = at + key.length;
+        while (line[j] === ' ') j++;
+        if (line[j] === '"' && j + 1 < line.length && line[j + 1] !== '"') return true;
+      }
+      return false;
+    });
+  const piece = fc.oneof(
+    fc.constantFrom('"content":', '"text":', '"arguments":', '"delta":', '"', '""', ' ', 'x', '"a"', '{', ':'),
+    fc.string({ unit: fc.constantFrom('"', ' ', 'a', ':', '{'), maxLength: 4 }),
+  );
+  const part = fc.array(piece, { maxLength: 8 }).map((p) => p.join(''));
+
+  test('the same answer as the definition on the line alone, whatever comes before and after it', () => {
+    fc.assert(
+      fc.property(part, part, part, (before, line, after) => {
+        const buf = Buffer.from(before + line + after, 'latin1');
+        const s = Buffer.byteLength(before, 'latin1');
+        expect(carriesText(buf, s, s + Buffer.byteLength(line, 'latin1'))).toBe(reference(line));
+      }),
+      { numRuns: 2000 },
+    );
+  });
+
+  test('a key or its string cut by the end of the line does not count', () => {
+    const buf = Buffer.from('data: {"content":"hi"}');
+    const key = buf.indexOf('"content":');
+    expect(carriesText(buf, 0, buf.length)).toBe(true);
+    expect(carriesText(buf, 0, key + 5)).toBe(false); // the key cut
+    expect(carriesText(buf, 0, key + 11)).toBe(false); // the opening quote only
+    expect(carriesText(buf, 0, key + 12)).toBe(true); // the quote and one character
+    expect(carriesText(buf, key + 1, buf.length)).toBe(false); // the line starts inside the key
   });
 });
