@@ -33,7 +33,7 @@ import {
 } from './lib/procs.mjs';
 import { runAutocannon, runOpenLoop, runWrk, writeWrkScript } from './lib/load.mjs';
 import { cores, goal, log, mb, ms, pct, ratio, rps, signedMs, table, us } from './lib/report.mjs';
-import { CLI, cliBuilt, heapOf, liveHeap, startGateway } from './lib/servegate.mjs';
+import { CLI, cliBuilt, heapOf, imageAllocator, liveHeap, startGateway } from './lib/servegate.mjs';
 import { LONG, SHORT, sseCostOf } from './lib/sse-cost.mjs';
 import { median, startSseBackend, timeStream } from './lib/sse.mjs';
 
@@ -208,6 +208,8 @@ async function startServegate(ctx, dir, manifests, mode, baseline) {
   const name = `${baseline ? OLD : 'servegate'}-log-${mode}`;
   const gw = await startGateway(dir, ['--manifests', manifests], {
     accessLog: mode === 'on',
+    // Both builds run as the container image runs them (jemalloc and its MALLOC_CONF), as in Parts B and E.
+    env: imageAllocator().env,
     name,
     cli: baseline?.cli,
     gcLog: join(dir, `${name}-gc.txt`),
@@ -1090,6 +1092,7 @@ export async function runGatewayBench(ctx) {
     log(
       '  nginx: worker_processes 1, path strip + API-key map; servegate: node dist/cli/main.js serve --manifests, 1 process, stdout to a file',
     );
+    log(`  ${imageAllocator().note}`);
     log(
       '  access log OFF only: net (raw TCP forwarder), bare (node:http + undici Pool, prefix strip, no checks), fastify (+ @fastify/http-proxy, API-key hook)',
     );

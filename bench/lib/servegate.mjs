@@ -93,12 +93,17 @@ export function imageAllocator() {
   const note = preload
     ? `servegate runs with LD_PRELOAD=${preload}${asked ? ' (BENCH_GATEWAY_PRELOAD)' : ' (jemalloc, as the container image runs it)'}`
     : `servegate runs with glibc's malloc${asked === 'none' ? ' (BENCH_GATEWAY_PRELOAD=none)' : '; the container image preloads jemalloc (apt-get install -y libjemalloc2 to measure it so)'}`;
-  // As the image sets it (Dockerfile): jemalloc's background threads give freed pages back on a clock.
-  const mallocConf = /jemalloc/.test(preload ?? '')
-    ? (process.env.BENCH_GATEWAY_MALLOC_CONF ?? 'background_thread:true')
-    : '';
+  // As the image sets it (read from the Dockerfile, so the two cannot drift apart): jemalloc's background threads give
+  // freed pages back on a clock.
+  const mallocConf = /jemalloc/.test(preload ?? '') ? (process.env.BENCH_GATEWAY_MALLOC_CONF ?? imageMallocConf()) : '';
   const env = preload ? { LD_PRELOAD: preload, ...(mallocConf ? { MALLOC_CONF: mallocConf } : {}) } : {};
   return { env, note: preload && mallocConf ? `${note}, MALLOC_CONF=${mallocConf}` : note };
+}
+
+/** The container image's MALLOC_CONF (its Dockerfile's `ENV MALLOC_CONF=...`), '' when it sets none. */
+function imageMallocConf() {
+  const line = readFileSync(join(ROOT, 'Dockerfile'), 'utf8').match(/^ENV MALLOC_CONF=(\S+)\s*$/m);
+  return line?.[1] ?? '';
 }
 
 export async function startGatewayProcess(
