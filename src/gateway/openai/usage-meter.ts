@@ -90,15 +90,26 @@ const TEXT_KEYS = ['"content":', '"text":', '"arguments":', '"delta":'].map((k) 
 
 /** A data line [s, stop) holding a non-empty string under one of TEXT_KEYS. */
 export function carriesText(buf: Buffer, s: number, stop: number): boolean {
-  // Searched in place (no view of the line: this runs for every event of every stream).
-  for (const key of TEXT_KEYS) {
-    let at = buf.indexOf(key, s);
-    while (at !== -1 && at + key.length <= stop) {
-      let j = at + key.length;
-      while (j < stop && buf[j] === 0x20) j++;
-      if (j + 1 < stop && buf[j] === 0x22 && buf[j + 1] !== 0x22) return true;
-      at = buf.indexOf(key, at + key.length);
-    }
+  // One pass over the line itself, in place: no view of it per event, and nothing read past its end (a chunk may
+  // hold many events). Every key ends with a colon: at each colon, does a key end there, and a string follow?
+  for (let c = s; c < stop; c++) {
+    if (buf[c] !== 0x3a || !keyEndsAt(buf, s, c)) continue;
+    let j = c + 1;
+    while (j < stop && buf[j] === 0x20) j++;
+    if (j + 1 < stop && buf[j] === 0x22 && buf[j + 1] !== 0x22) return true;
+  }
+  return false;
+}
+
+/** One of TEXT_KEYS ends at `c` (its colon), starting at `s` or later. */
+function keyEndsAt(buf: Buffer, s: number, c: number): boolean {
+  for (let i = 0; i < TEXT_KEYS.length; i++) {
+    const key = TEXT_KEYS[i];
+    const from = c + 1 - key.length;
+    if (from < s) continue;
+    let k = 0;
+    while (k < key.length && buf[from + k] === key[k]) k++;
+    if (k === key.length) return true;
   }
   return false;
 }
