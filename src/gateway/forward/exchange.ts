@@ -562,6 +562,8 @@ export class Exchange implements Job, Held, CallOwner {
     // either past this point (the access log line takes the method and URL).
     this.req.rawHeaders = NO_LINES;
     this.req.headers = NO_HEADERS;
+    // Built from rawHeaders on first read, with the old count of lines: kept in step, not left to fail on an empty list.
+    this.req.headersDistinct = NO_DISTINCT;
     this.head = undefined;
     this.body = null;
     this.llm = undefined;
@@ -789,6 +791,7 @@ export class Exchange implements Job, Held, CallOwner {
 /** What an answering request's header lines and headers become (read by nobody; shared: nothing per request). */
 const NO_LINES: string[] = Object.freeze([]) as unknown as string[];
 const NO_HEADERS: IncomingHttpHeaders = Object.freeze({});
+const NO_DISTINCT: NodeJS.Dict<string[]> = Object.freeze({});
 
 /** The exchange an answer belongs to, on the answer itself: one shared 'close' listener instead of one per request. */
 const kExchange = Symbol('servegate.exchange');
