@@ -31,15 +31,15 @@ ENV NODE_ENV=production
 # loader would warn and go on with glibc's malloc. background_thread: jemalloc's own threads give freed pages back to
 # the system on a clock (over about 10 s); without them it does so only while the process allocates, so an idle
 # gateway kept what a burst had freed (Part E: 118.7 MB after a warm-up, the same 15 and 18 s later; with them 121 MB
-# fell to 77 MB in 15 s). dirty_decay_ms:1000,muzzy_decay_ms:0: pages freed for a second go straight back to the system
-# (the default keeps them 10 s, then another 10 s as "muzzy"): after 9,900 streams ended, RSS settled 10.7-11.2 % above
-# its baseline instead of 15.3-17.6 %, at no measured CPU cost (Part E; docs/performance.md).
+# fell to 77 MB in 15 s). dirty_decay_ms:1000: pages freed for a second go back to the system (the default keeps them
+# 10 s): after 9,900 streams ended, RSS settled 10.7-11.2 % above its baseline instead of 15.3-17.6 %, with CPU per
+# event within the runs' spread (bench Part E; the runs in docs/decisions.md, "jemalloc as the image's malloc").
 RUN apt-get update \
     && apt-get install -y --no-install-recommends libjemalloc2 \
     && rm -rf /var/lib/apt/lists/* \
     && ln -s "$(ls /usr/lib/*-linux-gnu/libjemalloc.so.2 | head -n 1)" /usr/local/lib/libjemalloc.so.2
 ENV LD_PRELOAD=/usr/local/lib/libjemalloc.so.2
-ENV MALLOC_CONF=background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0
+ENV MALLOC_CONF=background_thread:true,dirty_decay_ms:1000
 WORKDIR /app
 COPY --from=deps /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist

@@ -257,10 +257,12 @@ async function startForwarders(ctx, backendPort, burstPort, sha256, started) {
     try {
       const port = await freePort();
       const url = `http://127.0.0.1:${port}${base}/${DEPLOYMENT}${MODEL_PATH}`;
+      // With servegate's allocator (the image's), so that "servegate − bare" compares code, not allocators.
       const child = await startForwarder(
         name,
         { ...specs[name], port },
         async () => (await probe(url, ctx.headers)) === BACKEND_BODY,
+        imageAllocator().env,
       );
       started.push(child);
       if (name === 'fastify') await probe(url, { 'content-type': 'application/json' }, 401);
@@ -272,6 +274,7 @@ async function startForwarders(ctx, backendPort, burstPort, sha256, started) {
           'net-sse',
           { mode: 'net', target: burstPort, port: ssePort },
           async () => (await probe(t.burstUrl, ctx.headers)) !== undefined,
+          imageAllocator().env,
         );
         started.push(t.burstChild);
       }
@@ -1092,7 +1095,7 @@ export async function runGatewayBench(ctx) {
     log(
       '  nginx: worker_processes 1, path strip + API-key map; servegate: node dist/cli/main.js serve --manifests, 1 process, stdout to a file',
     );
-    log(`  ${imageAllocator().note}`);
+    log(`  ${imageAllocator().note}; net, bare and fastify run with the same allocator`);
     log(
       '  access log OFF only: net (raw TCP forwarder), bare (node:http + undici Pool, prefix strip, no checks), fastify (+ @fastify/http-proxy, API-key hook)',
     );

@@ -1,5 +1,5 @@
-// What a bare node:http server keeps after a burst of connections: the floor under bench Part E's "RSS back to its
-// baseline" for any gateway on Node, with no servegate and no undici code in the process (docs/performance.md, Part E).
+// What a bare node:http server keeps after a burst of connections, with no servegate and no undici code in the process:
+// to read beside bench Part E's "RSS back to its baseline" (docs/performance.md, Part E).
 //   ulimit -n "$(ulimit -Hn)"; node --expose-gc bench/node-residual.mjs [connections=5000]
 //   (as the image runs it: LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 MALLOC_CONF=<the Dockerfile's>)
 // One process: an HTTP server on 127.0.0.1 and N raw client sockets, each with one request whose answer stays open (as
@@ -13,7 +13,11 @@ if (typeof globalThis.gc !== 'function') {
   process.stderr.write('usage: node --expose-gc bench/node-residual.mjs [connections]\n');
   process.exit(2);
 }
-const N = Math.max(1, Number(process.argv[2] ?? 5000));
+const N = Number(process.argv[2] ?? 5000);
+if (!Number.isInteger(N) || N < 1) {
+  process.stderr.write(`node-residual: connections must be a whole number of at least 1, not "${process.argv[2]}"\n`);
+  process.exit(2);
+}
 const mb = (b) => `${(b / 1048576).toFixed(1)} MB`;
 const collect = async () => {
   for (let i = 0; i < 3; i++) {

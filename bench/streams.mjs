@@ -626,7 +626,8 @@ export async function runStreamsBench(ctx) {
         // BENCH_HEAP_SNAPSHOT=<file>: a heap snapshot of the gateway mid-plateau (a diagnostic: it stops the gateway
         // for seconds, so that run's delay and CPU figures are not to be kept).
         // BENCH_LIVE_HEAP=1: the gateway's live JS heap mid-plateau, after a forced full GC, per open stream over the
-        // baseline's (a diagnostic, finer than RSS per stream: the GC stops the gateway, so not for the delay figures).
+        // baseline's (a diagnostic, finer than RSS per stream: the GC stops the gateway, so not for the delay, CPU and
+        // RSS figures).
         if (plateau && t.name === 'servegate' && liveHeapAsked && !liveMid && now - plateau.from >= 3000) {
           liveMid = liveHeap(t.child).then((h) =>
             log(
@@ -728,8 +729,8 @@ export async function runStreamsBench(ctx) {
     if (!g) return;
     const added = g.steadyP99 - (d?.steadyP99 ?? 0);
     const addedAll = g.p99 - (d?.p99 ?? 0);
-    results.addedP99Ms = added;
-    results.addedP99AllMs = addedAll;
+    results.addedP99Ms = d ? added : NaN;
+    results.addedP99AllMs = d ? addedAll : NaN;
     results.goals = {
       rss: goal(
         texts.rss,

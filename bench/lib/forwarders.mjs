@@ -59,9 +59,10 @@ export function fastifyInstalled() {
 /**
  * Starts one of the servers above as a child process (bench/lib/procs.mjs startProcess: its own process group) on
  * `spec.port` and waits for `ready()` (an async check, e.g. a probe request); stops it again if it never gets ready.
+ * `env`: added to its environment (the forwarders compared with servegate get the allocator it runs with).
  */
-export async function startForwarder(name, spec, ready) {
-  const child = startProcess(name, process.execPath, [SELF, JSON.stringify(spec)]);
+export async function startForwarder(name, spec, ready, env = {}) {
+  const child = startProcess(name, process.execPath, [SELF, JSON.stringify(spec)], { env: { ...process.env, ...env } });
   try {
     await waitFor(`${name} on port ${spec.port}`, ready, { child, timeoutMs: 15_000 });
   } catch (err) {
