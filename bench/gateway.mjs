@@ -177,22 +177,18 @@ function writeManifests(dir, backendPort, ssePort, burstPort, { prefix, sha256 }
   mkdirSync(manifests, { recursive: true });
   const docs = [
     deploymentObject({ namespace: PROJECT, name: DEPLOYMENT, backend: { url: `http://127.0.0.1:${backendPort}` } }),
-    {
-      ...deploymentObject({
-        namespace: PROJECT,
-        name: STREAM_DEPLOYMENT,
-        backend: { url: `http://127.0.0.1:${ssePort}` },
-      }),
-      spec: { type: 'model', modelServer: 'llm', backend: { url: `http://127.0.0.1:${ssePort}` } },
-    },
-    {
-      ...deploymentObject({
-        namespace: PROJECT,
-        name: BURST_DEPLOYMENT,
-        backend: { url: `http://127.0.0.1:${burstPort}` },
-      }),
-      spec: { type: 'model', modelServer: 'llm', backend: { url: `http://127.0.0.1:${burstPort}` } },
-    },
+    deploymentObject({
+      namespace: PROJECT,
+      name: STREAM_DEPLOYMENT,
+      modelServer: 'llm',
+      backend: { url: `http://127.0.0.1:${ssePort}` },
+    }),
+    deploymentObject({
+      namespace: PROJECT,
+      name: BURST_DEPLOYMENT,
+      modelServer: 'llm',
+      backend: { url: `http://127.0.0.1:${burstPort}` },
+    }),
     keySecretObject({ name: 'bench-key', prefix, sha256, projects: PROJECT }),
   ];
   writeFileSync(join(manifests, 'bench.yaml'), docs.map((d) => stringify(d)).join('---\n'));
@@ -248,6 +244,8 @@ async function startForwarders(ctx, backendPort, burstPort, sha256, started) {
     bare: { mode: 'bare', routes },
     fastify: { mode: 'fastify', routes, keys: [sha256] },
   };
+  // With servegate's allocator (the image's), so that "servegate − bare" compares code, not allocators.
+  const allocator = imageAllocator().env;
   const out = [];
   for (const name of FORWARDERS) {
     if (name === 'fastify' && !fastifyInstalled()) {
@@ -257,12 +255,11 @@ async function startForwarders(ctx, backendPort, burstPort, sha256, started) {
     try {
       const port = await freePort();
       const url = `http://127.0.0.1:${port}${base}/${DEPLOYMENT}${MODEL_PATH}`;
-      // With servegate's allocator (the image's), so that "servegate − bare" compares code, not allocators.
       const child = await startForwarder(
         name,
         { ...specs[name], port },
         async () => (await probe(url, ctx.headers)) === BACKEND_BODY,
-        imageAllocator().env,
+        allocator,
       );
       started.push(child);
       if (name === 'fastify') await probe(url, { 'content-type': 'application/json' }, 401);
@@ -274,7 +271,7 @@ async function startForwarders(ctx, backendPort, burstPort, sha256, started) {
           'net-sse',
           { mode: 'net', target: burstPort, port: ssePort },
           async () => (await probe(t.burstUrl, ctx.headers)) !== undefined,
-          imageAllocator().env,
+          allocator,
         );
         started.push(t.burstChild);
       }

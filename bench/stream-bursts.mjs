@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { stringify } from 'yaml';
-import { keySecretObject, makeKey } from './lib/manifests.mjs';
+import { deploymentObject, keySecretObject, makeKey } from './lib/manifests.mjs';
 import { freePort, startProcess, stopProcess } from './lib/procs.mjs';
 import { CLI, imageAllocator, liveHeap, ROOT } from './lib/servegate.mjs';
 
@@ -37,12 +37,12 @@ try {
   writeFileSync(
     join(dir, 'manifests', 'streams.yaml'),
     [
-      {
-        apiVersion: 'serving.servegate.dev/v1alpha1',
-        kind: 'ServingDeployment',
-        metadata: { name: 'chat', namespace: 'bench' },
-        spec: { type: 'model', modelServer: 'llm', backend: { url: `http://127.0.0.1:${backendPort}` } },
-      },
+      deploymentObject({
+        namespace: 'bench',
+        name: 'chat',
+        modelServer: 'llm',
+        backend: { url: `http://127.0.0.1:${backendPort}` },
+      }),
       keySecretObject({ name: 'bench-key', prefix: key.prefix, sha256: key.sha256, projects: 'bench' }),
     ]
       .map((d) => stringify(d))

@@ -350,7 +350,7 @@ export async function runStreamsBench(ctx) {
   const { goal, log, mb, ms, table, us } = await import('./lib/report.mjs');
   const { CLI, cliBuilt, gatewayNodeFlags, heapOf, heapSnapshot, imageAllocator, liveHeap } =
     await import('./lib/servegate.mjs');
-  const { keySecretObject, makeKey } = await import('./lib/manifests.mjs');
+  const { deploymentObject, keySecretObject, makeKey } = await import('./lib/manifests.mjs');
   const texts = goalTexts();
   const dir = join(ctx.dir, 'streams');
   mkdirSync(dir, { recursive: true });
@@ -409,12 +409,12 @@ export async function runStreamsBench(ctx) {
     writeFileSync(
       join(manifests, 'streams.yaml'),
       [
-        {
-          apiVersion: 'serving.servegate.dev/v1alpha1',
-          kind: 'ServingDeployment',
-          metadata: { name: DEPLOYMENT, namespace: PROJECT },
-          spec: { type: 'model', modelServer: 'llm', backend: { url: `http://127.0.0.1:${backendPort}` } },
-        },
+        deploymentObject({
+          namespace: PROJECT,
+          name: DEPLOYMENT,
+          modelServer: 'llm',
+          backend: { url: `http://127.0.0.1:${backendPort}` },
+        }),
         keySecretObject({ name: 'bench-key', prefix, sha256, projects: PROJECT }),
       ]
         .map((d) => stringify(d))
@@ -431,9 +431,12 @@ export async function runStreamsBench(ctx) {
       .map((s) => s.trim())
       .filter(Boolean);
     if (only?.length) {
+      const unknown = only.filter((n) => !['direct', 'nginx', 'servegate'].includes(n));
+      if (unknown.length)
+        throw new Error(`BENCH_STREAMS_TARGETS: "${unknown.join('", "')}" is not one of direct, nginx, servegate`);
       targets = targets.filter((t) => only.includes(t.name));
       log(
-        `  targets (BENCH_STREAMS_TARGETS): ${targets.map((t) => t.name).join(', ') || 'none of direct, nginx, servegate'}`,
+        `  targets (BENCH_STREAMS_TARGETS): ${targets.map((t) => t.name).join(', ') || 'none (nginx not installed)'}`,
       );
     }
 

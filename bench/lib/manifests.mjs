@@ -11,13 +11,13 @@ export function makeKey() {
   return { key, prefix, sha256: createHash('sha256').update(key).digest('hex') };
 }
 
-/** A ServingDeployment (sklearn, predictive) as a plain object. */
-export function deploymentObject({ namespace, name, project, backend }) {
+/** A ServingDeployment as a plain object: sklearn (predictive) unless `modelServer` says another, e.g. 'llm'. */
+export function deploymentObject({ namespace, name, project, backend, modelServer = 'sklearn' }) {
   return {
     apiVersion: 'serving.servegate.dev/v1alpha1',
     kind: 'ServingDeployment',
     metadata: { name, namespace },
-    spec: { ...(project ? { project } : {}), type: 'model', modelServer: 'sklearn', backend },
+    spec: { ...(project ? { project } : {}), type: 'model', modelServer, backend },
   };
 }
 
