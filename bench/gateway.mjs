@@ -756,10 +756,17 @@ async function addedLatency(ctx, targets, gateway, results, baselineGw) {
       : undefined;
   const nl = usable(runs.nginx);
   if (results.added && nl) results.added.nginxP99Ms = nl.fromSchedule.p99 - dl.fromSchedule.p99;
+  // The bare forwarder (node:http + undici, no checks) in the same slices: the platform's share of the tail.
+  const bl = usable(runs.bare);
+  if (results.added && bl) results.added.bareP99Ms = bl.fromSchedule.p99 - dl.fromSchedule.p99;
   if (results.added) {
+    const others = [
+      results.added.nginxP99Ms === undefined ? '' : `nginx p99 ${signedMs(results.added.nginxP99Ms)}`,
+      results.added.bareP99Ms === undefined ? '' : `bare forwarder p99 ${signedMs(results.added.bareP99Ms)}`,
+    ].filter(Boolean);
     log('');
     log(
-      `  servegate added latency at ${ctx.rate} req/s: p50 ${signedMs(results.added.p50Ms)}, p99 ${signedMs(results.added.p99Ms)}${results.added.nginxP99Ms === undefined ? '' : ` (nginx p99 ${signedMs(results.added.nginxP99Ms)})`}`,
+      `  servegate added latency at ${ctx.rate} req/s: p50 ${signedMs(results.added.p50Ms)}, p99 ${signedMs(results.added.p99Ms)}${others.length ? ` (${others.join(', ')})` : ''}`,
     );
   }
   const ol = usable(runs[OLD]);
@@ -970,7 +977,9 @@ function judge(ctx, results) {
   const n = results.added?.nginxP99Ms;
   results.goals.addedVsNginx = goal(
     texts.addedVsNginx,
-    n === undefined ? 'n/a (no usable nginx run)' : `${signedMs(a)} vs nginx ${signedMs(n)}`,
+    n === undefined
+      ? 'n/a (no usable nginx run)'
+      : `${signedMs(a)} vs nginx ${signedMs(n)}${results.added?.bareP99Ms === undefined ? '' : ` (bare ${signedMs(results.added.bareP99Ms)})`}`,
     a === undefined || n === undefined ? undefined : a <= 3 * Math.max(n, 0),
     'A',
   );
@@ -987,7 +996,7 @@ function judge(ctx, results) {
   const fa = clean(sc?.fastify);
   const costFigure =
     sg && fa
-      ? `${us1(sg.usPerEvent)} vs ${us1(fa.usPerEvent)} (fastify÷servegate ${ratio(fa.usPerEvent / sg.usPerEvent)})`
+      ? `${us1(sg.usPerEvent)} vs ${us1(fa.usPerEvent)} (fastify÷servegate ${ratio(fa.usPerEvent / sg.usPerEvent)}${clean(sc?.bare) ? `; bare ${us1(sc.bare.usPerEvent)}` : ''})`
       : `n/a (${!sc?.fastify ? 'no fastify row' : 'no clean run of both'})`;
   results.goals.sseCost = goal(
     texts.sseCost,
