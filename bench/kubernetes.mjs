@@ -6,12 +6,13 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Pool } from 'undici';
+import { Pool, request } from 'undici';
 import { stringify } from 'yaml';
 import { startBackend } from './gateway.mjs';
 import { runAutocannon, runWrk, writeWrkScript } from './lib/load.mjs';
 import { deploymentObject, keySecretObject, makeKey } from './lib/manifests.mjs';
-import { memoryOf, stopProcess, waitFor } from './lib/procs.mjs';
+import { routesConfig, startNginx } from './lib/nginx.mjs';
+import { freePort, groupCpuSeconds, memoryOf, stopProcess, waitFor } from './lib/procs.mjs';
 import { goal, log, mb, ms, ratio, rps, table } from './lib/report.mjs';
 import { CLI, heapOf, imageAllocator, liveHeap, startGateway } from './lib/servegate.mjs';
 
@@ -165,6 +166,42 @@ function machineCpuMs() {
   }
 }
 
+/** CPU time (ms) of a run's server: the gateway process, or nginx's process group (master and worker). */
+function serverCpuMs(run) {
+  return run.group ? (groupCpuSeconds(run.pid) ?? Number.NaN) * 1000 : cpuMsOf(run.pid);
+}
+
+/**
+ * nginx with the big run's routes and with the one route: the reference for the throughput ratio, the same routes
+ * (a prefix location per ServingDeployment, an upstream per namespace), each checked to answer 401 without the key.
+ */
+async function startRouteProxies(ctx, dir, backendPort, sets) {
+  const out = {};
+  for (const [name, { paths, headers }] of Object.entries(sets)) {
+    const routes = paths.map((p) => {
+      const [, ns, deployment] = /^\/v1\/([^/]+)\/([^/]+)\//.exec(p);
+      return { prefix: `/v1/${ns}/${deployment}/`, upstream: `ns_${ns.replace(/-/g, '_')}` };
+    });
+    const port = await freePort();
+    const conf = routesConfig(dir, port, backendPort, {
+      routes,
+      key: headers.authorization.slice('ApiKey '.length),
+      name: `routes-${name}`,
+    });
+    const child = await startNginx(ctx.tools.nginx, dir, `routes-${name}`, conf, port, {
+      path: paths[0],
+      method: 'POST',
+      headers,
+      body: BODY,
+    });
+    out[name] = { child, base: `http://127.0.0.1:${port}` };
+    const res = await request(`${out[name].base}${paths[paths.length - 1]}`, { method: 'POST', body: BODY });
+    await res.body.dump();
+    if (res.statusCode !== 401) throw new Error(`nginx routes-${name} answered ${res.statusCode} without the key`);
+  }
+  return out;
+}
+
 /** Route-table builds so far (servegate_reloads_total, changed + unchanged), from the admin /metrics. */
 async function buildsOf(adminPort) {
   try {
@@ -292,6 +329,18 @@ export async function runKubernetesBench(ctx) {
     log(`  ${imageAllocator().note}`);
     const gwOne = await startKubeGateway(dir, 'one', oneFake, one.paths[0], oneHeaders, ctx.profileDir);
     started.push(gwOne.child);
+    // The reference: nginx with the same routes (none without nginx).
+    let refs;
+    if (ctx.tools.nginx) {
+      refs = await startRouteProxies(ctx, dir, backend.port, {
+        big: { paths: big.paths, headers: bigHeaders },
+        one: { paths: one.paths, headers: oneHeaders },
+      }).catch((err) => {
+        log(`  nginx with ${count.toLocaleString('en-US')} routes: not run (${err.message})`);
+        return undefined;
+      });
+      if (refs) started.push(refs.big.child, refs.one.child);
+    }
     await sleep(500);
 
     // 1. Watch event → route served.
@@ -372,6 +421,10 @@ export async function runKubernetesBench(ctx) {
         rounds: [],
       },
     };
+    if (refs) {
+      runs.nginxOne = { ...runs.one, base: refs.one.base, pid: refs.one.child.pid, group: true, rounds: [] };
+      runs.nginxBig = { ...runs.big, base: refs.big.base, pid: refs.big.child.pid, group: true, rounds: [] };
+    }
     // Diagnostic (BENCH_K8S_HOT_PATH=1): the 10,000-route gateway with every request on one path — the same table,
     // the working set of one route. Tells the size of the table from the spread of the requests over it.
     if (process.env.BENCH_K8S_HOT_PATH === '1') {
@@ -403,11 +456,11 @@ export async function runKubernetesBench(ctx) {
     for (let round = 0; round < 2; round++) {
       for (const r of Object.values(runs)) {
         ctx.headers = r.headers;
-        const cpu0 = { gw: cpuMsOf(r.pid), all: machineCpuMs() };
+        const cpu0 = { gw: serverCpuMs(r), all: machineCpuMs() };
         const startUs = process.hrtime.bigint() / 1000n;
         const round = await closedLoop(ctx, r.base, r.script, r.paths, roundSeconds);
         round.windowUs = `${startUs}..${process.hrtime.bigint() / 1000n}`;
-        const cpu1 = { gw: cpuMsOf(r.pid), all: machineCpuMs() };
+        const cpu1 = { gw: serverCpuMs(r), all: machineCpuMs() };
         // CPU per request (µs): the gateway's own (utime + stime), and the machine's (gateway + wrk + backend + …).
         round.gatewayCpuUs = ((cpu1.gw - cpu0.gw) * 1000) / round.requests;
         round.machineCpuUs = ((cpu1.all - cpu0.all) * 1000) / round.requests;
@@ -429,6 +482,11 @@ export async function runKubernetesBench(ctx) {
       };
     };
     results.throughput = { oneRoute: summary(runs.one), tenK: summary(runs.big) };
+    if (refs) {
+      const n = { oneRoute: summary(runs.nginxOne), tenK: summary(runs.nginxBig) };
+      n.ratio = n.oneRoute.errors || n.tenK.errors ? undefined : n.tenK.rps / n.oneRoute.rps;
+      results.throughput.nginx = n;
+    }
     const loopEndUs = process.hrtime.bigint() / 1000n;
     const buildsAfter = { one: await buildsOf(gwOne.adminPort), big: await buildsOf(gwBig.adminPort) };
     if (ctx.profileDir) {
@@ -460,6 +518,19 @@ export async function runKubernetesBench(ctx) {
         String(results.throughput.tenK.errors),
         results.throughput.tenK.roundsRps.map((x) => Math.round(x)).join(' / '),
       ],
+      ...(results.throughput.nginx
+        ? [
+            ['nginx, 1', results.throughput.nginx.oneRoute],
+            [`nginx, ${count.toLocaleString('en-US')}`, results.throughput.nginx.tenK],
+          ].map(([label, x]) => [
+            label,
+            rps(x.rps),
+            ms(x.p50Ms),
+            ms(x.p99Ms),
+            String(x.errors),
+            x.roundsRps.map((v) => Math.round(v)).join(' / '),
+          ])
+        : []),
     ]);
     const us = (a) => a.map((x) => (Number.isFinite(x) ? x.toFixed(1) : 'n/a')).join(' / ');
     log(
@@ -471,6 +542,12 @@ export async function runKubernetesBench(ctx) {
     log(
       `  route-table builds during the closed loop (servegate_reloads_total): ${count.toLocaleString('en-US')} routes ${results.throughput.buildsDuring.tenK ?? 'n/a'}, 1 route ${results.throughput.buildsDuring.oneRoute ?? 'n/a'}`,
     );
+    const ng = results.throughput.nginx;
+    if (ng) {
+      log(
+        `  CPU per request by round (µs), nginx (master + worker): 1 route ${us(ng.oneRoute.gatewayCpuUs)}, ${count.toLocaleString('en-US')} routes ${us(ng.tenK.gatewayCpuUs)}`,
+      );
+    }
     if (runs.bigHot) {
       results.throughput.tenKOnePath = summary(runs.bigHot);
       const h = results.throughput.tenKOnePath;
@@ -482,7 +559,7 @@ export async function runKubernetesBench(ctx) {
     results.throughput.ratio = ok ? results.throughput.tenK.rps / results.throughput.oneRoute.rps : undefined;
     const tenKOverOne = results.throughput.ratio;
     log(
-      `  ${count.toLocaleString('en-US')} routes ÷ 1 route = ${ratio(tenKOverOne)}${tenKOverOne > 1.05 ? ' (the big run faster by more than 5 %: noise, not a figure; counted as a miss)' : ''}`,
+      `  ${count.toLocaleString('en-US')} routes ÷ 1 route = ${ratio(tenKOverOne)}${tenKOverOne > 1.05 ? ' (the big run faster by more than 5 %: noise, not a figure; counted as a miss)' : ''}${ng ? `; nginx with the same routes, same rounds: ${ratio(ng.ratio)}` : ''}`,
     );
 
     // 3. Memory.
@@ -544,7 +621,7 @@ export async function runKubernetesBench(ctx) {
     const figure =
       r === undefined
         ? 'n/a'
-        : `${ratio(r)} (${r >= 1 ? '+' : '−'}${Math.abs((r - 1) * 100).toFixed(1)} %)${r > 1.05 ? ' faster: noise' : ''}`;
+        : `${ratio(r)} (${r >= 1 ? '+' : '−'}${Math.abs((r - 1) * 100).toFixed(1)} %)${r > 1.05 ? ' faster: noise' : ''}${ng ? `; nginx ${ratio(ng.ratio)}` : ''}`;
     results.goals.throughput = goal(
       texts.throughput,
       figure,
@@ -554,7 +631,7 @@ export async function runKubernetesBench(ctx) {
     const m = results.memory.tenK?.rssAfterGc;
     results.goals.memory = goal(texts.memory, mb(m), m === undefined ? undefined : m <= 200 * 1024 * 1024, 'B');
     results.summary = [
-      `${count.toLocaleString('en-US')} routes vs 1 route: ${rps(results.throughput.tenK.rps)} vs ${rps(results.throughput.oneRoute.rps)} = ${ratio(r)}; watch event → route served p99 ${ms(e)}`,
+      `${count.toLocaleString('en-US')} routes vs 1 route: ${rps(results.throughput.tenK.rps)} vs ${rps(results.throughput.oneRoute.rps)} = ${ratio(r)}${ng ? ` (nginx with the same routes ${ratio(ng.ratio)})` : ''}; watch event → route served p99 ${ms(e)}`,
     ];
     return results;
   } finally {

@@ -116,6 +116,51 @@ http {${httpCommon(dir, name, accessLog)}
 `;
 }
 
+/**
+ * nginx as the reference of Part B (many routes against one): one prefix location per route (`routes`: { prefix,
+ * upstream }, the prefix stripped), each to the upstream of its namespace (one upstream per namespace, keep-alive, all
+ * to the same backend, as the gateway's routes go to one Service per namespace); the API-key `map` and the forwarded
+ * headers of proxyConfig, set once for the server; 404 for any other path.
+ */
+export function routesConfig(dir, port, backendPort, { routes, key, name }) {
+  const upstreams = [...new Set(routes.map((r) => r.upstream))];
+  return `${common(dir, name, 1)}
+http {${httpCommon(dir, name)}
+  map_hash_bucket_size 256;
+  map $http_authorization $sg_key_ok {
+    default 0;
+    "ApiKey ${key}" 1;
+    "Bearer ${key}" 1;
+  }
+${upstreams
+  .map(
+    (u) => `  upstream ${u} {
+    server 127.0.0.1:${backendPort};
+    keepalive 64;
+    keepalive_requests 10000000;
+  }
+`,
+  )
+  .join('')}  server {
+    listen 127.0.0.1:${port};
+    if ($sg_key_ok = 0) {
+      return 401 '{"error":"missing or invalid API key"}';
+    }
+    proxy_http_version 1.1;
+    proxy_set_header Connection "";
+    proxy_set_header Authorization "";
+    proxy_set_header X-Forwarded-For $remote_addr;
+    proxy_set_header X-Forwarded-Proto $scheme;
+    proxy_set_header X-Forwarded-Host $host;
+    proxy_set_header X-Request-Id $request_id;
+${routes.map((r) => `    location ${r.prefix} { proxy_pass http://${r.upstream}/; }\n`).join('')}    location / {
+      return 404 '{"error":"unknown deployment"}';
+    }
+  }
+}
+`;
+}
+
 /** Writes the config, checks it with `nginx -t`, starts nginx, waits until `probePath` answers. */
 export async function startNginx(nginxBin, dir, name, config, port, probe) {
   const file = join(dir, `${name}.conf`);
