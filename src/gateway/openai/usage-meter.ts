@@ -49,6 +49,13 @@ const NL = 0x0a;
 const CR = 0x0d;
 const DATA = Buffer.from('data:');
 
+/** `b` ends with a blank line (LF or CRLF) of its own: at the end of an event. */
+function endsEvent(b: Buffer): boolean {
+  const n = b.length;
+  if (n < 2 || b[n - 1] !== NL) return false;
+  return b[n - 2] === NL || (n >= 3 && b[n - 2] === CR && b[n - 3] === NL);
+}
+
 /** Reads a usage object in either naming (chat/completions: prompt/completion; responses: input/output). */
 export function readUsage(u: unknown): TokenUsage | undefined {
   if (typeof u !== 'object' || u === null) return undefined;
@@ -151,6 +158,20 @@ export class SseUsageMeter implements UsageMeter {
 
   push(chunk: Buffer, now: number): Buffer | undefined {
     const strip = this.strip;
+    // Stripping, the usual chunk is whole events with no usage in them, nothing held before it: all of it goes as
+    // it came, read in place (no pieces, no copies, no lists: the cost of an event is its reads and writes).
+    if (strip && this.evLength === 0 && this.carryLength === 0 && !this.passing && !this.drop && endsEvent(chunk)) {
+      if (findUsage(chunk, 0) === -1) {
+        for (let from = 0; from < chunk.length; ) {
+          const nl = chunk.indexOf(NL, from);
+          let stop = nl;
+          if (stop > from && chunk[stop - 1] === CR) stop--;
+          if (stop > from) this.readLine(chunk, from, stop, nl + 1, false, now);
+          from = nl + 1;
+        }
+        return chunk;
+      }
+    }
     if (strip) this.chunk = chunk;
     let from = 0;
     if (this.carryLength > 0) {

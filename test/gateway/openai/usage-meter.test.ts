@@ -140,6 +140,22 @@ describe('event streams', () => {
     expect(m.push(Buffer.from('tial":1}\n'), 2)).toBeUndefined();
     expect(m.push(Buffer.from('\n'), 3)?.toString()).toBe('data: {"partial":1}\n\n');
   });
+
+  test('stripping: a chunk of whole events without usage goes out as the very buffer that came (no copy), still read', () => {
+    const m = new SseUsageMeter(true);
+    const whole = Buffer.from(`: ping\n\n${event(chunk(0))}${event(chunk(1)).replace(/\n/g, '\r\n')}`);
+    expect(m.push(whole, 5)).toBe(whole);
+    expect(m.generated).toBe(2);
+    expect(m.firstAt).toBe(5);
+    // Held state (an event cut by the chunk's end) takes the careful way, and so does a chunk that names usage.
+    const cut = Buffer.from(event(chunk(2)).slice(0, -1));
+    expect(m.push(cut, 6)).toBeUndefined();
+    expect(m.push(Buffer.from(`\n${usageEvent}`), 7)?.toString()).toBe(event(chunk(2)));
+    expect(m.usage).toEqual({ prompt: 12, completion: 34 });
+    const after = Buffer.from(event(chunk(3)));
+    expect(m.push(after, 8)).toBe(after);
+    expect(m.generated).toBe(4);
+  });
 });
 
 describe('JSON answers', () => {
