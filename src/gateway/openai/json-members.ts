@@ -24,40 +24,41 @@ export const OPEN_BRACE = 0x7b;
 export const CLOSE_BRACE = 0x7d;
 export const OPEN_BRACKET = 0x5b;
 export const CLOSE_BRACKET = 0x5d;
-const COMMA = 0x2c;
+export const COMMA = 0x2c;
 export const COLON = 0x3a;
 
 export function isSpace(c: number): boolean {
   return c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;
 }
 
-function skipSpace(b: Buffer, i: number): number {
-  while (i < b.length && isSpace(b[i])) i++;
+/** The first offset at or after `i` (and before `end`) that is not white space. */
+export function skipSpace(b: Buffer, i: number, end = b.length): number {
+  while (i < end && isSpace(b[i])) i++;
   return i;
 }
 
-/** `b[i]` is a quote: the offset just after the string's closing quote. */
-function skipString(b: Buffer, i: number): number {
+/** `b[i]` is a quote: the offset just after the string's closing quote (`end` at most). */
+function skipString(b: Buffer, i: number, end: number): number {
   i++;
-  while (i < b.length) {
+  while (i < end) {
     const c = b[i];
     if (c === BACKSLASH) i += 2;
     else if (c === QUOTE) return i + 1;
     else i++;
   }
-  return i;
+  return Math.min(i, end);
 }
 
-/** The offset just after the value starting at `i`. */
-function skipValue(b: Buffer, i: number): number {
+/** The offset just after the value starting at `i` (`end` at most: a value cut there ends there). */
+export function skipValue(b: Buffer, i: number, end = b.length): number {
   const c = b[i];
-  if (c === QUOTE) return skipString(b, i);
+  if (c === QUOTE) return skipString(b, i, end);
   if (c === OPEN_BRACE || c === OPEN_BRACKET) {
     let depth = 0;
-    while (i < b.length) {
+    while (i < end) {
       const ch = b[i];
       if (ch === QUOTE) {
-        i = skipString(b, i);
+        i = skipString(b, i, end);
         continue;
       }
       if (ch === OPEN_BRACE || ch === OPEN_BRACKET) depth++;
@@ -69,7 +70,7 @@ function skipValue(b: Buffer, i: number): number {
     }
     return i;
   }
-  while (i < b.length) {
+  while (i < end) {
     const ch = b[i];
     if (ch === COMMA || ch === CLOSE_BRACE || ch === CLOSE_BRACKET || isSpace(ch)) break;
     i++;
@@ -85,7 +86,7 @@ export function objectLayout(b: Buffer): ObjectLayout | undefined {
   const members: MemberSpan[] = [];
   while (i < b.length && b[i] !== CLOSE_BRACE) {
     const keyStart = i;
-    i = skipString(b, i);
+    i = skipString(b, i, b.length);
     const raw = b.toString('utf8', keyStart, i);
     const name = raw.includes('\\') ? (JSON.parse(raw) as string) : raw.slice(1, -1);
     i = skipSpace(b, i);

@@ -11,10 +11,13 @@ import {
   CLOSE_BRACE,
   CLOSE_BRACKET,
   COLON,
+  COMMA,
   isSpace,
   OPEN_BRACE,
   OPEN_BRACKET,
   QUOTE,
+  skipSpace,
+  skipValue,
 } from './json-members.js';
 
 export interface TokenUsage {
@@ -123,6 +126,49 @@ function keyEndsAt(buf: Buffer, s: number, c: number): boolean {
 
 // ---- event streams ------------------------------------------------------------------------------------------------
 
+/**
+ * The data line's JSON [s, stop) is an object whose one `"usage"` anywhere is a top-level member valued null, as
+ * OpenAI's API and several servers send in every chunk once usage is asked for: the span that takes it out (with one
+ * comma) as [start, end). Undefined for anything else: another `"usage"` (nested, in a string, a second member), a
+ * name written with escapes, a value that is not null, a line that is not an object; the line is then parsed.
+ */
+export function nullUsageSpan(buf: Buffer, s: number, stop: number): [number, number] | undefined {
+  const at = findUsage(buf, s);
+  if (at === -1 || at >= stop) return undefined;
+  const again = findUsage(buf, at + 1);
+  if (again !== -1 && again < stop) return undefined;
+  let i = skipSpace(buf, s, stop);
+  if (buf[i] !== OPEN_BRACE) return undefined;
+  i = skipSpace(buf, i + 1, stop);
+  let comma = -1; // the comma before the member being read
+  let span: [number, number] | undefined;
+  while (i < stop && buf[i] === QUOTE) {
+    const name = i;
+    for (i++; i < stop && buf[i] !== QUOTE; i++) if (buf[i] === BACKSLASH) return undefined;
+    i = skipSpace(buf, i + 1, stop);
+    if (i >= stop || buf[i] !== COLON) return undefined;
+    const value = skipSpace(buf, i + 1, stop);
+    i = skipValue(buf, value, stop);
+    const after = skipSpace(buf, i, stop);
+    if (after >= stop || (buf[after] !== COMMA && buf[after] !== CLOSE_BRACE)) return undefined;
+    if (name === at) {
+      const isNull =
+        i - value === 4 &&
+        buf[value] === 0x6e &&
+        buf[value + 1] === 0x75 &&
+        buf[value + 2] === 0x6c &&
+        buf[value + 3] === 0x6c;
+      if (!isNull) return undefined;
+      span = buf[after] === COMMA ? [name, after + 1] : [comma === -1 ? name : comma, i];
+    }
+    // Read on to the end: a later member named with escapes could be a second `usage`.
+    if (buf[after] === CLOSE_BRACE) return skipSpace(buf, after + 1, stop) === stop ? span : undefined;
+    comma = after;
+    i = skipSpace(buf, after + 1, stop);
+  }
+  return undefined;
+}
+
 type Piece = Buffer | [number, number];
 
 const NOTHING = Object.freeze([]) as unknown as never[];
@@ -162,7 +208,7 @@ export class SseUsageMeter implements UsageMeter {
     // it came, read in place (no pieces, no copies, no lists: the cost of an event is its reads and writes).
     if (strip && this.evLength === 0 && this.carryLength === 0 && !this.passing && !this.drop && endsEvent(chunk)) {
       if (findUsage(chunk, 0) === -1) {
-        for (let from = 0; from < chunk.length; ) {
+        for (let from = 0; from < chunk.length;) {
           const nl = chunk.indexOf(NL, from);
           let stop = nl;
           if (stop > from && chunk[stop - 1] === CR) stop--;
@@ -322,6 +368,12 @@ export class SseUsageMeter implements UsageMeter {
       this.firstAt = now;
     if (carriesText(buf, s, stop)) this.generated++;
     if (!hasUsage) return undefined;
+    // The usual `"usage": null` of every chunk: no usage to read; stripping, the member goes, in place.
+    const cut = nullUsageSpan(buf, s, stop);
+    if (cut) {
+      if (!this.strip || this.passing) return undefined;
+      return Buffer.concat([buf.subarray(start, cut[0]), buf.subarray(cut[1], end)]);
+    }
     let doc: unknown;
     try {
       doc = JSON.parse(buf.toString('utf8', s, stop));

@@ -4,7 +4,13 @@
 // usage JSON.parse reads at the top level, never a nested one.
 import { describe, expect, test } from '@jest/globals';
 import fc from 'fast-check';
-import { carriesText, JsonUsageMeter, readUsage, SseUsageMeter } from '../../../src/gateway/openai/usage-meter.js';
+import {
+  carriesText,
+  JsonUsageMeter,
+  nullUsageSpan,
+  readUsage,
+  SseUsageMeter,
+} from '../../../src/gateway/openai/usage-meter.js';
 import { feed as run } from '../../support/meter.js';
 
 const RUNS = 200;
@@ -217,5 +223,67 @@ describe('carriesText reads only its line [s, stop) of the chunk', () => {
     expect(carriesText(buf, 0, key + 11)).toBe(false); // the opening quote only
     expect(carriesText(buf, 0, key + 12)).toBe(true); // the quote and one character
     expect(carriesText(buf, key + 1, buf.length)).toBe(false); // the line starts inside the key
+  });
+});
+
+// ---- nullUsageSpan: the `"usage": null` of every chunk, cut in place ---------------------------------------------------
+
+describe('nullUsageSpan agrees with JSON.parse', () => {
+  const member = fc.record({
+    name: fc.oneof(
+      fc.constantFrom('id', 'choices', 'usage', 'model', 'response', '\\u0075sage'),
+      fc.string({ maxLength: 4 }),
+    ),
+    value: fc.oneof({ arbitrary: fc.constant(null), weight: 2 }, { arbitrary: decoy, weight: 3 }),
+  });
+  const lineCase = fc.record({
+    members: fc.array(member, { maxLength: 5 }),
+    usageAt: fc.option(fc.nat(), { nil: undefined }),
+    space: fc.constantFrom('', ' ', '\t'),
+    before: fc.string({ maxLength: 6 }),
+    after: fc.string({ maxLength: 6 }),
+  });
+
+  test('a span only where the line is an object whose one "usage" is a top-level null; the line less it parses to the object less usage', () => {
+    fc.assert(
+      fc.property(lineCase, ({ members, usageAt, space, before, after }) => {
+        const parts = members.map(
+          (m) => `${JSON.stringify(m.name).replace('\\\\u0075', '\\u0075')}${space}:${space}${JSON.stringify(m.value)}`,
+        );
+        if (usageAt !== undefined) parts.splice(usageAt % (parts.length + 1), 0, `"usage"${space}:${space}null`);
+        const json = `{${space}${parts.join(`${space},${space}`)}${space}}`;
+        const buf = Buffer.from(before + json + after, 'utf8');
+        const s = Buffer.byteLength(before, 'utf8');
+        const stop = s + Buffer.byteLength(json, 'utf8');
+        const span = nullUsageSpan(buf, s, stop);
+        const doc = JSON.parse(json) as Record<string, unknown>;
+        const usages = json.split('"usage"').length - 1;
+        if (span) {
+          expect(doc.usage).toBeNull();
+          expect(usages).toBe(1);
+          expect(span[0]).toBeGreaterThanOrEqual(s);
+          expect(span[1]).toBeLessThanOrEqual(stop);
+          const less = Buffer.concat([buf.subarray(s, span[0]), buf.subarray(span[1], stop)]).toString('utf8');
+          const expected = { ...doc };
+          delete expected.usage;
+          expect(JSON.parse(less)).toEqual(expected);
+        } else if (usages === 1 && doc.usage === null && !json.includes('\\')) {
+          // The usual case is always cut in place: one top-level null usage, no escapes.
+          expect(span).toBeDefined();
+        }
+      }),
+      { numRuns: 2000 },
+    );
+  });
+
+  test('the meter takes it out of every chunk without parsing, and reads the real usage at the end', () => {
+    const line = (o: Record<string, unknown>) => `data: ${JSON.stringify(o)}\n\n`;
+    const piece = { id: 'c', choices: [{ index: 0, delta: { content: 'hi' } }] };
+    const stream = `${line({ ...piece, usage: null })}${line({ usage: null, ...piece })}${line({ id: 'c', choices: [], usage: { prompt_tokens: 3, completion_tokens: 2 } })}`;
+    const m = new SseUsageMeter(true);
+    const out = run(m, Buffer.from(stream), []);
+    expect(out.toString()).toBe(`${line(piece)}${line(piece)}`);
+    expect(m.usage).toEqual({ prompt: 3, completion: 2 });
+    expect(m.generated).toBe(2);
   });
 });
