@@ -126,17 +126,33 @@ function keyEndsAt(buf: Buffer, s: number, c: number): boolean {
 
 // ---- event streams ------------------------------------------------------------------------------------------------
 
+/** [s, stop) holds an escape of one of the letters of `usage` (`\u0075`...): a name that JSON.parse reads as `usage`. */
+function escapesUsageLetter(buf: Buffer, s: number, stop: number): boolean {
+  for (let i = buf.indexOf(BACKSLASH, s); i !== -1 && i + 5 < stop; i = buf.indexOf(BACKSLASH, i + 2)) {
+    if (buf[i + 1] !== 0x75 || buf[i + 2] !== 0x30 || buf[i + 3] !== 0x30) continue;
+    const hi = buf[i + 4];
+    const lo = buf[i + 5];
+    // u 0075, s 0073, a 0061, g 0067, e 0065
+    if ((hi === 0x37 && (lo === 0x35 || lo === 0x33)) || (hi === 0x36 && (lo === 0x31 || lo === 0x37 || lo === 0x35)))
+      return true;
+  }
+  return false;
+}
+
 /**
  * The data line's JSON [s, stop) is an object whose one `"usage"` anywhere is a top-level member valued null, as
  * OpenAI's API and several servers send in every chunk once usage is asked for: the span that takes it out (with one
  * comma) as [start, end). Undefined for anything else: another `"usage"` (nested, in a string, a second member), a
- * name written with escapes, a value that is not null, a line that is not an object; the line is then parsed.
+ * name written with escapes (or any escape of a letter of `usage` in the line), a value that is not null, a line that
+ * is not an object; the line is then parsed. The scan follows the structure without checking every value: a broken
+ * line (which JSON.parse would refuse) may lose its null `usage` too, and stays as broken for the client.
  */
 export function nullUsageSpan(buf: Buffer, s: number, stop: number): [number, number] | undefined {
   const at = findUsage(buf, s);
   if (at === -1 || at >= stop) return undefined;
   const again = findUsage(buf, at + 1);
   if (again !== -1 && again < stop) return undefined;
+  if (escapesUsageLetter(buf, s, stop)) return undefined;
   let i = skipSpace(buf, s, stop);
   if (buf[i] !== OPEN_BRACE) return undefined;
   i = skipSpace(buf, i + 1, stop);

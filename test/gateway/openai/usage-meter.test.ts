@@ -141,6 +141,19 @@ describe('event streams', () => {
     expect(m.push(Buffer.from('\n'), 3)?.toString()).toBe('data: {"partial":1}\n\n');
   });
 
+  test('a top-level "usage": null beside a usage written with escapes deeper in the line: the line is parsed, that usage read', () => {
+    const line = 'data: {"usage":null,"response":{"\\u0075sage":{"input_tokens":5,"output_tokens":2}}}\n\n';
+    for (const strip of [false, true]) {
+      const m = new SseUsageMeter(strip);
+      m.push(Buffer.from(line), 1);
+      expect(m.usage).toEqual({ prompt: 5, completion: 2 });
+    }
+    // An escape of another letter (not one of usage's) does not stop the cut in place.
+    const other = Buffer.from('data: {"usage":null,"choices":[{"delta":{"content":"caf\\u00e9"}}]}\n\n');
+    const m = new SseUsageMeter(true);
+    expect(m.push(other, 1)?.toString()).toBe('data: {"choices":[{"delta":{"content":"caf\\u00e9"}}]}\n\n');
+  });
+
   test('stripping: a chunk of whole events without usage goes out as the very buffer that came (no copy), still read', () => {
     const m = new SseUsageMeter(true);
     const whole = Buffer.from(`: ping\n\n${event(chunk(0))}${event(chunk(1)).replace(/\n/g, '\r\n')}`);
