@@ -141,8 +141,8 @@ function escapesUsageLetter(buf: Buffer, s: number, stop: number): boolean {
 
 /**
  * The data line's JSON [s, stop) is an object whose one `"usage"` anywhere is a top-level member valued null, as
- * OpenAI's API and several servers send in every chunk once usage is asked for: the span that takes it out (with one
- * comma) as [start, end). Undefined for anything else: another `"usage"` (nested, in a string, a second member), a
+ * OpenAI's API (and servers that copy its chunks) send in every chunk once usage is asked for: the span that takes it
+ * out (with one comma) as [start, end). Undefined for anything else: another `"usage"` (nested, in a string, a second member), a
  * name written with escapes (or any escape of a letter of `usage` in the line), a value that is not null, a line that
  * is not an object; the line is then parsed. The scan follows the structure without checking every value: a broken
  * line (which JSON.parse would refuse) may lose its null `usage` too, and stays as broken for the client.
