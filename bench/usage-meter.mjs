@@ -1,10 +1,10 @@
 // What the event-stream usage meter costs per event, this build against another built copy, in one run:
 //   npm run build; node bench/usage-meter.mjs [<other dist dir, e.g. .bench-tmp/dist-before>]
 // Streams of 50 OpenAI-style chat chunks (one whole event per chunk, as backends write them) go through
-// SseUsageMeter in the mode of an OpenAI SDK stream (the gateway asked for the usage the client did not: strip), in two
-// shapes: chunks with no usage member (vLLM) and chunks carrying `"usage": null` (OpenAI's API and servers that copy
-// its chunks, once usage is asked for). Each build runs in its own child process, alternating, three rounds each; CPU time per
-// event (ns) and the output bytes (the same in every row, or the builds disagree).
+// SseUsageMeter in the mode of an OpenAI SDK stream (the gateway asked for the usage the client did not: strip), in
+// two shapes: chunks with no usage member (vLLM) and chunks carrying `"usage": null` (OpenAI's API and servers that
+// copy its chunks, once usage is asked for). Each build runs in its own child process, alternating, three rounds
+// each; CPU time per event (ns) and the output bytes (the same in every row, or the builds disagree).
 import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';

@@ -126,7 +126,7 @@ function keyEndsAt(buf: Buffer, s: number, c: number): boolean {
 
 // ---- event streams ------------------------------------------------------------------------------------------------
 
-/** [s, stop) holds an escape of one of the letters of `usage` (`\u0075`...): a name that JSON.parse reads as `usage`. */
+/** [s, stop) holds an escape of a letter of `usage` (`\u0075`...): a name JSON.parse may read as `usage`. */
 function escapesUsageLetter(buf: Buffer, s: number, stop: number): boolean {
   for (let i = buf.indexOf(BACKSLASH, s); i !== -1 && i + 5 < stop; i = buf.indexOf(BACKSLASH, i + 2)) {
     if (buf[i + 1] !== 0x75 || buf[i + 2] !== 0x30 || buf[i + 3] !== 0x30) continue;
@@ -142,10 +142,11 @@ function escapesUsageLetter(buf: Buffer, s: number, stop: number): boolean {
 /**
  * The data line's JSON [s, stop) is an object whose one `"usage"` anywhere is a top-level member valued null, as
  * OpenAI's API (and servers that copy its chunks) send in every chunk once usage is asked for: the span that takes it
- * out (with one comma) as [start, end). Undefined for anything else: another `"usage"` (nested, in a string, a second member), a
- * name written with escapes (or any escape of a letter of `usage` in the line), a value that is not null, a line that
- * is not an object; the line is then parsed. The scan follows the structure without checking every value: a broken
- * line (which JSON.parse would refuse) may lose its null `usage` too, and stays as broken for the client.
+ * out (with one comma) as [start, end). Undefined for anything else: another `"usage"` (nested, in a string, a second
+ * member), a name written with escapes (or any escape of a letter of `usage` in the line), a value that is not null,
+ * a line that is not an object; the line is then parsed. The scan follows the structure without checking every
+ * value: a broken line (which JSON.parse would refuse) may lose its null `usage` too, and stays as broken for the
+ * client.
  */
 export function nullUsageSpan(buf: Buffer, s: number, stop: number): [number, number] | undefined {
   const at = findUsage(buf, s);
