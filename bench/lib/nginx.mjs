@@ -60,6 +60,25 @@ function accessLogLines(file) {
   access_log ${file} sg_json buffer=64k flush=1s;`;
 }
 
+/** The API-key check both proxies make: `$sg_key_ok` is 1 for `ApiKey <key>` or `Bearer <key>`, else 0. */
+const keyMap = (key) => `
+  map_hash_bucket_size 256;
+  map $http_authorization $sg_key_ok {
+    default 0;
+    "ApiKey ${key}" 1;
+    "Bearer ${key}" 1;
+  }`;
+
+/** How both proxies forward: keep-alive HTTP/1.1 upstream, the key not passed on, X-Forwarded-* and a request id. */
+const FORWARDING = `
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Authorization "";
+      proxy_set_header X-Forwarded-For $remote_addr;
+      proxy_set_header X-Forwarded-Proto $scheme;
+      proxy_set_header X-Forwarded-Host $host;
+      proxy_set_header X-Request-Id $request_id;`;
+
 /**
  * nginx doing the gateway's job in its simplest form: one worker, `/v1/<project>/<deployment>` stripped,
  * an API-key check by `map` on the Authorization header (401 otherwise), the key not forwarded,
@@ -73,23 +92,10 @@ export function proxyConfig(dir, port, backendPort, { project, deployment, key, 
       if ($sg_key_ok = 0) {
         return 401 '{"error":"missing or invalid API key"}';
       }
-      proxy_pass http://${upstream}/;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_set_header Authorization "";
-      proxy_set_header X-Forwarded-For $remote_addr;
-      proxy_set_header X-Forwarded-Proto $scheme;
-      proxy_set_header X-Forwarded-Host $host;
-      proxy_set_header X-Request-Id $request_id;${extra}
+      proxy_pass http://${upstream}/;${FORWARDING}${extra}
     }`;
   return `${common(dir, name, 1)}
-http {${httpCommon(dir, name, accessLog)}
-  map_hash_bucket_size 256;
-  map $http_authorization $sg_key_ok {
-    default 0;
-    "ApiKey ${key}" 1;
-    "Bearer ${key}" 1;
-  }
+http {${httpCommon(dir, name, accessLog)}${keyMap(key)}
   upstream sg_backend {
     server 127.0.0.1:${backendPort};
     keepalive 128;
@@ -125,13 +131,7 @@ http {${httpCommon(dir, name, accessLog)}
 export function routesConfig(dir, port, backendPort, { routes, key, name }) {
   const upstreams = [...new Set(routes.map((r) => r.upstream))];
   return `${common(dir, name, 1)}
-http {${httpCommon(dir, name)}
-  map_hash_bucket_size 256;
-  map $http_authorization $sg_key_ok {
-    default 0;
-    "ApiKey ${key}" 1;
-    "Bearer ${key}" 1;
-  }
+http {${httpCommon(dir, name)}${keyMap(key)}
 ${upstreams
   .map(
     (u) => `  upstream ${u} {
@@ -145,14 +145,7 @@ ${upstreams
     listen 127.0.0.1:${port};
     if ($sg_key_ok = 0) {
       return 401 '{"error":"missing or invalid API key"}';
-    }
-    proxy_http_version 1.1;
-    proxy_set_header Connection "";
-    proxy_set_header Authorization "";
-    proxy_set_header X-Forwarded-For $remote_addr;
-    proxy_set_header X-Forwarded-Proto $scheme;
-    proxy_set_header X-Forwarded-Host $host;
-    proxy_set_header X-Request-Id $request_id;
+    }${FORWARDING}
 ${routes.map((r) => `    location ${r.prefix} { proxy_pass http://${r.upstream}/; }\n`).join('')}    location / {
       return 404 '{"error":"unknown deployment"}';
     }
