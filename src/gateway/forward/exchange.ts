@@ -562,7 +562,8 @@ export class Exchange implements Job, Held, CallOwner {
     // either past this point (the access log line takes the method and URL).
     this.req.rawHeaders = NO_LINES;
     this.req.headers = NO_HEADERS;
-    // Built from rawHeaders on first read, with the old count of lines: kept in step, not left to fail on an empty list.
+    // Built from rawHeaders on first read, with the old count of lines: set in step, not left to fail on an empty
+    // list.
     this.req.headersDistinct = NO_DISTINCT;
     this.head = undefined;
     this.body = null;

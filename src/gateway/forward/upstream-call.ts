@@ -216,9 +216,9 @@ export const LET_GO_MIN = 4096;
 /**
  * A request body undici holds only while writing it. undici keeps the body it was given on its request object for as
  * long as the request lasts — for an event stream, minutes — so a Buffer would keep every open stream's prompt in
- * memory (32 KB prompts: 69.0 against 14.8 KB per open stream, bench Part E with --stream-prompt-kb 32). As an iterable of one chunk
- * undici writes the same bytes after the same head (the content-length is set by the caller) and then holds an empty
- * shell. The exchange keeps its own reference as long as a retry or a fallback may need the body (each try gets a
+ * memory (32 KB prompts: 69.0 against 14.8 KB per open stream, bench Part E with --stream-prompt-kb 32). As an
+ * iterable of one chunk undici writes the same bytes after the same head (the content-length is set by the caller)
+ * and then holds an empty shell. The exchange keeps its own reference as long as a retry or a fallback may need the body (each try gets a
  * new one). Two differences from a Buffer body, both in undici: its headers timeout counts from the end of the write,
  * and a connection whose backend answered before the body was all written is closed instead of reused.
  */

@@ -221,10 +221,12 @@ export class SseUsageMeter implements UsageMeter {
 
   push(chunk: Buffer, now: number): Buffer | undefined {
     const strip = this.strip;
+    let hint = -2; // where the chunk's first `"usage"` is (-2: not looked for yet)
     // Stripping, the usual chunk is whole events with no usage in them, nothing held before it: all of it goes as
     // it came, read in place (no pieces, no copies, no lists: the cost of an event is its reads and writes).
     if (strip && this.evLength === 0 && this.carryLength === 0 && !this.passing && !this.drop && endsEvent(chunk)) {
-      if (findUsage(chunk, 0) === -1) {
+      hint = findUsage(chunk, 0);
+      if (hint === -1) {
         for (let from = 0; from < chunk.length;) {
           const nl = chunk.indexOf(NL, from);
           let stop = nl;
@@ -254,7 +256,8 @@ export class SseUsageMeter implements UsageMeter {
       // A line too long to read went out as it came: only an event that is passing can hold one.
       if (line) this.lineDone(line, 0, line.length, findUsage(line, 0) !== -1, now, true);
     }
-    let hint = findUsage(chunk, from);
+    // Looked for above only with nothing carried, so from is still 0 then.
+    if (hint === -2) hint = findUsage(chunk, from);
     for (;;) {
       const nl = chunk.indexOf(NL, from);
       if (nl === -1) break;
