@@ -177,29 +177,46 @@ function serverCpuMs(run) {
  */
 async function startRouteProxies(ctx, dir, backendPort, sets) {
   const out = {};
-  for (const [name, { paths, headers }] of Object.entries(sets)) {
-    const routes = paths.map((p) => {
-      const [, ns, deployment] = /^\/v1\/([^/]+)\/([^/]+)\//.exec(p);
-      return { prefix: `/v1/${ns}/${deployment}/`, upstream: `ns_${ns.replace(/-/g, '_')}` };
-    });
-    const port = await freePort();
-    const conf = routesConfig(dir, port, backendPort, {
-      routes,
-      key: headers.authorization.slice('ApiKey '.length),
-      name: `routes-${name}`,
-    });
-    const child = await startNginx(ctx.tools.nginx, dir, `routes-${name}`, conf, port, {
-      path: paths[0],
-      method: 'POST',
-      headers,
-      body: BODY,
-    });
-    out[name] = { child, base: `http://127.0.0.1:${port}` };
-    const res = await request(`${out[name].base}${paths[paths.length - 1]}`, { method: 'POST', body: BODY });
-    await res.body.dump();
-    if (res.statusCode !== 401) throw new Error(`nginx routes-${name} answered ${res.statusCode} without the key`);
+  try {
+    for (const [name, { paths, headers }] of Object.entries(sets)) {
+      out[name] = await startRouteProxy(ctx, dir, backendPort, name, paths, headers);
+    }
+  } catch (err) {
+    // None left running when one of them fails.
+    for (const p of Object.values(out)) await stopProcess(p.child);
+    throw err;
   }
   return out;
+}
+
+/** One nginx of startRouteProxies: started, then checked to answer 401 without the key (stopped if not). */
+async function startRouteProxy(ctx, dir, backendPort, name, paths, headers) {
+  const routes = paths.map((p) => {
+    const [, ns, deployment] = /^\/v1\/([^/]+)\/([^/]+)\//.exec(p);
+    return { prefix: `/v1/${ns}/${deployment}/`, upstream: `ns_${ns.replace(/-/g, '_')}` };
+  });
+  const port = await freePort();
+  const conf = routesConfig(dir, port, backendPort, {
+    routes,
+    key: headers.authorization.slice('ApiKey '.length),
+    name: `routes-${name}`,
+  });
+  const child = await startNginx(ctx.tools.nginx, dir, `routes-${name}`, conf, port, {
+    path: paths[0],
+    method: 'POST',
+    headers,
+    body: BODY,
+  });
+  const base = `http://127.0.0.1:${port}`;
+  try {
+    const res = await request(`${base}${paths[paths.length - 1]}`, { method: 'POST', body: BODY });
+    await res.body.dump();
+    if (res.statusCode !== 401) throw new Error(`nginx routes-${name} answered ${res.statusCode} without the key`);
+  } catch (err) {
+    await stopProcess(child);
+    throw err;
+  }
+  return { child, base };
 }
 
 /** Route-table builds so far (servegate_reloads_total, changed + unchanged), from the admin /metrics. */
@@ -500,37 +517,27 @@ export async function runKubernetesBench(ctx) {
     log(
       `  closed loop: ${ctx.tools.wrk ? `wrk -t${ctx.threads}` : 'autocannon'} -c${ctx.connections}, 2 alternating rounds of ${roundSeconds} s each; the big run cycles through all ${count.toLocaleString('en-US')} routes`,
     );
-    table([
-      ['routes', 'requests/s', 'p50 (mean)', 'p99 (mean)', 'errors', 'rounds'],
-      [
-        '1',
-        rps(results.throughput.oneRoute.rps),
-        ms(results.throughput.oneRoute.p50Ms),
-        ms(results.throughput.oneRoute.p99Ms),
-        String(results.throughput.oneRoute.errors),
-        results.throughput.oneRoute.roundsRps.map((x) => Math.round(x)).join(' / '),
-      ],
-      [
-        count.toLocaleString('en-US'),
-        rps(results.throughput.tenK.rps),
-        ms(results.throughput.tenK.p50Ms),
-        ms(results.throughput.tenK.p99Ms),
-        String(results.throughput.tenK.errors),
-        results.throughput.tenK.roundsRps.map((x) => Math.round(x)).join(' / '),
-      ],
+    const counted = count.toLocaleString('en-US');
+    const rows = [
+      ['1', results.throughput.oneRoute],
+      [counted, results.throughput.tenK],
       ...(results.throughput.nginx
         ? [
             ['nginx, 1', results.throughput.nginx.oneRoute],
-            [`nginx, ${count.toLocaleString('en-US')}`, results.throughput.nginx.tenK],
-          ].map(([label, x]) => [
-            label,
-            rps(x.rps),
-            ms(x.p50Ms),
-            ms(x.p99Ms),
-            String(x.errors),
-            x.roundsRps.map((v) => Math.round(v)).join(' / '),
-          ])
+            [`nginx, ${counted}`, results.throughput.nginx.tenK],
+          ]
         : []),
+    ];
+    table([
+      ['routes', 'requests/s', 'p50 (mean)', 'p99 (mean)', 'errors', 'rounds'],
+      ...rows.map(([label, x]) => [
+        label,
+        rps(x.rps),
+        ms(x.p50Ms),
+        ms(x.p99Ms),
+        String(x.errors),
+        x.roundsRps.map((v) => Math.round(v)).join(' / '),
+      ]),
     ]);
     const us = (a) => a.map((x) => (Number.isFinite(x) ? x.toFixed(1) : 'n/a')).join(' / ');
     log(
