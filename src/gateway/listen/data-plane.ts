@@ -39,6 +39,7 @@ import type { EndpointStats, ScrapeTarget } from '../forward/endpoint-stats.js';
 import { Pools } from '../forward/pools.js';
 import { TargetPicker } from '../forward/targets.js';
 import { withFields } from '../../shape.js';
+import { capIdleParsers } from './parser-pool.js';
 
 export interface DataPlaneDeps {
   config: Config;
@@ -142,6 +143,8 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
     // The gateway answers a missing Host itself, as JSON.
     requireHostHeader: false,
   };
+  // Node keeps up to 1,000 idle request parsers after a burst of connections; the gateway keeps fewer (parser-pool.ts).
+  capIdleParsers();
   const tls = deps.tls;
   const server: Server = tls
     ? (createHttpsServer(

@@ -1,0 +1,73 @@
+// The free list of idle HTTP parsers: Node keeps up to 1,000 after a burst of connections (with their native memory);
+// the gateway caps it. Real loopback connections to a node:http server in this process, raw sockets as clients.
+import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
+import { createServer, type Server } from 'node:http';
+import { connect, type AddressInfo } from 'node:net';
+import { once } from 'node:events';
+import { capIdleParsers, IDLE_PARSERS, idleParsers } from '../../../src/gateway/listen/parser-pool.js';
+
+let server: Server;
+let port: number;
+
+beforeAll(async () => {
+  server = createServer({ keepAlive: true }, (_req, res) => res.end('ok'));
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  port = (server.address() as AddressInfo).port;
+});
+afterAll(() => server.close());
+
+/** `n` connections open at once, one answered request each, then all closed by the client; waits for the server. */
+async function burst(n: number): Promise<void> {
+  const done = Array.from({ length: n }, async () => {
+    const socket = connect(port, '127.0.0.1');
+    await once(socket, 'connect');
+    socket.write('GET / HTTP/1.1\r\nHost: x\r\n\r\n');
+    // Read without ending the socket (a for-await loop left early would destroy it): every connection stays open
+    // until all have their answer.
+    let got = '';
+    socket.setEncoding('latin1');
+    await new Promise<void>((resolve, reject) => {
+      socket.on('error', reject);
+      socket.on('data', (chunk: string) => {
+        got += chunk;
+        if (got.endsWith('ok')) resolve();
+      });
+    });
+    return socket;
+  });
+  const sockets = await Promise.all(done);
+  for (const s of sockets) s.destroy();
+  // The server frees each parser when it sees its connection close.
+  const until = Date.now() + 5000;
+  const open = (): Promise<number> =>
+    new Promise((resolve, reject) => server.getConnections((err, count) => (err ? reject(err) : resolve(count))));
+  while ((await open()) > 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+  await new Promise((r) => setImmediate(r));
+}
+
+describe('capIdleParsers', () => {
+  test('Node keeps a parser per closed connection; once capped, the list is trimmed and stays at the cap', async () => {
+    const uncapped = idleParsers();
+    expect(uncapped).toBeDefined(); // this Node has the list (the gateway's memory figures rely on it)
+    await burst(IDLE_PARSERS + 100);
+    // Uncapped, Node keeps them all (its default cap is 1,000): what the gateway's cap is there to undo.
+    expect(idleParsers()).toBeGreaterThanOrEqual(IDLE_PARSERS + 100);
+
+    expect(capIdleParsers()).toBe(IDLE_PARSERS);
+    expect(idleParsers()).toBe(IDLE_PARSERS);
+    await burst(IDLE_PARSERS + 100);
+    expect(idleParsers()).toBe(IDLE_PARSERS);
+
+    // The server still works with parsers made anew and reused.
+    await burst(3);
+    expect(idleParsers()).toBe(IDLE_PARSERS);
+  });
+
+  test('never raises the cap, and a second call keeps the lower one', () => {
+    capIdleParsers();
+    expect(capIdleParsers(IDLE_PARSERS * 4)).toBe(IDLE_PARSERS);
+    expect(capIdleParsers(8)).toBe(8);
+    expect(idleParsers()).toBeLessThanOrEqual(8);
+  });
+});
