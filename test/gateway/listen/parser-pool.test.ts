@@ -4,10 +4,17 @@ import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import { createServer, type Server } from 'node:http';
 import { connect, type AddressInfo } from 'node:net';
 import { once } from 'node:events';
+import { createRequire } from 'node:module';
 import { capIdleParsers, IDLE_PARSERS, idleParsers } from '../../../src/gateway/listen/parser-pool.js';
 
 let server: Server;
 let port: number;
+
+// Node's own free list. Another test file in this jest worker may have started a data plane (which caps it): each
+// test here starts from Node's default cap and the list as it was is put back at the end.
+const nodeParsers = (createRequire(import.meta.url)('_http_common') as { parsers: { max: number } }).parsers;
+const capBefore = nodeParsers.max;
+const NODE_DEFAULT_CAP = 1000;
 
 beforeAll(async () => {
   server = createServer({ keepAlive: true }, (_req, res) => res.end('ok'));
@@ -15,7 +22,10 @@ beforeAll(async () => {
   await once(server, 'listening');
   port = (server.address() as AddressInfo).port;
 });
-afterAll(() => server.close());
+afterAll(() => {
+  server.close();
+  nodeParsers.max = capBefore;
+});
 
 /** `n` connections open at once, one answered request each, then all closed by the client; waits for the server. */
 async function burst(n: number): Promise<void> {
@@ -48,6 +58,7 @@ async function burst(n: number): Promise<void> {
 
 describe('capIdleParsers', () => {
   test('Node keeps a parser per closed connection; once capped, the list is trimmed and stays at the cap', async () => {
+    nodeParsers.max = NODE_DEFAULT_CAP;
     const uncapped = idleParsers();
     expect(uncapped).toBeDefined(); // this Node has the list (the gateway's memory figures rely on it)
     await burst(IDLE_PARSERS + 100);
@@ -65,6 +76,7 @@ describe('capIdleParsers', () => {
   });
 
   test('never raises the cap, and a second call keeps the lower one', () => {
+    nodeParsers.max = NODE_DEFAULT_CAP;
     capIdleParsers();
     expect(capIdleParsers(IDLE_PARSERS * 4)).toBe(IDLE_PARSERS);
     expect(capIdleParsers(8)).toBe(8);
