@@ -255,14 +255,15 @@ export class Pools {
 }
 
 /**
- * An interim answer at the start of `b` (13 bytes or more): "HTTP/1.x 100 ", "102 " or "103 " — never 101, which
- * is the answer a websocket upgrade waits for.
+ * An interim answer at the start of `b` (13 bytes or more): "HTTP/1.x 100", "102" or "103", then a space or the end
+ * of the status line (a status line with no reason phrase, which undici's parser takes too) — never 101, which is the
+ * answer a websocket upgrade waits for.
  */
 const isInterim = (b: Buffer): boolean =>
   b[9] === 0x31 &&
   b[10] === 0x30 &&
   (b[11] === 0x30 || b[11] === 0x32 || b[11] === 0x33) &&
-  b[12] === 0x20 &&
+  (b[12] === 0x20 || b[12] === 0x0d) &&
   b.toString('latin1', 0, 7) === 'HTTP/1.';
 
 const HEAD_END = Buffer.from('\r\n\r\n');

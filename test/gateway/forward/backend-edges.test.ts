@@ -83,6 +83,23 @@ describe('interim answers the gateway did not ask for', () => {
     const again = await send(`${gw.url}/v1/demo/app/plain`, { headers: auth() });
     expect(again.status).toBe(200);
   });
+
+  test.each([
+    ['a 100 with no reason phrase', 'HTTP/1.1 100\r\n\r\n'],
+    ['a 100 with no reason phrase, in pieces', 'HTTP/1.1 100', '\r\n\r\n'],
+    ['a 102 and a 100 with no reason phrase', 'HTTP/1.1 102\r\n\r\nHTTP/1.1 100\r\n\r\n'],
+  ])('%s: the client gets the final answer, the backend saw one request', async (name, ...pieces) => {
+    const path = `/bare-${name.length}`;
+    scripts[path] = (_req, s) => {
+      pieces.forEach((p, i) => setTimeout(() => s.write(p), 20 * i));
+      setTimeout(() => s.write(answer('{"n":5}')), 20 * pieces.length);
+    };
+    const before = raw.requests.length;
+    const r = await send(`${gw.url}/v1/demo/app${path}`, { method: 'POST', headers: auth(), body: { x: 1 } });
+    expect(r.status).toBe(200);
+    expect(r.json()).toEqual({ n: 5 });
+    expect(raw.requests.length - before).toBe(1);
+  });
 });
 
 describe('an event stream that breaks after it started', () => {
