@@ -138,14 +138,24 @@ export class Exchange implements Job, Held, CallOwner {
     }
   }
 
-  /** Shutdown deadline: an event stream ends cleanly at an event boundary; anything else is cut. */
+  /**
+   * Shutdown deadline: the answer is cut. An event stream gets one last event in the route's dialect first, as for any
+   * other break (SPEC §6), so that an SDK raises an error instead of returning a silently shortened answer; then the
+   * connection closes, never with a clean end.
+   */
   deadline(): void {
     const res = this.res;
     if (this.ended === 'over' || !res) return;
     this.ended = 'gone';
+    const sse = this.call?.sse === true;
     this.call?.abort(new ClientGone());
-    if (res.headersSent && this.call?.sse) res.end();
-    else res.destroy();
+    this.error = 'answer cut at the shutdown deadline';
+    if (sse && res.headersSent && !res.destroyed && res.writable) {
+      const message = 'the gateway is shutting down: the answer is incomplete';
+      res.write(streamErrorEvent(this.dialect, message, 'shutting_down'), () => res.destroy());
+      return;
+    }
+    res.destroy();
   }
 
   /** Node's parser failed on this request's own body (bad chunk, ...): it is refused, never forwarded short. */

@@ -62,7 +62,7 @@ const NO_BODY_STATUS = (s: number): boolean => s === 204 || s === 304 || (s >= 1
 const JSON_TYPE = /^application\/(?:[\w.+-]*\+)?json\b/i;
 
 export class UpstreamCall implements Dispatcher.DispatchHandler {
-  /** An event stream (text/event-stream): flushed at once, ended at an event boundary at shutdown. */
+  /** An event stream (text/event-stream): flushed at once, cut with an error event at the shutdown deadline. */
   sse = false;
   meter: UsageMeter | undefined;
   bytesOut = 0;

@@ -48,7 +48,7 @@ export class Drain {
     await this.idle(deadline - Date.now());
     if (this.busy > 0) {
       logger.warn({ busy: this.busy }, 'drain deadline reached: ending the remaining answers');
-      // What is still running ends now (an event stream at an event boundary).
+      // What is still running ends now (an event stream with one last error event).
       for (const c of this.connections) c.deadline();
       await new Promise((r) => setTimeout(r, 50)); // let ended streams flush
     }
