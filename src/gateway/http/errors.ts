@@ -29,7 +29,8 @@ export type ErrorCode =
   | 'backend_timeout'
   | 'shutting_down'
   | 'internal_error'
-  | 'expectation_failed';
+  | 'expectation_failed'
+  | 'unsupported_transfer_coding';
 
 const STATUS: Record<ErrorCode, number> = {
   bad_path: 400,
@@ -59,6 +60,7 @@ const STATUS: Record<ErrorCode, number> = {
   shutting_down: 503,
   internal_error: 500,
   expectation_failed: 417,
+  unsupported_transfer_coding: 501,
 };
 
 /** OpenAI's error `type` values, so that SDKs classify the error as they would OpenAI's own. */
@@ -74,6 +76,7 @@ const OPENAI_TYPE: Record<number, string> = {
   417: 'invalid_request_error',
   429: 'rate_limit_error',
   431: 'invalid_request_error',
+  501: 'invalid_request_error',
 };
 
 export class GatewayError extends Error {

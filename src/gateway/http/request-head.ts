@@ -20,6 +20,8 @@ export interface RequestHead {
   /** From Content-Length (Node's parser already refused invalid or conflicting values). */
   contentLength: number | undefined;
   chunked: boolean;
+  /** The Transfer-Encoding lines, joined with commas (undefined: none). */
+  transferCoding: string | undefined;
   origin: string | undefined;
   requestId: string | undefined;
   /** Lower-cased Upgrade token(s). */
@@ -84,6 +86,9 @@ const AUTHORITY = /^(?:[A-Za-z0-9._~!$&'()*+,;=%-]+|\[[0-9A-Fa-f:.]+\])(?::\d{0,
  * What makes a request's head untrustworthy, for plain requests and upgrades alike: more header lines than allowed
  * (431), or not exactly one valid Host (RFC 9112 §3.2; HTTP/1.0 may omit it). undefined when the head is sound.
  */
+/** A Transfer-Encoding of chunked alone (RFC 9112 §7: names are case-insensitive; empty list elements are allowed). */
+const ONLY_CHUNKED = /^[\s,]*chunked[\s,]*$/i;
+
 export function headProblem(head: RequestHead, req: IncomingMessage, maxHeaders: number): GatewayError | undefined {
   if (head.headerLines > maxHeaders) {
     return gatewayError(
@@ -92,6 +97,14 @@ export function headProblem(head: RequestHead, req: IncomingMessage, maxHeaders:
     );
   }
   if (head.hostLines > 1) return gatewayError('bad_request', 'more than one Host header');
+  // Node's parser frames a body by its last coding when that is chunked ("gzip, chunked") and hands over the chunks
+  // with the other codings still applied: forwarded, the backend would take gzip bytes for the body itself.
+  if (head.transferCoding !== undefined && !ONLY_CHUNKED.test(head.transferCoding)) {
+    return gatewayError(
+      'unsupported_transfer_coding',
+      `Transfer-Encoding "${head.transferCoding.slice(0, 100)}" is not supported: send the body with Content-Length or Transfer-Encoding: chunked alone (a compressed body goes with Content-Encoding)`,
+    );
+  }
   if (head.hostLines === 0 && req.httpVersionMajor === 1 && req.httpVersionMinor === 1)
     return gatewayError('bad_request', 'an HTTP/1.1 request needs a Host header');
   if (head.authority !== undefined && !AUTHORITY.test(head.authority))
@@ -113,6 +126,7 @@ export function readHead(req: IncomingMessage, opts: HeadOptions): RequestHead {
     tracestate: undefined,
     contentLength: undefined,
     chunked: false,
+    transferCoding: undefined,
     origin: undefined,
     requestId: undefined,
     upgrade: undefined,
@@ -146,6 +160,7 @@ export function readHead(req: IncomingMessage, opts: HeadOptions): RequestHead {
         continue;
       case 'transfer-encoding':
         head.chunked = true;
+        head.transferCoding = head.transferCoding === undefined ? value : `${head.transferCoding},${value}`;
         continue;
       case 'content-type':
         head.contentType ??= value;

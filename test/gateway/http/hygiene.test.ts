@@ -107,6 +107,38 @@ describe('hop-by-hop headers', () => {
     expect(pyOther.requests.length).toBe(0);
   });
 
+  test.each([
+    ['gzip, chunked', ['gzip, chunked']],
+    ['Chunked in another case', ['Chunked']],
+    ['two lines: gzip, then chunked', ['gzip', 'chunked']],
+  ])(
+    'Transfer-Encoding %s: a coding other than chunked alone is refused with 501, never forwarded',
+    async (name, lines) => {
+      const before = pyDemo.requests.length;
+      const gzipped = Buffer.from('1f8b0800000000000003cb48cdc9c9070086a6103605000000', 'hex');
+      const msg = Buffer.concat([
+        Buffer.from(
+          `POST /v1/demo/x/te HTTP/1.1\r\nHost: 127.0.0.1:${gw.port}\r\nAuthorization: ApiKey ${key}\r\n` +
+            lines.map((l) => `Transfer-Encoding: ${l}\r\n`).join('') +
+            `\r\n${gzipped.length.toString(16)}\r\n`,
+        ),
+        gzipped,
+        Buffer.from('\r\n0\r\n\r\n'),
+      ]);
+      const r = await rawRequest(gw.port, msg);
+      if (name.startsWith('Chunked')) {
+        // chunked alone, however written: forwarded as a chunked body.
+        expect(r.status).toBe(200);
+        expect(pyDemo.requests.length).toBe(before + 1);
+        return;
+      }
+      expect(r.status).toBe(501);
+      expect(JSON.parse(r.text)).toEqual({ error: expect.stringContaining('Transfer-Encoding') });
+      expect(r.headers.connection).toBe('close');
+      expect(pyDemo.requests.length).toBe(before);
+    },
+  );
+
   test('Expect: 100-continue gets a 100, then the body is forwarded without authorization', async () => {
     const c = await RawClient.connect(gw.port);
     try {
