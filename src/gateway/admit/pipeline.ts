@@ -22,7 +22,7 @@ import type { BucketSpec } from '../../limits/buckets.js';
 import { authError, grantsProject, parseAuthorization, verifyKey, type AuthFailure } from './auth.js';
 import { ALLOWED_METHODS, preflightHeaderList, responseCorsList, type CorsPolicy } from './cors.js';
 import { checkSuffix, type BodyCheck } from './kind-rules.js';
-import { locate } from './route.js';
+import { guessDialect, locate } from './route.js';
 import { gatewayError, type Dialect, type GatewayError } from '../http/errors.js';
 import { HIDDEN, selectModel, servedModel } from '../openai/by-model.js';
 import { withFields } from '../../shape.js';
@@ -131,13 +131,19 @@ export type Admission = Accepted | ByModel | Preflight | Refused;
 
 const NO_HEADERS: string[] = [];
 
+/** The dialect of an answer given before the target is located: from the target alone (its path only when the head,
+ * its Host included, cannot be trusted). */
+const early = (facts: RequestFacts, ctx: AdmitContext): Dialect =>
+  guessDialect(facts.url, facts.headProblem ? undefined : facts.host, ctx.table.serverlessDomain);
+
 export function admit(facts: RequestFacts, ctx: AdmitContext): Admission | Promise<Admission> {
-  // 1-2. The head and the method: nothing about such a request can be trusted.
-  if (facts.headProblem) return refused(facts.headProblem, 'kserve', NO_HEADERS, true);
+  // 1-2. The head and the method: nothing about such a request can be trusted. Answered in the dialect its target
+  // reads as (an OpenAI SDK shows the message of an OpenAI error object only).
+  if (facts.headProblem) return refused(facts.headProblem, early(facts, ctx), NO_HEADERS, true);
   if (facts.expectation !== undefined) {
     return refused(
       gatewayError('expectation_failed', `Expect: ${facts.expectation} is not supported (only 100-continue)`),
-      'kserve',
+      early(facts, ctx),
       NO_HEADERS,
       true,
     );
@@ -146,7 +152,7 @@ export function admit(facts: RequestFacts, ctx: AdmitContext): Admission | Promi
     // TRACE would reflect the request (cookies included) back: never forwarded.
     return refused(
       gatewayError('method_not_allowed', `${facts.method} is not allowed`, { allow: ALLOWED_METHODS }),
-      'kserve',
+      early(facts, ctx),
       NO_HEADERS,
     );
   }
@@ -159,6 +165,9 @@ export function admit(facts: RequestFacts, ctx: AdmitContext): Admission | Promi
   const at = locate(facts.url, facts.host, ctx.table);
   if (at.at === 'bad-path') return refused(at.error, at.dialect, cors);
   const route = at.at === 'deployment' ? at.route : undefined;
+  // A key that does not grant the deployment's project gets answers in the dialect the path reads as, never the
+  // route's: whether a deployment of another project exists, and what it serves, is not told (SPEC §9).
+  const guessed = at.at === 'deployment' ? early(facts, ctx) : at.dialect;
 
   // 5-6. The key. A failure counts against the address; past the failed-auth limit a failing request gets 429
   // instead of 401 (a valid key is served even from a throttled address: one NAT can hide many clients).
@@ -197,19 +206,31 @@ export function admit(facts: RequestFacts, ctx: AdmitContext): Admission | Promi
   }
 
   // 7. The grant, then the deployment itself.
-  const dialect = at.dialect;
-  const refuse = (error: GatewayError): Refused => ({
-    ok: false,
-    kind: 'refused',
-    error,
-    dialect,
-    route,
-    key,
-    close: false,
-    headers: cors,
-  });
+  const refuseAs =
+    (dialect: Dialect) =>
+    (error: GatewayError): Refused => ({
+      ok: false,
+      kind: 'refused',
+      error,
+      dialect,
+      route,
+      key,
+      close: false,
+      headers: cors,
+    });
+  const notGranted = refuseAs(guessed);
+  const refuse = refuseAs(at.dialect);
+  // A legacy Host names its project: one the key does not grant gets the same 403 whether the deployment exists or
+  // not, naming the project as the Host wrote it (as /v1/<project>/... does with the path's segment).
+  const named = at.hostProject ?? at.project;
+  if (at.hostProject !== undefined && !grantsProject(key, at.hostProject, route?.namespace)) {
+    ctx.counters.authFailure('forbidden');
+    return notGranted(
+      gatewayError('project_forbidden', `API key "${key.name}" does not grant access to project "${named}"`),
+    );
+  }
   if (at.unknownHost !== undefined) {
-    return refuse(
+    return notGranted(
       gatewayError(
         'not_found',
         `no deployment is served at host "${at.unknownHost}": legacy hostnames are <deployment>.<project>.${ctx.table.serverlessDomain} of a deployment that is served`,
@@ -217,17 +238,17 @@ export function admit(facts: RequestFacts, ctx: AdmitContext): Admission | Promi
     );
   }
   if (at.project === undefined || at.rest === undefined)
-    return refuse(
+    return notGranted(
       gatewayError('not_found', 'no deployment at this path: deployments are served at /v1/<project>/<deployment>/...'),
     );
   if (!grantsProject(key, at.project, route?.namespace)) {
     ctx.counters.authFailure('forbidden');
-    return refuse(
-      gatewayError('project_forbidden', `API key "${key.name}" does not grant access to project "${at.project}"`),
+    return notGranted(
+      gatewayError('project_forbidden', `API key "${key.name}" does not grant access to project "${named}"`),
     );
   }
   if (!route)
-    return refuse(gatewayError('not_found', `deployment "${at.deployment}" not found in project "${at.project}"`));
+    return notGranted(gatewayError('not_found', `deployment "${at.deployment}" not found in project "${at.project}"`));
 
   // 8. The kind's rules.
   const suffix = checkSuffix(route, facts.method, at.rest, facts.contentType);
@@ -244,7 +265,7 @@ export function admit(facts: RequestFacts, ctx: AdmitContext): Admission | Promi
       key,
       upstreamPath: at.rest + at.search,
       check: suffix.check,
-      dialect,
+      dialect: at.dialect,
       project: at.project,
       headers: cors,
       charge: undefined,

@@ -22,6 +22,8 @@ export interface Located {
   dialect: Dialect;
   /** A Host under the serverless domain that no deployment holds. */
   unknownHost: string | undefined;
+  /** The project label of a Host under the serverless domain (`<deployment>.<project>.<domain>`), found or not. */
+  hostProject: string | undefined;
 }
 
 /** The one OpenAI base URL: the deployment is named later, by `model`. */
@@ -38,7 +40,7 @@ export interface OnBaseUrl {
 export interface BadPath {
   at: 'bad-path';
   error: GatewayError;
-  dialect: 'kserve';
+  dialect: Dialect;
 }
 
 export type Location = Located | OnBaseUrl | BadPath;
@@ -55,10 +57,37 @@ export function hostOnly(host: string | undefined): string | undefined {
 
 const MODELS_PREFIX = '/openai/v1/models/';
 
+/**
+ * The error dialect from the request target alone, no route looked up: `/openai/v1/...`, and a deployment URL (or a
+ * legacy Host's path) whose rest is an OpenAI-style `/v1/...` path, are OpenAI's. For answers given before the key is
+ * known to grant the deployment (so that they say nothing about whether it exists, or what it serves) and for targets
+ * that do not parse.
+ */
+export function guessDialect(url: string, host: string | undefined, serverlessDomain: string): Dialect {
+  const q = url.indexOf('?');
+  const path = q === -1 ? url : url.slice(0, q);
+  if (path === '/openai/v1' || path.startsWith('/openai/v1/')) return 'openai';
+  const h = hostOnly(host);
+  if (h !== undefined && serverlessDomain !== '' && h.endsWith(`.${serverlessDomain}`))
+    return dialectOf(undefined, path);
+  if (!path.startsWith('/v1/')) return 'kserve';
+  const afterProject = path.indexOf('/', 4);
+  const afterDeployment = afterProject === -1 ? -1 : path.indexOf('/', afterProject + 1);
+  return afterDeployment === -1 ? 'kserve' : dialectOf(undefined, path.slice(afterDeployment));
+}
+
+/** The project label of a legacy hostname `<deployment>.<project>.<domain>` (undefined: not of that form). */
+function hostProjectOf(h: string | undefined, serverlessDomain: string): string | undefined {
+  if (h === undefined || serverlessDomain === '' || !h.endsWith(`.${serverlessDomain}`)) return undefined;
+  const labels = h.slice(0, h.length - serverlessDomain.length - 1).split('.');
+  return labels.length === 2 && labels[0] !== '' && labels[1] !== '' ? labels[1] : undefined;
+}
+
 export function locate(url: string, host: string | undefined, table: RouteTable): Location {
   // Legacy host routing first: its paths (/v1/models/...) would otherwise read as /v1/<project>/<deployment>.
   const h = hostOnly(host);
   let route = h ? table.byHost.get(h) : undefined;
+  const viaHost = route !== undefined;
   // `GET /openai/v1/models/<project>%2F<deployment>` (how SDKs spell a model id with "/"): answered by the gateway
   // itself, never forwarded, so the encoded "/" that parseTarget refuses is read here.
   if (!route && url.startsWith(MODELS_PREFIX)) {
@@ -66,7 +95,8 @@ export function locate(url: string, host: string | undefined, table: RouteTable)
     return { at: 'openai', rest: '/v1/models', search: '', dialect: 'openai', modelId: id === '' ? undefined : id };
   }
   const target = parseTarget(url);
-  if (!('segments' in target)) return { at: 'bad-path', error: target, dialect: 'kserve' };
+  if (!('segments' in target))
+    return { at: 'bad-path', error: target, dialect: guessDialect(url, host, table.serverlessDomain) };
 
   let rest: string | undefined;
   let project: string | undefined;
@@ -101,6 +131,7 @@ export function locate(url: string, host: string | undefined, table: RouteTable)
     search: target.search,
     dialect: dialectOf(route, rest),
     unknownHost,
+    hostProject: viaHost || unknownHost !== undefined ? hostProjectOf(h, table.serverlessDomain) : undefined,
   };
 }
 

@@ -88,6 +88,7 @@ const AUTHORITY = /^(?:[A-Za-z0-9._~!$&'()*+,;=%-]+|\[[0-9A-Fa-f:.]+\])(?::\d{0,
  */
 /** A Transfer-Encoding of chunked alone (RFC 9112 §7: names are case-insensitive; empty list elements are allowed). */
 const ONLY_CHUNKED = /^[\s,]*chunked[\s,]*$/i;
+const ENDS_CHUNKED = /(^|[\s,])chunked[\s,]*$/i;
 
 export function headProblem(head: RequestHead, req: IncomingMessage, maxHeaders: number): GatewayError | undefined {
   if (head.headerLines > maxHeaders) {
@@ -100,6 +101,14 @@ export function headProblem(head: RequestHead, req: IncomingMessage, maxHeaders:
   // Node's parser frames a body by its last coding when that is chunked ("gzip, chunked") and hands over the chunks
   // with the other codings still applied: forwarded, the backend would take gzip bytes for the body itself.
   if (head.transferCoding !== undefined && !ONLY_CHUNKED.test(head.transferCoding)) {
+    // Not ending in chunked, the body's length cannot be known (RFC 9112 §6.3): 400. Ending in it: codings the gateway
+    // does not apply (RFC 9112 §6.1): 501.
+    if (!ENDS_CHUNKED.test(head.transferCoding)) {
+      return gatewayError(
+        'bad_request',
+        `Transfer-Encoding "${head.transferCoding.slice(0, 100)}" does not end in chunked: the body's length cannot be known`,
+      );
+    }
     return gatewayError(
       'unsupported_transfer_coding',
       `Transfer-Encoding "${head.transferCoding.slice(0, 100)}" is not supported: send the body with Content-Length or Transfer-Encoding: chunked alone (a compressed body goes with Content-Encoding)`,

@@ -109,7 +109,8 @@ const rows: Row[] = [
     {
       kind: 'refused',
       error: err('bad_request', 'more than one Host header'),
-      dialect: 'kserve',
+      // In the dialect the target reads as (SPEC §6): an LLM route's chat path.
+      dialect: 'openai',
       route: undefined,
       key: undefined,
       close: true,
@@ -124,7 +125,8 @@ const rows: Row[] = [
     {
       kind: 'refused',
       error: err('expectation_failed', 'Expect: fancy is not supported (only 100-continue)'),
-      dialect: 'kserve',
+      // In the dialect the target reads as (SPEC §6): an LLM route's chat path.
+      dialect: 'openai',
       route: undefined,
       key: undefined,
       close: true,
@@ -141,7 +143,8 @@ const rows: Row[] = [
       error: err('method_not_allowed', 'TRACE is not allowed', {
         allow: 'GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS',
       }),
-      dialect: 'kserve',
+      // In the dialect the target reads as (SPEC §6): an LLM route's chat path.
+      dialect: 'openai',
       route: undefined,
       key: undefined,
       close: false,
