@@ -71,6 +71,11 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   /** Since when the client has not taken what was written (0: it keeps up). */
   drainSince = 0;
   private closeDelimited = false;
+  /**
+   * A close-delimited event stream: its last four bytes so far, read to tell whether the stream ended at an event
+   * boundary (0: nothing yet; -1: not tracked, every other answer).
+   */
+  private tail = -1;
   private inflight = true;
   private over = false;
   /** Aborted: nothing more is written to the client. */
@@ -138,6 +143,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
       }
     }
     this.closeDelimited = !down.length && !down.chunked && !NO_BODY_STATUS(status) && !opts.head;
+    if (this.closeDelimited && sse) this.tail = 0;
     res.writeHead(status, list);
     if (sse) res.flushHeaders();
     this.opts = undefined;
@@ -149,6 +155,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     const res = this.res;
     if (this.stopped || this.over || !res || res.destroyed) return false;
     let chunk: Buffer | undefined = data;
+    if (this.tail >= 0) this.tail = tailOf(this.tail, data);
     if (this.meter) {
       chunk = this.meter.push(data, performance.now());
       if (!chunk) return true;
@@ -172,6 +179,9 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     const owner = this.owner!;
     // The backend reset a close-delimited answer: the client must see it cut, never a clean end.
     if (this.closeDelimited && this.pools.resetNow) return owner.callEnded(this, 'reset');
+    // Nothing but the connection's end frames a close-delimited answer, so an event stream that ends in the middle of
+    // an event (what a backend process that died mid-answer leaves) is cut, not complete.
+    if (this.tail > 0 && !endsAtEvent(this.tail)) return owner.callEnded(this, 'cut_mid_event');
     if (trailers && trailers.length && res.chunkedEncoding) {
       const t: Array<[string, string]> = [];
       for (let i = 0; i < trailers.length; i += 2) t.push([String(trailers[i]), String(trailers[i + 1])]);
@@ -205,6 +215,19 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     this.metrics.inflightNow--;
     this.loads.end(this.origin);
   }
+}
+
+/** `tail` with the last bytes of `b` shifted in: the last four bytes of everything seen, as one number. */
+function tailOf(tail: number, b: Buffer): number {
+  const n = b.length;
+  for (let i = n > 4 ? n - 4 : 0; i < n; i++) tail = ((tail << 8) | b[i]) >>> 0;
+  return tail;
+}
+
+/** The last bytes end an event: a blank line ("\n\n", "\r\r" or "\r\n\r\n"). */
+function endsAtEvent(tail: number): boolean {
+  const two = tail & 0xffff;
+  return two === 0x0a0a || two === 0x0d0d || tail === 0x0d0a0d0a;
 }
 
 /**

@@ -151,6 +151,35 @@ describe('an event stream that breaks after it started', () => {
     expect(text.endsWith('0\r\n\r\n')).toBe(false);
   });
 
+  test.each([
+    ['in the middle of an event', 'data: {"part', true],
+    ['after a line but before the blank line that ends the event', 'data: {"a":1}\n', true],
+    ['at an event boundary (\\n\\n)', 'data: {"a":1}\n\n', false],
+    ['at an event boundary (\\r\\n\\r\\n)', 'data: {"a":1}\r\n\r\n', false],
+  ])('a close-delimited stream whose backend closes %s', async (_what, last, cut) => {
+    const path = `/closedelim-${last.length}`;
+    scripts[path] = (_req, s) => {
+      // No Content-Length, no chunking: the connection's end is the answer's end.
+      s.write('HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\ndata: {"a":0}\n\n');
+      setTimeout(() => s.end(last), 20);
+    };
+    const c = await Conn.connect(gw.port);
+    c.write(`GET /v1/demo/app${path} HTTP/1.1\r\nHost: x\r\nAuthorization: ApiKey ${gw.keys.k}\r\n\r\n`);
+    if (cut) {
+      // Cut like a reset: the events sent, a blank line, the error event, and no clean end.
+      await c.closed();
+      expect(c.text).toContain('data: {"a":0}\n\n');
+      expect(c.text).toContain(last);
+      expect(c.text).toContain('\n\ndata: {"error":"the backend broke off its answer: the answer is incomplete"}\n\n');
+      expect(c.text.endsWith('0\r\n\r\n')).toBe(false);
+    } else {
+      const r = await c.response();
+      expect(r.status).toBe(200);
+      expect(r.complete).toBe(true);
+      expect(r.body.toString()).toBe(`data: {"a":0}\n\n${last}`);
+    }
+  });
+
   test('a media type in another case (Text/Event-Stream) is an event stream too: flushed, metered', async () => {
     scripts['/completions'] = (_req, s) => {
       s.write(
