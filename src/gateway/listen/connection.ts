@@ -3,7 +3,7 @@
 // in the pipeline, and everything queued is dropped when the connection closes.
 import type { Socket } from 'node:net';
 import type { Drain } from './drain.js';
-import type { GatewayError } from '../http/errors.js';
+import type { Dialect, GatewayError } from '../http/errors.js';
 import { sendRawError } from '../http/answers.js';
 
 /** A request (or upgrade) waiting for, or holding, its turn on the connection. */
@@ -30,7 +30,7 @@ export class Conn {
   private paused = false;
   private closed = false;
   /** A parse error seen while earlier requests were still being answered: answered after them. */
-  private pendingError: { err: GatewayError; answered: boolean } | undefined;
+  private pendingError: { err: GatewayError; dialect: Dialect; answered: boolean } | undefined;
 
   /** The peer address (without the IPv4-mapped IPv6 prefix) and scheme, read once per connection. */
   readonly client: string;
@@ -89,15 +89,16 @@ export class Conn {
   }
 
   /** A malformed request, or headers not received in time: answered once every earlier request is answered. */
-  fail(err: GatewayError): void {
+  /** Node's parser failed on this connection: answered in its place in the pipeline, in `dialect`. */
+  fail(err: GatewayError, dialect: Dialect = 'kserve'): void {
     if (this.closed || this.pendingError) return;
     const answered = this.active?.interrupt?.(err) ?? false;
-    this.pendingError = { err, answered };
+    this.pendingError = { err, dialect, answered };
     if (this.active === undefined) this.answerError();
   }
 
   private answerError(): void {
-    sendRawError(this.socket, this.pendingError!.err, 'kserve', []);
+    sendRawError(this.socket, this.pendingError!.err, this.pendingError!.dialect, []);
   }
 
   tick(now: number): void {

@@ -40,6 +40,7 @@ import { Pools } from '../forward/pools.js';
 import { TargetPicker } from '../forward/targets.js';
 import { withFields } from '../../shape.js';
 import { capIdleParsers } from './parser-pool.js';
+import { guessDialect } from '../admit/route.js';
 
 export interface DataPlaneDeps {
   config: Config;
@@ -78,6 +79,14 @@ export interface DataPlane {
 
 /** Errors of the peer's socket itself: nothing can be answered. */
 const SOCKET_ERRORS = new Set(['ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ECONNABORTED', 'ERR_STREAM_DESTROYED']);
+
+/** The target of the request line that starts `packet` (the bytes Node's parser failed on), if it does. */
+function requestTargetOf(packet: unknown): string | undefined {
+  if (!Buffer.isBuffer(packet)) return undefined;
+  const m = REQUEST_LINE.exec(packet.toString('latin1', 0, Math.min(packet.length, 8192)));
+  return m?.[1];
+}
+const REQUEST_LINE = /^[A-Z]{1,20} (\/[^\s]{0,8000}) HTTP\/1\.[01]\r?\n/;
 
 export function createDataPlane(deps: DataPlaneDeps): DataPlane {
   const { config, drain, logger, store, metrics, holds } = deps;
@@ -226,9 +235,12 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
                 'bad_request',
                 `malformed HTTP request (${code || 'parse error'}${reason ? `: ${reason}` : ''})`,
               );
+      // In the dialect the request's target reads as, when the bytes Node failed on start with its request line.
+      const target = requestTargetOf((err as { rawPacket?: unknown }).rawPacket);
+      const dialect = target === undefined ? 'kserve' : guessDialect(target, undefined, '');
       const conn = Conn.of(socket);
-      if (conn) conn.fail(e);
-      else sendRawError(socket, e, 'kserve', []);
+      if (conn) conn.fail(e, dialect);
+      else sendRawError(socket, e, dialect, []);
     });
   }
 

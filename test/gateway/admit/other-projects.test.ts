@@ -130,6 +130,23 @@ describe('answers given before the route is known are in the dialect the target 
     openaiObject(r);
   });
 
+  test("refused by Node's parser (Content-Length with Transfer-Encoding, a header over the size limit): an OpenAI object on an LLM path, KServe form elsewhere", async () => {
+    const both = (path: string): Buffer =>
+      Buffer.from(
+        `POST ${path} HTTP/1.1\r\nHost: ${local()}\r\nAuthorization: ApiKey ${key}\r\n` +
+          'Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n',
+      );
+    const smuggled = await rawRequest(gw.port, both('/v1/demo/chat/v1/chat/completions'));
+    expect(smuggled.status).toBe(400);
+    openaiObject(smuggled);
+    const elsewhere = await rawRequest(gw.port, both('/v1/other/iris/v1/models/iris:predict'));
+    expect(elsewhere.status).toBe(400);
+    kserveForm(elsewhere);
+    const huge = await ask('POST', '/openai/v1/chat/completions', local(), [['x-big', 'a'.repeat(80 * 1024)]]);
+    expect(huge.status).toBe(431);
+    openaiObject(huge);
+  });
+
   test('too many header lines on an LLM path: 431 as an OpenAI object', async () => {
     const many = Array.from({ length: 150 }, (_, i) => [`x-h${i}`, 'v'] as [string, string]);
     const r = await ask('POST', '/v1/demo/chat/v1/chat/completions', local(), many);
