@@ -718,6 +718,9 @@ export class Exchange implements Job, Held, CallOwner {
     const unread = !this.req.complete && (this.head?.chunked || (this.head?.contentLength ?? 0) > 0);
     const closing = close || unread || this.ctx.drain.draining;
     if (closing) this.closeAfter = true;
+    // A body left unread: the client may still be sending it; the socket lingers after the answer so that a reset
+    // does not erase it (and nothing parsed after it is served).
+    if (unread) this.conn.lastAnswer();
     this.error = err.message;
     sendError(res, err, this.dialect, this.extra, closing);
   }

@@ -1,7 +1,7 @@
 // The one writer of the gateway's own answers: an error in the route's dialect to a response or to a raw socket, and
 // the graceful close of a raw socket (answer, then read and discard until the peer closes, bounded in time).
 import { STATUS_CODES, type ServerResponse } from 'node:http';
-import type { Socket } from 'node:net';
+import { Socket as SocketClass, type Socket } from 'node:net';
 import { renderError, type Dialect, type GatewayError } from './errors.js';
 
 /** How long a socket we answered and closed may linger while its peer sends its last bytes. */
@@ -63,7 +63,8 @@ export function rawHead(status: number, headers: readonly string[], reason?: str
  * after LINGER_MS at the latest.
  */
 export function closeSocket(socket: Socket, data?: string | Buffer): void {
-  if (socket.destroyed) return;
+  if (socket.destroyed || (socket as Lingering)[kLingering]) return;
+  (socket as Lingering)[kLingering] = true;
   const timer = setTimeout(() => socket.destroy(), LINGER_MS);
   timer.unref();
   socket.once('close', () => clearTimeout(timer));
@@ -76,3 +77,34 @@ export function closeSocket(socket: Socket, data?: string | Buffer): void {
 }
 
 function drop(): void {}
+
+const kLingering = Symbol('servegate.lingering');
+interface Lingering extends Socket {
+  [kLingering]?: boolean;
+}
+
+/**
+ * The answer on `socket` is the last one (it says `connection: close`) and the client may still be sending a body the
+ * gateway did not read: when Node's server ends the socket after that answer (`destroySoon`), it lingers instead
+ * (closeSocket: the write side ends, what the client still sends is read and dropped until it closes, 5 s at most).
+ * Destroyed at once, the socket would have unread bytes, and the kernel's reset would erase the answer before the
+ * client read it (RFC 9112 §9.6): a client uploading a large body would see a broken pipe instead of its 413 or 401.
+ */
+export function lingerAfterAnswer(socket: Socket): void {
+  if (socket.destroyed) return;
+  socket.destroySoon = lingeringDestroySoon;
+}
+
+function lingeringDestroySoon(this: Lingering): void {
+  // The second call (the client's end, seen while lingering) ends it as Node would.
+  if (this[kLingering]) return SocketClass.prototype.destroySoon.call(this);
+  this[kLingering] = true;
+  const timer = setTimeout(() => this.destroy(), LINGER_MS);
+  timer.unref();
+  this.once('close', () => clearTimeout(timer));
+  this.on('end', lingeringDestroySoon);
+  this.end();
+  // Node's parser still reads the socket (a 'data' listener would take the socket from it, and Node would not start
+  // reading again): resumed, it reads what the client still sends into the request, which Node drops once answered.
+  this.resume();
+}

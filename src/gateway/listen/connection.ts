@@ -4,7 +4,7 @@
 import type { Socket } from 'node:net';
 import type { Drain } from './drain.js';
 import type { Dialect, GatewayError } from '../http/errors.js';
-import { sendRawError } from '../http/answers.js';
+import { lingerAfterAnswer, sendRawError } from '../http/answers.js';
 
 /** A request (or upgrade) waiting for, or holding, its turn on the connection. */
 export interface Job {
@@ -29,6 +29,8 @@ export class Conn {
   private queue: Job[] | undefined;
   private paused = false;
   private closed = false;
+  /** The answer being written is the connection's last: nothing after it is served. */
+  private last = false;
   /** A parse error seen while earlier requests were still being answered: answered after them. */
   private pendingError: { err: GatewayError; dialect: Dialect; answered: boolean } | undefined;
 
@@ -52,7 +54,7 @@ export class Conn {
   }
 
   submit(job: Job): void {
-    if (this.closed) return job.drop();
+    if (this.closed || this.last) return job.drop();
     if (this.active !== undefined) {
       (this.queue ??= []).push(job);
       if (this.queue.length > MAX_QUEUED && !this.paused) {
@@ -70,12 +72,26 @@ export class Conn {
     job.start();
   }
 
+  /**
+   * The active job's answer is the connection's last (`connection: close`, a body left unread): no request parsed
+   * after it is served (it may be a body's bytes read as a request), and the socket lingers after the answer instead
+   * of being reset under the client's unread answer.
+   */
+  lastAnswer(): void {
+    if (this.last) return;
+    this.last = true;
+    const queued = this.queue;
+    this.queue = undefined;
+    if (queued) for (const j of queued) j.drop();
+    lingerAfterAnswer(this.socket);
+  }
+
   /** The job's answer is complete (or abandoned): the next one may go. */
   done(job: Job): void {
     if (this.active !== job) return;
     this.active = undefined;
     this.drain.release();
-    if (this.closed) return;
+    if (this.closed || this.last) return;
     const next = this.queue?.shift();
     if (next) {
       if (this.paused && this.queue!.length <= MAX_QUEUED / 2) {
@@ -88,10 +104,12 @@ export class Conn {
     }
   }
 
-  /** A malformed request, or headers not received in time: answered once every earlier request is answered. */
-  /** Node's parser failed on this connection: answered in its place in the pipeline, in `dialect`. */
+  /**
+   * Node's parser failed on this connection (a malformed request, or headers not received in time): answered in its
+   * place in the pipeline, once every earlier request is answered, in `dialect`.
+   */
   fail(err: GatewayError, dialect: Dialect = 'kserve'): void {
-    if (this.closed || this.pendingError) return;
+    if (this.closed || this.pendingError || this.last) return;
     const answered = this.active?.interrupt?.(err) ?? false;
     this.pendingError = { err, dialect, answered };
     if (this.active === undefined) this.answerError();

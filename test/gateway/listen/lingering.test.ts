@@ -1,0 +1,92 @@
+// A request refused before its body was read (413 for a declared size over the limit, 401 without a key) while the
+// client is still sending a large body: the answer must reach the client. Closed at once with unread bytes, the
+// socket would be reset and the reset would erase the answer before the client read it (RFC 9112 §9.6): the client
+// would see a broken pipe instead of its 413 or 401 (SPEC §6: a request is forwarded whole or refused with a status
+// that says why). Raw sockets that keep writing, as HTTP clients that send the whole body before reading do.
+import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
+import { connect } from 'node:net';
+import { once } from 'node:events';
+import { startPythonBackend, type RecordingBackend } from '../../support/backends.js';
+import { startGateway, type Gateway } from '../../support/harness.js';
+
+const LIMIT = 1024 * 1024;
+let backend: RecordingBackend;
+let gw: Gateway;
+
+beforeAll(async () => {
+  backend = await startPythonBackend();
+  gw = await startGateway({
+    deployments: [{ namespace: 'demo', name: 'app', type: 'python', url: backend.url }],
+    keys: [{ name: 'k', projects: 'demo' }],
+    config: { limits: { maxRequestBodyBytes: LIMIT } },
+  });
+});
+
+afterAll(async () => {
+  await gw?.close();
+  await backend?.close();
+});
+
+/**
+ * Sends a head declaring `size` bytes, then the whole body in 64 KB writes without reading first (as urllib and
+ * requests do), then reads. Resolves what was read and whether writing failed (EPIPE / ECONNRESET).
+ */
+async function uploadThenRead(head: string, size: number): Promise<{ text: string; writeError?: string }> {
+  const s = connect(gw.port, '127.0.0.1');
+  await once(s, 'connect');
+  let text = '';
+  let writeError: string | undefined;
+  s.setEncoding('latin1');
+  s.on('data', (c: string) => (text += c));
+  const closed = new Promise<void>((resolve) => s.on('close', () => resolve()));
+  s.on('error', (e: NodeJS.ErrnoException) => (writeError ??= e.code ?? e.message));
+  s.write(head);
+  const piece = Buffer.alloc(64 * 1024, 0x61);
+  for (let sent = 0; sent < size && !s.destroyed; sent += piece.length) {
+    if (!s.write(piece)) await Promise.race([once(s, 'drain').catch(() => undefined), closed]);
+  }
+  if (!s.destroyed) s.end();
+  await Promise.race([closed, new Promise((r) => setTimeout(r, 10_000))]);
+  s.destroy();
+  return { text, writeError };
+}
+
+const SIZE = 16 * 1024 * 1024;
+
+describe('a refused upload gets its answer', () => {
+  test('413 for a declared body over the limit, the client still sending 16 MB', async () => {
+    const head =
+      `POST /v1/demo/app/upload HTTP/1.1\r\nHost: x\r\nAuthorization: ApiKey ${gw.keys.k}\r\n` +
+      `Content-Type: application/octet-stream\r\nContent-Length: ${SIZE}\r\n\r\n`;
+    const r = await uploadThenRead(head, SIZE);
+    expect(r.text.startsWith('HTTP/1.1 413 ')).toBe(true);
+    expect(r.text).toContain('connection: close');
+    expect(r.writeError).toBeUndefined();
+  });
+
+  test('401 without a key, the client still sending 16 MB', async () => {
+    const head = `POST /v1/demo/app/upload HTTP/1.1\r\nHost: x\r\nContent-Length: ${SIZE}\r\n\r\n`;
+    const r = await uploadThenRead(head, SIZE);
+    expect(r.text.startsWith('HTTP/1.1 401 ')).toBe(true);
+    expect(r.writeError).toBeUndefined();
+  });
+
+  test('a request pipelined after the refused body is never served', async () => {
+    const before = backend.requests.length;
+    const body = 'x'.repeat(2 * LIMIT);
+    const smuggled = `GET /v1/demo/app/smuggled HTTP/1.1\r\nHost: x\r\nAuthorization: ApiKey ${gw.keys.k}\r\n\r\n`;
+    const head = `POST /v1/demo/app/upload HTTP/1.1\r\nHost: x\r\nContent-Length: ${body.length}\r\n\r\n`;
+    const s = connect(gw.port, '127.0.0.1');
+    await once(s, 'connect');
+    let text = '';
+    s.setEncoding('latin1');
+    s.on('data', (c: string) => (text += c));
+    s.on('error', () => undefined);
+    s.write(head + body + smuggled);
+    await Promise.race([once(s, 'close'), new Promise((r) => setTimeout(r, 8000))]);
+    s.destroy();
+    expect(text.startsWith('HTTP/1.1 401 ')).toBe(true);
+    expect(text.match(/HTTP\/1\.1 /g)?.length).toBe(1);
+    expect(backend.requests.slice(before).map((q) => q.url)).toEqual([]);
+  });
+});
