@@ -71,6 +71,8 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   /** Since when the client has not taken what was written (0: it keeps up). */
   drainSince = 0;
   private closeDelimited = false;
+  /** The answer is a 204 or a 304: no body, whatever its head says. */
+  private noBody = false;
   /**
    * A close-delimited event stream: its last four bytes so far, read to tell whether the stream ended at an event
    * boundary (0: nothing yet; -1: not tracked, every other answer).
@@ -143,6 +145,10 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
       }
     }
     this.closeDelimited = !down.length && !down.chunked && !NO_BODY_STATUS(status) && !opts.head;
+    this.noBody = status === 204 || status === 304;
+    // A 204 has no body and no Content-Length (RFC 9110 §8.6); a 304's says what the full answer would weigh.
+    if (status === 204 && down.length)
+      for (let i = list.length - 2; i >= 0; i -= 2) if (list[i] === 'content-length') list.splice(i, 2);
     if (this.closeDelimited && sse) this.tail = 0;
     res.writeHead(status, list);
     if (sse) res.flushHeaders();
@@ -198,6 +204,11 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
 
   onError(err: Error): void {
     if (this.over) return;
+    // A 204 or 304 ends with its head whatever its Content-Length says (RFC 9112 §6.3); undici takes that length for a
+    // body it never got and fails the answer. The client gets the answer as it is: complete.
+    if (this.noBody && (err as { code?: string }).code === 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH' && this.res) {
+      return this.onComplete(null);
+    }
     this.settle();
     this.owner?.callFailed(this, err);
   }

@@ -102,6 +102,38 @@ describe('interim answers the gateway did not ask for', () => {
   });
 });
 
+describe('answers without a body whose head gives a length (RFC 9112 §6.3: a 204 or 304 ends with its head)', () => {
+  test.each([
+    [
+      'a 304 with the Content-Length of the full answer',
+      'HTTP/1.1 304 Not Modified\r\netag: "abc"\r\ncontent-length: 1234\r\n\r\n',
+      304,
+    ],
+    ['a 204 with a Content-Length', 'HTTP/1.1 204 No Content\r\ncontent-length: 5\r\n\r\n', 204],
+  ])('%s: passed on, complete, the connection kept', async (name, head, status) => {
+    const path = `/nobody-${name.length}`;
+    scripts[path] = (_req, s) => s.write(head);
+    const c = await Conn.connect(gw.port);
+    try {
+      c.write(`GET /v1/demo/app${path} HTTP/1.1\r\nHost: x\r\nAuthorization: ApiKey ${gw.keys.k}\r\n\r\n`);
+      const r = await c.response();
+      expect(r.status).toBe(status);
+      expect(r.complete).toBe(true);
+      if (status === 304) {
+        expect(r.headers.etag).toBe('"abc"');
+        expect(r.headers['content-length']).toBe('1234');
+      } else {
+        expect(r.headers['content-length']).toBeUndefined();
+      }
+      // The client's connection stays usable.
+      c.write(`GET /v1/demo/app/plain HTTP/1.1\r\nHost: x\r\nAuthorization: ApiKey ${gw.keys.k}\r\n\r\n`);
+      expect((await c.response({ index: 1 })).status).toBe(200);
+    } finally {
+      c.close();
+    }
+  });
+});
+
 describe('an event stream that breaks after it started', () => {
   const sseHead = 'HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n';
   const chunk = (text: string) => `${Buffer.byteLength(text).toString(16)}\r\n${text}\r\n`;
