@@ -13,6 +13,7 @@ import type { Metrics } from '../../observe/metrics.js';
 import { downstreamHeaders } from '../http/headers.js';
 import { JsonUsageMeter, SseUsageMeter, type UsageMeter } from '../openai/usage-meter.js';
 import type { Pools } from './pools.js';
+import { UnsupportedCoding } from './upstream-errors.js';
 
 /** A 5xx or 429 answer that a fallback deployment takes over: dropped, never passed on. */
 export class Diverted extends Error {
@@ -126,6 +127,11 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     const res = opts.res;
     this.resumeFn = resume;
     const down = downstreamHeaders(raw, opts.stripCors);
+    if (down.codings !== undefined) {
+      // Passed on, gzip bytes would reach the client as the body itself: refused (502) before anything is written.
+      this.abort(new UnsupportedCoding(down.codings));
+      return false;
+    }
     const list = down.list;
     for (let i = 0; i < opts.extra.length; i++) list.push(opts.extra[i]);
     const sse = (this.sse = down.contentType !== undefined && isEventStream(down.contentType));

@@ -4,6 +4,14 @@ import { gatewayError, type GatewayError } from '../http/errors.js';
 
 export const BODY_TOO_LARGE = 'SERVEGATE_BODY_TOO_LARGE';
 
+/** A backend answer framed with codings the gateway does not decode (Transfer-Encoding: gzip, chunked). */
+export class UnsupportedCoding extends Error {
+  readonly code = 'SERVEGATE_UNSUPPORTED_CODING';
+  constructor(readonly codings: string) {
+    super(`the backend's answer has Transfer-Encoding "${codings.slice(0, 100)}"`);
+  }
+}
+
 /** Errors from connecting: nothing reached the backend, so the request may be sent again. */
 export const CONNECT_FAILURES = new Set([
   'ECONNREFUSED',
@@ -33,6 +41,22 @@ export function mapUpstreamError(code: string, route: Route): { error: GatewayEr
     return {
       cause: 'connect_refused',
       error: gatewayError('backend_unavailable', `${where}: the backend refused the connection (${code})`),
+    };
+  }
+  if (code === 'SERVEGATE_UNSUPPORTED_CODING') {
+    return {
+      cause: 'bad_answer',
+      error: gatewayError(
+        'backend_error',
+        `${where}: the backend's answer has a Transfer-Encoding other than chunked, which the gateway does not decode`,
+      ),
+    };
+  }
+  if (code.startsWith('HPE_') || code === 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH') {
+    // undici's parser refused the answer's framing (conflicting lengths, a bad header line, ...).
+    return {
+      cause: 'bad_answer',
+      error: gatewayError('backend_error', `${where}: the backend's answer is malformed (${code})`),
     };
   }
   return {

@@ -62,16 +62,26 @@ const GATEWAY_NAME = /^x[-_]servegate[-_]/;
 export function downstreamHeaders(
   raw: ReadonlyArray<Buffer | string>,
   stripCors: boolean,
-): { list: string[]; contentType: string | undefined; cacheControl: boolean; length: boolean; chunked: boolean } {
+): {
+  list: string[];
+  contentType: string | undefined;
+  cacheControl: boolean;
+  length: boolean;
+  chunked: boolean;
+  /** A Transfer-Encoding other than chunked alone (gzip, chunked): codings the gateway does not decode. */
+  codings: string | undefined;
+} {
   const list: string[] = [];
+  let codings: string | undefined;
   let contentType: string | undefined;
   let cacheControl = false;
   let length = false;
   let chunked = false;
   let named: Set<string> | undefined;
   for (let i = 0; i < raw.length; i += 2) {
-    const name = raw[i].toString().toLowerCase();
-    const value = raw[i + 1].toString();
+    // Bytes as they came (RFC 9110 §5.5 allows 0x80-0xFF in a value): latin1 both ways, so Node writes them back as is.
+    const name = raw[i].toString('latin1').toLowerCase();
+    const value = raw[i + 1].toString('latin1');
     if (name === 'connection') {
       named ??= new Set();
       for (const t of value.split(',')) named.add(t.trim().toLowerCase());
@@ -79,6 +89,7 @@ export function downstreamHeaders(
     }
     if (name === 'transfer-encoding') {
       chunked = true;
+      codings = codings === undefined ? value : `${codings},${value}`;
       continue;
     }
     if (HOP_BY_HOP.has(name) || name === 'x-request-id' || (name.charCodeAt(0) === 0x78 && GATEWAY_NAME.test(name)))
@@ -94,8 +105,11 @@ export function downstreamHeaders(
       if (named.has(list[i]) && list[i] !== 'content-length' && list[i] !== 'content-type') list.splice(i, 2);
     }
   }
-  return { list, contentType, cacheControl, length, chunked };
+  if (codings !== undefined && ONLY_CHUNKED.test(codings)) codings = undefined;
+  return { list, contentType, cacheControl, length, chunked, codings };
 }
+
+const ONLY_CHUNKED = /^[\s,]*chunked[\s,]*$/i;
 
 const REQUEST_ID = /^[\x21-\x7e]{1,200}$/;
 

@@ -134,6 +134,46 @@ describe('answers without a body whose head gives a length (RFC 9112 §6.3: a 20
   });
 });
 
+describe('answer heads passed on byte for byte, or refused', () => {
+  test('header values with bytes 0x80-0xFF (UTF-8 and Latin-1) reach the client unchanged', async () => {
+    const utf8 = Buffer.from('attachment; filename="café €.txt"', 'utf8');
+    const latin1 = Buffer.from([0x63, 0x61, 0x66, 0xe9, 0x20, 0xff]);
+    scripts['/bytes'] = (_req, s) =>
+      s.write(
+        Buffer.concat([
+          Buffer.from('HTTP/1.1 200 OK\r\ncontent-disposition: '),
+          utf8,
+          Buffer.from('\r\nx-latin: '),
+          latin1,
+          Buffer.from('\r\ncontent-length: 2\r\n\r\nok'),
+        ]),
+      );
+    const c = await Conn.connect(gw.port);
+    try {
+      c.write(`GET /v1/demo/app/bytes HTTP/1.1\r\nHost: x\r\nAuthorization: ApiKey ${gw.keys.k}\r\n\r\n`);
+      const r = await c.response();
+      expect(r.status).toBe(200);
+      const head = c.data.subarray(0, c.data.indexOf('\r\n\r\n') + 4);
+      expect(head.includes(Buffer.concat([Buffer.from('content-disposition: '), utf8, Buffer.from('\r\n')]))).toBe(
+        true,
+      );
+      expect(head.includes(Buffer.concat([Buffer.from('x-latin: '), latin1, Buffer.from('\r\n')]))).toBe(true);
+    } finally {
+      c.close();
+    }
+  });
+
+  test('an answer with Transfer-Encoding: gzip, chunked is a 502 that says why, not gzip bytes as the body', async () => {
+    scripts['/gzipped'] = (_req, s) =>
+      s.write(
+        'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: gzip, chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n',
+      );
+    const r = await send(`${gw.url}/v1/demo/app/gzipped`, { headers: auth() });
+    expect(r.status).toBe(502);
+    expect(r.json()).toEqual({ error: expect.stringContaining('Transfer-Encoding other than chunked') });
+  });
+});
+
 describe('an event stream that breaks after it started', () => {
   const sseHead = 'HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n';
   const chunk = (text: string) => `${Buffer.byteLength(text).toString(16)}\r\n${text}\r\n`;
