@@ -6,6 +6,7 @@
 //   written again without `usage`.
 // - JSON answers: the bytes pass unchanged; a scanner follows the answer's structure and parses the value of its
 //   top-level `"usage"` member alone (a `usage` nested deeper, or inside a string, is not the answer's).
+import { MAX_CHARGE } from '../../limits/buckets.js';
 import {
   BACKSLASH,
   CLOSE_BRACE,
@@ -90,8 +91,13 @@ export function findUsage(buf: Buffer, from: number): number {
   return -1;
 }
 
+/**
+ * A token count as a backend reported it, bounded as the limits' buckets bound a charge: a whole number of at most
+ * MAX_CHARGE (what is not a finite number of 0 or more: none). One lying answer (`1e300`) would otherwise own the
+ * token counters and the access log for good: 1e300 plus any later count is still 1e300.
+ */
 function num(v: unknown): number | undefined {
-  return typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : undefined;
+  return typeof v === 'number' && Number.isFinite(v) && v >= 0 ? Math.min(MAX_CHARGE, Math.floor(v)) : undefined;
 }
 
 /** Member names whose non-empty string value is generated text: chat and completions deltas, tool-call arguments,

@@ -266,3 +266,30 @@ describe('JSON answers', () => {
     expect(m.usage).toEqual({ prompt: 8, completion: 0 });
   });
 });
+
+describe('reported counts are bounded (a backend that lies about usage)', () => {
+  test.each([
+    [
+      { prompt_tokens: 1e300, completion_tokens: 3 },
+      { prompt: 1_000_000_000, completion: 3 },
+    ],
+    [
+      { prompt_tokens: 7.9, completion_tokens: 0.9 },
+      { prompt: 7, completion: 0 },
+    ],
+    [
+      { input_tokens: -5, output_tokens: 4 },
+      { prompt: 0, completion: 4 },
+    ],
+    [{ prompt_tokens: Number.NaN, completion_tokens: '12' }, undefined],
+  ])('%j reads as %j: whole numbers, at most the charge bound', (usage, expected) => {
+    expect(readUsage(usage)).toEqual(expected);
+  });
+
+  test('a streamed usage of 1e300 is counted as the bound, so later counts still add up', () => {
+    const m = new SseUsageMeter(false);
+    m.push(Buffer.from('data: {"choices":[],"usage":{"prompt_tokens":1e300,"completion_tokens":2}}\n\n'), 0);
+    expect(m.usage).toEqual({ prompt: 1_000_000_000, completion: 2 });
+    expect(m.usage!.prompt + 5).toBe(1_000_000_005);
+  });
+});
