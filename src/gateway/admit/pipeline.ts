@@ -138,22 +138,24 @@ const early = (facts: RequestFacts, ctx: AdmitContext): Dialect =>
 
 export function admit(facts: RequestFacts, ctx: AdmitContext): Admission | Promise<Admission> {
   // 1-2. The head and the method: nothing about such a request can be trusted. Answered in the dialect its target
-  // reads as (an OpenAI SDK shows the message of an OpenAI error object only).
-  if (facts.headProblem) return refused(facts.headProblem, early(facts, ctx), NO_HEADERS, true);
-  if (facts.expectation !== undefined) {
-    return refused(
-      gatewayError('expectation_failed', `Expect: ${facts.expectation} is not supported (only 100-continue)`),
-      early(facts, ctx),
-      NO_HEADERS,
-      true,
-    );
-  }
-  if (facts.method === 'TRACE' || facts.method === 'TRACK') {
+  // reads as (an OpenAI SDK shows the message of an OpenAI error object only), with the CORS headers of an allowed
+  // origin like every other answer (SPEC §5: a browser page that sent too many headers can read its 431).
+  if (facts.headProblem || facts.expectation !== undefined || facts.method === 'TRACE' || facts.method === 'TRACK') {
+    const cors = responseCorsList(ctx.cors, facts.origin) ?? NO_HEADERS;
+    if (facts.headProblem) return refused(facts.headProblem, early(facts, ctx), cors, true);
+    if (facts.expectation !== undefined) {
+      return refused(
+        gatewayError('expectation_failed', `Expect: ${facts.expectation} is not supported (only 100-continue)`),
+        early(facts, ctx),
+        cors,
+        true,
+      );
+    }
     // TRACE would reflect the request (cookies included) back: never forwarded.
     return refused(
       gatewayError('method_not_allowed', `${facts.method} is not allowed`, { allow: ALLOWED_METHODS }),
       early(facts, ctx),
-      NO_HEADERS,
+      cors,
     );
   }
   // 3. A preflight carries no key: answered from the CORS settings alone.

@@ -32,7 +32,8 @@ export class Conn {
   /** The answer being written is the connection's last: nothing after it is served. */
   private last = false;
   /** A parse error seen while earlier requests were still being answered: answered after them. */
-  private pendingError: { err: GatewayError; dialect: Dialect; answered: boolean } | undefined;
+  private pendingError:
+    { err: GatewayError; dialect: Dialect; headers: readonly string[]; answered: boolean } | undefined;
 
   /** The peer address (without the IPv4-mapped IPv6 prefix) and scheme, read once per connection. */
   readonly client: string;
@@ -106,17 +107,18 @@ export class Conn {
 
   /**
    * Node's parser failed on this connection (a malformed request, or headers not received in time): answered in its
-   * place in the pipeline, once every earlier request is answered, in `dialect`.
+   * place in the pipeline, once every earlier request is answered, in `dialect`, with `headers` (CORS).
    */
-  fail(err: GatewayError, dialect: Dialect = 'kserve'): void {
+  fail(err: GatewayError, dialect: Dialect = 'kserve', headers: readonly string[] = []): void {
     if (this.closed || this.pendingError || this.last) return;
     const answered = this.active?.interrupt?.(err) ?? false;
-    this.pendingError = { err, dialect, answered };
+    this.pendingError = { err, dialect, headers, answered };
     if (this.active === undefined) this.answerError();
   }
 
   private answerError(): void {
-    sendRawError(this.socket, this.pendingError!.err, this.pendingError!.dialect, []);
+    const p = this.pendingError!;
+    sendRawError(this.socket, p.err, p.dialect, p.headers);
   }
 
   tick(now: number): void {

@@ -19,7 +19,7 @@ import type { RouteStore } from '../../routing/store.js';
 import type { EndpointResolver } from '../../sources/types.js';
 import { AccessLog } from '../../observe/access-log.js';
 import { Conn } from './connection.js';
-import { ALLOWED_METHODS, corsPolicy } from '../admit/cors.js';
+import { ALLOWED_METHODS, corsPolicy, responseCorsList } from '../admit/cors.js';
 import type { Drain } from './drain.js';
 import { gatewayError } from '../http/errors.js';
 import { Exchange } from '../forward/exchange.js';
@@ -86,6 +86,14 @@ function requestTargetOf(packet: unknown): string | undefined {
   const m = REQUEST_LINE.exec(packet.toString('latin1', 0, Math.min(packet.length, 8192)));
   return m?.[1];
 }
+/** The first Origin header line's value in the head that starts `packet` (looked for in its first 16 KB). */
+function originOf(packet: Buffer): string | undefined {
+  const head = packet.toString('latin1', 0, Math.min(packet.length, 16_384));
+  const end = head.indexOf('\r\n\r\n');
+  const m = ORIGIN_LINE.exec(end === -1 ? head : head.slice(0, end));
+  return m?.[1].trim();
+}
+const ORIGIN_LINE = /\r\norigin:[ \t]*([^\r\n]{1,2048})/i;
 const REQUEST_LINE = /^[A-Z]{1,20} (\/[^\s]{0,8000}) HTTP\/1\.[01]\r?\n/;
 
 export function createDataPlane(deps: DataPlaneDeps): DataPlane {
@@ -235,12 +243,16 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
                 'bad_request',
                 `malformed HTTP request (${code || 'parse error'}${reason ? `: ${reason}` : ''})`,
               );
-      // In the dialect the request's target reads as, when the bytes Node failed on start with its request line.
-      const target = requestTargetOf((err as { rawPacket?: unknown }).rawPacket);
+      // In the dialect the request's target reads as, with the CORS headers of its allowed Origin, when the bytes Node
+      // failed on start with the request line.
+      const packet = (err as { rawPacket?: unknown }).rawPacket;
+      const target = requestTargetOf(packet);
       const dialect = target === undefined ? 'kserve' : guessDialect(target, undefined, '');
+      const origin = target === undefined ? undefined : originOf(packet as Buffer);
+      const headers = (origin !== undefined && responseCorsList(cors, origin)) || [];
       const conn = Conn.of(socket);
-      if (conn) conn.fail(e, dialect);
-      else sendRawError(socket, e, dialect, []);
+      if (conn) conn.fail(e, dialect, headers);
+      else sendRawError(socket, e, dialect, headers);
     });
   }
 

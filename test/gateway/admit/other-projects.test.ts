@@ -19,7 +19,10 @@ beforeAll(async () => {
     ],
     keys: [{ name: 'k', projects: 'demo' }],
     // Every refusal below counts as a failed authentication; the limit is kept out of the way here.
-    config: { auth: { failureLimit: { maxFailures: 1000, windowSeconds: 60 } } },
+    config: {
+      auth: { failureLimit: { maxFailures: 1000, windowSeconds: 60 } },
+      cors: { allowedOrigins: ['https://good.example'] },
+    },
   });
   key = gw.keys.k;
 });
@@ -152,5 +155,31 @@ describe('answers given before the route is known are in the dialect the target 
     const r = await ask('POST', '/v1/demo/chat/v1/chat/completions', local(), many);
     expect(r.status).toBe(431);
     openaiObject(r);
+  });
+});
+
+describe("answers given before the route is known carry the CORS headers of an allowed origin (SPEC §5: the gateway's own errors included)", () => {
+  const origin: [string, string] = ['Origin', 'https://good.example'];
+  test.each([
+    ['too many header lines (431)', 431, Array.from({ length: 150 }, (_, i) => [`x-h${i}`, 'v'] as [string, string])],
+    ["one header over Node's size limit (431)", 431, [['x-big', 'a'.repeat(20 * 1024)]] as Array<[string, string]>],
+    ['an Expect other than 100-continue (417)', 417, [['Expect', 'foo']] as Array<[string, string]>],
+  ])('%s', async (_what, status, extra) => {
+    const r = await ask('POST', '/v1/demo/chat/v1/chat/completions', local(), [origin, ...extra]);
+    expect(r.status).toBe(status);
+    expect(r.headers['access-control-allow-origin']).toBe('https://good.example');
+    expect(r.headers.vary).toContain('Origin');
+    const other = await ask('POST', '/v1/demo/chat/v1/chat/completions', local(), [
+      ['Origin', 'https://evil.example'],
+      ...extra,
+    ]);
+    expect(other.status).toBe(status);
+    expect(other.headers['access-control-allow-origin']).toBeUndefined();
+  });
+
+  test('TRACE (405)', async () => {
+    const r = await ask('TRACE', '/v1/demo/chat/v1/chat/completions', local(), [origin]);
+    expect(r.status).toBe(405);
+    expect(r.headers['access-control-allow-origin']).toBe('https://good.example');
   });
 });

@@ -97,7 +97,7 @@ const none: Counted = { authFailures: [], rateLimited: [] };
 
 const rows: Row[] = [
   [
-    '1. a Host problem found reading the head: 400, the connection closes, no CORS',
+    '1. a Host problem found reading the head: 400, the connection closes, with the CORS headers of an allowed origin',
     { allowedOrigins: [ORIGIN] },
     [
       facts(CHAT, {
@@ -114,7 +114,17 @@ const rows: Row[] = [
       route: undefined,
       key: undefined,
       close: true,
-      headers: [],
+      // SPEC §5: the gateway's own errors carry the CORS headers too.
+      headers: [
+        'access-control-allow-origin',
+        ORIGIN,
+        'access-control-expose-headers',
+        'x-request-id, retry-after, www-authenticate',
+        'access-control-allow-credentials',
+        'true',
+        'vary',
+        'Origin',
+      ],
     },
     none,
   ],
