@@ -167,9 +167,6 @@ export function admit(facts: RequestFacts, ctx: AdmitContext): Admission | Promi
   const at = locate(facts.url, facts.host, ctx.table);
   if (at.at === 'bad-path') return refused(at.error, at.dialect, cors);
   const route = at.at === 'deployment' ? at.route : undefined;
-  // A key that does not grant the deployment's project gets answers in the dialect the path reads as, never the
-  // route's: whether a deployment of another project exists, and what it serves, is not told (SPEC §9).
-  const guessed = at.at === 'deployment' ? early(facts, ctx) : at.dialect;
 
   // 5-6. The key. A failure counts against the address; past the failed-auth limit a failing request gets 429
   // instead of 401 (a valid key is served even from a throttled address: one NAT can hide many clients).
@@ -208,20 +205,20 @@ export function admit(facts: RequestFacts, ctx: AdmitContext): Admission | Promi
   }
 
   // 7. The grant, then the deployment itself.
-  const refuseAs =
-    (dialect: Dialect) =>
-    (error: GatewayError): Refused => ({
-      ok: false,
-      kind: 'refused',
-      error,
-      dialect,
-      route,
-      key,
-      close: false,
-      headers: cors,
-    });
-  const notGranted = refuseAs(guessed);
-  const refuse = refuseAs(at.dialect);
+  const dialect = at.dialect;
+  const refuse = (error: GatewayError): Refused => ({
+    ok: false,
+    kind: 'refused',
+    error,
+    dialect,
+    route,
+    key,
+    close: false,
+    headers: cors,
+  });
+  // A key that does not grant the deployment's project gets answers in the dialect the path reads as, never the
+  // route's: whether a deployment of another project exists, and what it serves, is not told (SPEC §9).
+  const notGranted = (error: GatewayError): Refused => withFields(refuse(error), { dialect: early(facts, ctx) });
   // A legacy Host names its project: one the key does not grant gets the same 403 whether the deployment exists or
   // not, naming the project as the Host wrote it (as /v1/<project>/... does with the path's segment).
   const named = at.hostProject ?? at.project;
