@@ -228,11 +228,18 @@ export function admit(facts: RequestFacts, ctx: AdmitContext): Admission | Promi
       gatewayError('project_forbidden', `API key "${key.name}" does not grant access to project "${named}"`),
     );
   }
-  if (at.unknownHost !== undefined) {
+  // A legacy Host that names no deployment falls back to the path, for deployments the key may use only: for one it
+  // may not, the answer is the unknown host's 404, as when the path names nothing (a 403 would tell that it exists).
+  const unknownHost =
+    at.unknownHost ??
+    (at.hostFallback !== undefined && at.project !== undefined && !grantsProject(key, at.project, route?.namespace)
+      ? at.hostFallback
+      : undefined);
+  if (unknownHost !== undefined) {
     return notGranted(
       gatewayError(
         'not_found',
-        `no deployment is served at host "${at.unknownHost}": legacy hostnames are <deployment>.<project>.${ctx.table.serverlessDomain} of a deployment that is served`,
+        `no deployment is served at host "${unknownHost}": legacy hostnames are <deployment>.<project>.${ctx.table.serverlessDomain} of a deployment that is served`,
       ),
     );
   }

@@ -24,6 +24,8 @@ export interface Located {
   unknownHost: string | undefined;
   /** The project label of a Host under the serverless domain (`<deployment>.<project>.<domain>`), found or not. */
   hostProject: string | undefined;
+  /** A legacy-form Host that no deployment holds, while the path found a deployment (path routing as a fallback). */
+  hostFallback: string | undefined;
 }
 
 /** The one OpenAI base URL: the deployment is named later, by `model`. */
@@ -132,6 +134,7 @@ export function locate(url: string, host: string | undefined, table: RouteTable)
     dialect: dialectOf(route, rest),
     unknownHost,
     hostProject: viaHost || unknownHost !== undefined ? hostProjectOf(h, table.serverlessDomain) : undefined,
+    hostFallback: !viaHost && route && hostProjectOf(h, table.serverlessDomain) !== undefined ? h : undefined,
   };
 }
 

@@ -720,7 +720,13 @@ export class Exchange implements Job, Held, CallOwner {
     if (closing) this.closeAfter = true;
     // A body left unread: the client may still be sending it; the socket lingers after the answer so that a reset
     // does not erase it (and nothing parsed after it is served).
-    if (unread) this.conn.lastAnswer();
+    if (unread) {
+      this.conn.lastAnswer();
+      // A body being streamed to the backend was piped: the pipe is undone and the rest read and dropped (Node drops an
+      // unread body only when nothing consumed it).
+      this.req.unpipe();
+      this.req.resume();
+    }
     this.error = err.message;
     sendError(res, err, this.dialect, this.extra, closing);
   }

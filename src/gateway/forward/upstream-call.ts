@@ -127,7 +127,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     const res = opts.res;
     this.resumeFn = resume;
     const down = downstreamHeaders(raw, opts.stripCors);
-    if (down.codings !== undefined) {
+    if (down.codings !== undefined && !NO_BODY_STATUS(status) && !opts.head) {
       // Passed on, gzip bytes would reach the client as the body itself: refused (502) before anything is written.
       this.abort(new UnsupportedCoding(down.codings));
       return false;
@@ -241,10 +241,12 @@ function tailOf(tail: number, b: Buffer): number {
   return tail;
 }
 
-/** The last bytes end an event: a blank line ("\n\n", "\r\r" or "\r\n\r\n"). */
+/** The last bytes end an event: a line end followed by an empty line, in any of the three line ends SSE allows. */
 function endsAtEvent(tail: number): boolean {
   const two = tail & 0xffff;
-  return two === 0x0a0a || two === 0x0d0d || tail === 0x0d0a0d0a;
+  const three = tail & 0xffffff;
+  // \n\n, \r\r, \n\r\n, \r\r\n, \r\n\r\n
+  return two === 0x0a0a || two === 0x0d0d || three === 0x0a0d0a || three === 0x0d0d0a || tail === 0x0d0a0d0a;
 }
 
 /**

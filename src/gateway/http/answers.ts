@@ -93,6 +93,13 @@ interface Lingering extends Socket {
 export function lingerAfterAnswer(socket: Socket): void {
   if (socket.destroyed) return;
   socket.destroySoon = lingeringDestroySoon;
+  // Node takes its own error listener off a socket it hands over (an upgrade or CONNECT parsed after the refused
+  // body): this one stays, so a client's reset while lingering ends the socket instead of the process.
+  socket.on('error', destroyOnError);
+}
+
+function destroyOnError(this: Socket): void {
+  this.destroy();
 }
 
 function lingeringDestroySoon(this: Lingering): void {

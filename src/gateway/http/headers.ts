@@ -105,7 +105,7 @@ export function downstreamHeaders(
       if (named.has(list[i]) && list[i] !== 'content-length' && list[i] !== 'content-type') list.splice(i, 2);
     }
   }
-  if (codings !== undefined && ONLY_CHUNKED.test(codings)) codings = undefined;
+  if (codings !== undefined && (codings === 'chunked' || ONLY_CHUNKED.test(codings))) codings = undefined;
   return { list, contentType, cacheControl, length, chunked, codings };
 }
 

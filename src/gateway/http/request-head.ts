@@ -100,18 +100,19 @@ export function headProblem(head: RequestHead, req: IncomingMessage, maxHeaders:
   if (head.hostLines > 1) return gatewayError('bad_request', 'more than one Host header');
   // Node's parser frames a body by its last coding when that is chunked ("gzip, chunked") and hands over the chunks
   // with the other codings still applied: forwarded, the backend would take gzip bytes for the body itself.
-  if (head.transferCoding !== undefined && !ONLY_CHUNKED.test(head.transferCoding)) {
+  const te = head.transferCoding;
+  if (te !== undefined && te !== 'chunked' && !ONLY_CHUNKED.test(te)) {
     // Not ending in chunked, the body's length cannot be known (RFC 9112 §6.3): 400. Ending in it: codings the gateway
     // does not apply (RFC 9112 §6.1): 501.
-    if (!ENDS_CHUNKED.test(head.transferCoding)) {
+    if (!ENDS_CHUNKED.test(te)) {
       return gatewayError(
         'bad_request',
-        `Transfer-Encoding "${head.transferCoding.slice(0, 100)}" does not end in chunked: the body's length cannot be known`,
+        `Transfer-Encoding "${te.slice(0, 100)}" does not end in chunked: the body's length cannot be known`,
       );
     }
     return gatewayError(
       'unsupported_transfer_coding',
-      `Transfer-Encoding "${head.transferCoding.slice(0, 100)}" is not supported: send the body with Content-Length or Transfer-Encoding: chunked alone (a compressed body goes with Content-Encoding)`,
+      `Transfer-Encoding "${te.slice(0, 100)}" is not supported: send the body with Content-Length or Transfer-Encoding: chunked alone (a compressed body goes with Content-Encoding)`,
     );
   }
   if (head.hostLines === 0 && req.httpVersionMajor === 1 && req.httpVersionMinor === 1)

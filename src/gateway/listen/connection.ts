@@ -55,7 +55,13 @@ export class Conn {
   }
 
   submit(job: Job): void {
-    if (this.closed || this.last) return job.drop();
+    if (this.last) {
+      // A request parsed after the refused body (so that body is read whole): not served, and nothing more is read;
+      // the socket lingers until the client closes or its time is up.
+      if (!this.closed) this.socket.pause();
+      return job.drop();
+    }
+    if (this.closed) return job.drop();
     if (this.active !== undefined) {
       (this.queue ??= []).push(job);
       if (this.queue.length > MAX_QUEUED && !this.paused) {

@@ -80,6 +80,10 @@ export interface DataPlane {
 /** Errors of the peer's socket itself: nothing can be answered. */
 const SOCKET_ERRORS = new Set(['ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ECONNABORTED', 'ERR_STREAM_DESTROYED']);
 
+function destroyOnError(this: Socket): void {
+  this.destroy();
+}
+
 /** The target of the request line that starts `packet` (the bytes Node's parser failed on), if it does. */
 function requestTargetOf(packet: unknown): string | undefined {
   if (!Buffer.isBuffer(packet)) return undefined;
@@ -210,6 +214,8 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
       conn.submit(new Exchange(ctx, conn, req, res, false, String(req.headers.expect ?? '')));
     });
     server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
+      // Node hands the socket over without its error listener: one until the job takes it (it may wait its turn).
+      socket.on('error', destroyOnError);
       const conn = connOf(socket);
       conn.submit(new UpgradeJob(ctx, conn, server, req, socket, head));
     });

@@ -79,6 +79,17 @@ describe('a project the key is not granted: the same answer whether the deployme
     }
   });
 
+  test('a legacy Host that names no deployment, with a path to a deployment of an ungranted project: the same 404 whether that deployment exists or not', async () => {
+    const existing = await ask('POST', '/v1/other/secret/v1/chat/completions', 'nope.demo.serving.local');
+    const missing = await ask('POST', '/v1/other/nope/v1/chat/completions', 'nope.demo.serving.local');
+    expect(existing.status).toBe(404);
+    expect(missing.status).toBe(404);
+    expect(bodyOf(missing)).toEqual(bodyOf(existing));
+    // A granted project's deployment is still found by its path behind such a Host.
+    const granted = await ask('POST', '/v1/demo/chat/v1/chat/completions', 'nope.demo.serving.local');
+    expect(granted.status).not.toBe(404);
+  });
+
   test('the dialect follows the path: an OpenAI path gets an OpenAI error object, a predictive one KServe form', async () => {
     const openai = bodyOf(await ask('POST', '/v1/chat/completions', 'nope.other.serving.local')) as {
       error: { code: string; type: string };

@@ -228,6 +228,7 @@ describe('an event stream that breaks after it started', () => {
     ['after a line but before the blank line that ends the event', 'data: {"a":1}\n', true],
     ['at an event boundary (\\n\\n)', 'data: {"a":1}\n\n', false],
     ['at an event boundary (\\r\\n\\r\\n)', 'data: {"a":1}\r\n\r\n', false],
+    ['at an event boundary (\\n\\r\\n, mixed line ends)', 'data: {"a":1}\n\r\n', false],
   ])('a close-delimited stream whose backend closes %s', async (_what, last, cut) => {
     const path = `/closedelim-${last.length}`;
     scripts[path] = (_req, s) => {

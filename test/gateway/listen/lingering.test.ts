@@ -90,3 +90,68 @@ describe('a refused upload gets its answer', () => {
     expect(backend.requests.slice(before).map((q) => q.url)).toEqual([]);
   });
 });
+
+describe('what a client sends after the refused body, while the socket lingers', () => {
+  const refused = (): string => `POST /v1/demo/app/x HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n0123456789`;
+
+  test.each([
+    ['an upgrade', 'GET /v1/demo/app/ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n'],
+    ['a CONNECT', 'CONNECT a:1 HTTP/1.1\r\nHost: a:1\r\n\r\n'],
+  ])('%s then a reset: the gateway goes on serving', async (_what, next) => {
+    const s = connect(gw.port, '127.0.0.1');
+    await once(s, 'connect');
+    s.on('error', () => undefined);
+    s.write(refused() + next);
+    await new Promise((r) => setTimeout(r, 100));
+    s.resetAndDestroy();
+    await new Promise((r) => setTimeout(r, 100));
+    const r = await fetch(`${gw.url}/v1/demo/app/alive`, { headers: { authorization: `ApiKey ${gw.keys.k}` } });
+    expect(r.status).toBe(200);
+  });
+
+  test('a flood of pipelined requests after the refused body is not read on (the socket is paused)', async () => {
+    const before = backend.requests.length;
+    const s = connect(gw.port, '127.0.0.1');
+    await once(s, 'connect');
+    s.on('error', () => undefined);
+    let text = '';
+    s.setEncoding('latin1');
+    s.on('data', (c: string) => (text += c));
+    const flood = `GET /v1/demo/app/flood HTTP/1.1\r\nHost: x\r\nAuthorization: ApiKey ${gw.keys.k}\r\n\r\n`.repeat(
+      2000,
+    );
+    s.write(refused() + flood);
+    await new Promise((r) => setTimeout(r, 300));
+    s.destroy();
+    expect(text.match(/HTTP\/1\.1 /g)?.length).toBe(1);
+    expect(text.startsWith('HTTP/1.1 401 ')).toBe(true);
+    expect(backend.requests.length).toBe(before);
+  });
+});
+
+describe('a streamed (chunked) body over the limit, the client still sending', () => {
+  test('413 reaches a client that writes the whole body before reading', async () => {
+    const s = connect(gw.port, '127.0.0.1');
+    await once(s, 'connect');
+    let text = '';
+    let writeError: string | undefined;
+    s.setEncoding('latin1');
+    s.on('data', (c: string) => (text += c));
+    s.on('error', (e: NodeJS.ErrnoException) => (writeError ??= e.code ?? e.message));
+    const closed = new Promise<void>((resolve) => s.on('close', () => resolve()));
+    // A python route streams its body to the backend as it comes: the limit trips while it is piped.
+    s.write(
+      `POST /v1/demo/app/stream HTTP/1.1\r\nHost: x\r\nAuthorization: ApiKey ${gw.keys.k}\r\nTransfer-Encoding: chunked\r\n\r\n`,
+    );
+    const piece = Buffer.alloc(64 * 1024, 0x61);
+    const frame = Buffer.concat([Buffer.from(`${piece.length.toString(16)}\r\n`), piece, Buffer.from('\r\n')]);
+    for (let sent = 0; sent < 8 * LIMIT && !s.destroyed; sent += piece.length) {
+      if (!s.write(frame)) await Promise.race([once(s, 'drain').catch(() => undefined), closed]);
+    }
+    if (!s.destroyed) s.end('0\r\n\r\n');
+    await Promise.race([closed, new Promise((r) => setTimeout(r, 10_000))]);
+    s.destroy();
+    expect(text.startsWith('HTTP/1.1 413 ')).toBe(true);
+    expect(writeError).toBeUndefined();
+  });
+});
