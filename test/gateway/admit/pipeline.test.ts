@@ -115,16 +115,7 @@ const rows: Row[] = [
       key: undefined,
       close: true,
       // SPEC §5: the gateway's own errors carry the CORS headers too.
-      headers: [
-        'access-control-allow-origin',
-        ORIGIN,
-        'access-control-expose-headers',
-        'x-request-id, retry-after, www-authenticate',
-        'access-control-allow-credentials',
-        'true',
-        'vary',
-        'Origin',
-      ],
+      headers: CORS,
     },
     none,
   ],

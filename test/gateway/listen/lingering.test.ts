@@ -28,10 +28,16 @@ afterAll(async () => {
 });
 
 /**
- * Sends a head declaring `size` bytes, then the whole body in 64 KB writes without reading first (as urllib and
- * requests do), then reads. Resolves what was read and whether writing failed (EPIPE / ECONNRESET).
+ * Sends `head`, then `size` bytes of body in 64 KB writes without reading first (as urllib and requests do), each
+ * framed by `frame` (as is by default), then `last`, then reads. Resolves what was read and whether writing failed
+ * (EPIPE / ECONNRESET).
  */
-async function uploadThenRead(head: string, size: number): Promise<{ text: string; writeError?: string }> {
+async function uploadThenRead(
+  head: string,
+  size: number,
+  frame: (piece: Buffer) => Buffer = (p) => p,
+  last = '',
+): Promise<{ text: string; writeError?: string }> {
   const s = connect(gw.port, '127.0.0.1');
   await once(s, 'connect');
   let text = '';
@@ -42,10 +48,11 @@ async function uploadThenRead(head: string, size: number): Promise<{ text: strin
   s.on('error', (e: NodeJS.ErrnoException) => (writeError ??= e.code ?? e.message));
   s.write(head);
   const piece = Buffer.alloc(64 * 1024, 0x61);
+  const framed = frame(piece);
   for (let sent = 0; sent < size && !s.destroyed; sent += piece.length) {
-    if (!s.write(piece)) await Promise.race([once(s, 'drain').catch(() => undefined), closed]);
+    if (!s.write(framed)) await Promise.race([once(s, 'drain').catch(() => undefined), closed]);
   }
-  if (!s.destroyed) s.end();
+  if (!s.destroyed) s.end(last);
   await Promise.race([closed, new Promise((r) => setTimeout(r, 10_000))]);
   s.destroy();
   return { text, writeError };
@@ -131,27 +138,14 @@ describe('what a client sends after the refused body, while the socket lingers',
 
 describe('a streamed (chunked) body over the limit, the client still sending', () => {
   test('413 reaches a client that writes the whole body before reading', async () => {
-    const s = connect(gw.port, '127.0.0.1');
-    await once(s, 'connect');
-    let text = '';
-    let writeError: string | undefined;
-    s.setEncoding('latin1');
-    s.on('data', (c: string) => (text += c));
-    s.on('error', (e: NodeJS.ErrnoException) => (writeError ??= e.code ?? e.message));
-    const closed = new Promise<void>((resolve) => s.on('close', () => resolve()));
     // A python route streams its body to the backend as it comes: the limit trips while it is piped.
-    s.write(
+    const r = await uploadThenRead(
       `POST /v1/demo/app/stream HTTP/1.1\r\nHost: x\r\nAuthorization: ApiKey ${gw.keys.k}\r\nTransfer-Encoding: chunked\r\n\r\n`,
+      8 * LIMIT,
+      (p) => Buffer.concat([Buffer.from(`${p.length.toString(16)}\r\n`), p, Buffer.from('\r\n')]),
+      '0\r\n\r\n',
     );
-    const piece = Buffer.alloc(64 * 1024, 0x61);
-    const frame = Buffer.concat([Buffer.from(`${piece.length.toString(16)}\r\n`), piece, Buffer.from('\r\n')]);
-    for (let sent = 0; sent < 8 * LIMIT && !s.destroyed; sent += piece.length) {
-      if (!s.write(frame)) await Promise.race([once(s, 'drain').catch(() => undefined), closed]);
-    }
-    if (!s.destroyed) s.end('0\r\n\r\n');
-    await Promise.race([closed, new Promise((r) => setTimeout(r, 10_000))]);
-    s.destroy();
-    expect(text.startsWith('HTTP/1.1 413 ')).toBe(true);
-    expect(writeError).toBeUndefined();
+    expect(r.text.startsWith('HTTP/1.1 413 ')).toBe(true);
+    expect(r.writeError).toBeUndefined();
   });
 });
