@@ -56,10 +56,12 @@ export class Conn {
 
   submit(job: Job): void {
     if (this.last) {
-      // A request parsed after the refused body (so that body is read whole): not served, and nothing more is read;
-      // the socket lingers until the client closes or its time is up.
-      if (!this.closed) this.socket.pause();
-      return job.drop();
+      // A request parsed after the refused body (so that body was read whole), on a connection the answer closed: not
+      // served, and the connection ends here. Lingering is for a client still sending its body; one that pipelines
+      // past it would have Node parse and keep every request it sends until the linger's time is up.
+      job.drop();
+      this.socket.destroy();
+      return;
     }
     if (this.closed) return job.drop();
     if (this.active !== undefined) {

@@ -92,8 +92,9 @@ describe('a refused upload gets its answer', () => {
     s.write(head + body + smuggled);
     await Promise.race([once(s, 'close'), new Promise((r) => setTimeout(r, 8000))]);
     s.destroy();
-    expect(text.startsWith('HTTP/1.1 401 ')).toBe(true);
-    expect(text.match(/HTTP\/1\.1 /g)?.length).toBe(1);
+    // At most the refusal: the connection ends at the request parsed after the body (its 401 may be cut with it).
+    expect(text === '' || text.startsWith('HTTP/1.1 401 ')).toBe(true);
+    expect(text.match(/HTTP\/1\.1 /g)?.length ?? 0).toBeLessThanOrEqual(1);
     expect(backend.requests.slice(before).map((q) => q.url)).toEqual([]);
   });
 });
@@ -116,22 +117,21 @@ describe('what a client sends after the refused body, while the socket lingers',
     expect(r.status).toBe(200);
   });
 
-  test('a flood of pipelined requests after the refused body is not read on (the socket is paused)', async () => {
+  test('a flood of pipelined requests after the refused body: the connection ends at the first, nothing is served', async () => {
     const before = backend.requests.length;
     const s = connect(gw.port, '127.0.0.1');
     await once(s, 'connect');
     s.on('error', () => undefined);
-    let text = '';
-    s.setEncoding('latin1');
-    s.on('data', (c: string) => (text += c));
-    const flood = `GET /v1/demo/app/flood HTTP/1.1\r\nHost: x\r\nAuthorization: ApiKey ${gw.keys.k}\r\n\r\n`.repeat(
-      2000,
-    );
-    s.write(refused() + flood);
-    await new Promise((r) => setTimeout(r, 300));
-    s.destroy();
-    expect(text.match(/HTTP\/1\.1 /g)?.length).toBe(1);
-    expect(text.startsWith('HTTP/1.1 401 ')).toBe(true);
+    const closed = new Promise<void>((resolve) => s.on('close', () => resolve()));
+    // 16 MB of pipelined requests, more than the kernel's buffers hold: read on, they would all be taken off the wire
+    // and parsed while the socket lingers (5 s); the connection ends instead.
+    const one = `GET /v1/demo/app/flood HTTP/1.1\r\nHost: x\r\nAuthorization: ApiKey ${gw.keys.k}\r\nx-pad: ${'p'.repeat(4000)}\r\n\r\n`;
+    s.write(refused());
+    s.write(Buffer.from(one.repeat(Math.ceil((16 * 1024 * 1024) / one.length))));
+    const t0 = Date.now();
+    await Promise.race([closed, new Promise((r) => setTimeout(r, 4000))]);
+    expect(s.destroyed).toBe(true);
+    expect(Date.now() - t0).toBeLessThan(3000);
     expect(backend.requests.length).toBe(before);
   });
 });
