@@ -206,26 +206,27 @@ export function admit(facts: RequestFacts, ctx: AdmitContext): Admission | Promi
 
   // 7. The grant, then the deployment itself.
   const dialect = at.dialect;
-  const refuse = (error: GatewayError): Refused => ({
+  // A key that does not grant the deployment's project is refused in the dialect the target reads as
+  // (`early(facts, ctx)`), never the route's: whether a deployment of another project exists, and what it serves, is
+  // not told (SPEC §9).
+  const refuse = (error: GatewayError, as: Dialect = dialect): Refused => ({
     ok: false,
     kind: 'refused',
     error,
-    dialect,
+    dialect: as,
     route,
     key,
     close: false,
     headers: cors,
   });
-  // A key that does not grant the deployment's project gets answers in the dialect the path reads as, never the
-  // route's: whether a deployment of another project exists, and what it serves, is not told (SPEC §9).
-  const notGranted = (error: GatewayError): Refused => withFields(refuse(error), { dialect: early(facts, ctx) });
   // A legacy Host names its project: one the key does not grant gets the same 403 whether the deployment exists or
   // not, naming the project as the Host wrote it (as /v1/<project>/... does with the path's segment).
   const named = at.hostProject ?? at.project;
   if (at.hostProject !== undefined && !grantsProject(key, at.hostProject, route?.namespace)) {
     ctx.counters.authFailure('forbidden');
-    return notGranted(
+    return refuse(
       gatewayError('project_forbidden', `API key "${key.name}" does not grant access to project "${named}"`),
+      early(facts, ctx),
     );
   }
   // A legacy Host that names no deployment falls back to the path, for deployments the key may use only: for one it
@@ -236,25 +237,31 @@ export function admit(facts: RequestFacts, ctx: AdmitContext): Admission | Promi
       ? at.hostFallback
       : undefined);
   if (unknownHost !== undefined) {
-    return notGranted(
+    return refuse(
       gatewayError(
         'not_found',
         `no deployment is served at host "${unknownHost}": legacy hostnames are <deployment>.<project>.${ctx.table.serverlessDomain} of a deployment that is served`,
       ),
+      early(facts, ctx),
     );
   }
   if (at.project === undefined || at.rest === undefined)
-    return notGranted(
+    return refuse(
       gatewayError('not_found', 'no deployment at this path: deployments are served at /v1/<project>/<deployment>/...'),
+      early(facts, ctx),
     );
   if (!grantsProject(key, at.project, route?.namespace)) {
     ctx.counters.authFailure('forbidden');
-    return notGranted(
+    return refuse(
       gatewayError('project_forbidden', `API key "${key.name}" does not grant access to project "${named}"`),
+      early(facts, ctx),
     );
   }
   if (!route)
-    return notGranted(gatewayError('not_found', `deployment "${at.deployment}" not found in project "${at.project}"`));
+    return refuse(
+      gatewayError('not_found', `deployment "${at.deployment}" not found in project "${at.project}"`),
+      early(facts, ctx),
+    );
 
   // 8. The kind's rules.
   const suffix = checkSuffix(route, facts.method, at.rest, facts.contentType);

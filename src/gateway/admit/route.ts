@@ -69,18 +69,27 @@ export function guessDialect(url: string, host: string | undefined, serverlessDo
   const q = url.indexOf('?');
   const path = q === -1 ? url : url.slice(0, q);
   if (path === '/openai/v1' || path.startsWith('/openai/v1/')) return 'openai';
-  const h = hostOnly(host);
-  if (h !== undefined && serverlessDomain !== '' && h.endsWith(`.${serverlessDomain}`))
-    return dialectOf(undefined, path);
+  if (underDomain(hostOnly(host), serverlessDomain)) return dialectOf(undefined, path);
   if (!path.startsWith('/v1/')) return 'kserve';
   const afterProject = path.indexOf('/', 4);
   const afterDeployment = afterProject === -1 ? -1 : path.indexOf('/', afterProject + 1);
   return afterDeployment === -1 ? 'kserve' : dialectOf(undefined, path.slice(afterDeployment));
 }
 
+/** `h` is a name under the serverless domain (`<...>.<domain>`); no string is made to tell. */
+function underDomain(h: string | undefined, domain: string): h is string {
+  return (
+    h !== undefined &&
+    domain !== '' &&
+    h.length > domain.length + 1 &&
+    h.charCodeAt(h.length - domain.length - 1) === 46 /* . */ &&
+    h.endsWith(domain)
+  );
+}
+
 /** The project label of a legacy hostname `<deployment>.<project>.<domain>` (undefined: not of that form). */
 function hostProjectOf(h: string | undefined, serverlessDomain: string): string | undefined {
-  if (h === undefined || serverlessDomain === '' || !h.endsWith(`.${serverlessDomain}`)) return undefined;
+  if (!underDomain(h, serverlessDomain)) return undefined;
   const labels = h.slice(0, h.length - serverlessDomain.length - 1).split('.');
   return labels.length === 2 && labels[0] !== '' && labels[1] !== '' ? labels[1] : undefined;
 }
@@ -120,10 +129,9 @@ export function locate(url: string, host: string | undefined, table: RouteTable)
   }
   // A Host under the serverless domain that no deployment holds, and a path that is no deployment's either: a legacy
   // call to a deployment that is not served (its path, /v1/models/<name>:predict, must not be read as project "models").
-  const unknownHost =
-    !route && h !== undefined && table.serverlessDomain !== '' && h.endsWith(`.${table.serverlessDomain}`)
-      ? h
-      : undefined;
+  const unknownHost = !route && underDomain(h, table.serverlessDomain) ? h : undefined;
+  // The Host's project label, read only for a Host under the serverless domain (never for a path-routed request's).
+  const hostProject = underDomain(h, table.serverlessDomain) ? hostProjectOf(h, table.serverlessDomain) : undefined;
   return {
     at: 'deployment',
     route,
@@ -133,8 +141,8 @@ export function locate(url: string, host: string | undefined, table: RouteTable)
     search: target.search,
     dialect: dialectOf(route, rest),
     unknownHost,
-    hostProject: viaHost || unknownHost !== undefined ? hostProjectOf(h, table.serverlessDomain) : undefined,
-    hostFallback: !viaHost && route && hostProjectOf(h, table.serverlessDomain) !== undefined ? h : undefined,
+    hostProject: viaHost || unknownHost !== undefined ? hostProject : undefined,
+    hostFallback: !viaHost && route && hostProject !== undefined ? h : undefined,
   };
 }
 

@@ -144,8 +144,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
       if (sse) {
         this.meter = new SseUsageMeter(opts.stripUsage);
         // Taking the usage event out changes the length: the answer goes chunked instead.
-        if (opts.stripUsage && down.length)
-          for (let i = list.length - 2; i >= 0; i -= 2) if (list[i] === 'content-length') list.splice(i, 2);
+        if (opts.stripUsage && down.length) removeHeader(list, 'content-length');
       } else if (down.contentType !== undefined && JSON_TYPE.test(down.contentType)) {
         this.meter = new JsonUsageMeter();
       }
@@ -153,8 +152,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     this.closeDelimited = !down.length && !down.chunked && !NO_BODY_STATUS(status) && !opts.head;
     this.noBody = status === 204 || status === 304;
     // A 204 has no body and no Content-Length (RFC 9110 §8.6); a 304's says what the full answer would weigh.
-    if (status === 204 && down.length)
-      for (let i = list.length - 2; i >= 0; i -= 2) if (list[i] === 'content-length') list.splice(i, 2);
+    if (status === 204 && down.length) removeHeader(list, 'content-length');
     if (this.closeDelimited && sse) this.tail = 0;
     res.writeHead(status, list);
     if (sse) res.flushHeaders();
@@ -234,6 +232,11 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   }
 }
 
+/** Takes every `name` line (lower case) out of a flat [name, value, ...] list, in place. */
+function removeHeader(list: string[], name: string): void {
+  for (let i = list.length - 2; i >= 0; i -= 2) if (list[i] === name) list.splice(i, 2);
+}
+
 /** `tail` with the last bytes of `b` shifted in: the last four bytes of everything seen, as one number. */
 function tailOf(tail: number, b: Buffer): number {
   const n = b.length;
@@ -260,8 +263,8 @@ export const LET_GO_MIN = 4096;
  * long as the request lasts — for an event stream, minutes — so a Buffer would keep every open stream's prompt in
  * memory (32 KB prompts: 69.0 against 14.8 KB per open stream, bench Part E with --stream-prompt-kb 32). As an
  * iterable of one chunk undici writes the same bytes after the same head (the content-length is set by the caller)
- * and then holds an empty shell. The exchange keeps its own reference as long as a retry or a fallback may need the body (each try gets a
- * new one). Two differences from a Buffer body, both in undici: its headers timeout counts from the end of the write,
+ * and then holds an empty shell. The exchange keeps its own reference as long as a retry or a fallback may need the
+ * body (each try gets a new one). Two differences from a Buffer body, both in undici: its headers timeout counts from the end of the write,
  * and a connection whose backend answered before the body was all written is closed instead of reused.
  */
 class SentOnce implements Iterable<Buffer> {

@@ -98,7 +98,8 @@ export function lingerAfterAnswer(socket: Socket): void {
   socket.on('error', destroyOnError);
 }
 
-function destroyOnError(this: Socket): void {
+/** An 'error' listener that ends the socket (a socket with none would take the process down on a reset). */
+export function destroyOnError(this: Socket): void {
   this.destroy();
 }
 

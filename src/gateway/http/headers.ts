@@ -1,6 +1,6 @@
 // Which headers go upstream and which come back, as flat [name, value, ...] lists: hop-by-hop removal, no client
 // credentials, gateway-set forwarding and identity headers (SPEC §3).
-import { HOP_BY_HOP, type RequestHead } from './request-head.js';
+import { HOP_BY_HOP, onlyChunked, type RequestHead } from './request-head.js';
 
 export interface UpstreamContext {
   clientIp: string;
@@ -105,11 +105,9 @@ export function downstreamHeaders(
       if (named.has(list[i]) && list[i] !== 'content-length' && list[i] !== 'content-type') list.splice(i, 2);
     }
   }
-  if (codings !== undefined && (codings === 'chunked' || ONLY_CHUNKED.test(codings))) codings = undefined;
+  if (codings !== undefined && onlyChunked(codings)) codings = undefined;
   return { list, contentType, cacheControl, length, chunked, codings };
 }
-
-const ONLY_CHUNKED = /^[\s,]*chunked[\s,]*$/i;
 
 const REQUEST_ID = /^[\x21-\x7e]{1,200}$/;
 

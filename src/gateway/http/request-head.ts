@@ -82,13 +82,22 @@ function reserved(name: string, trustForwarded: boolean): boolean {
 // host[:port] (RFC 9110 §7.2): a reg-name or IPv4 address, or an IP literal in brackets; no userinfo, path or second port.
 const AUTHORITY = /^(?:[A-Za-z0-9._~!$&'()*+,;=%-]+|\[[0-9A-Fa-f:.]+\])(?::\d{0,5})?$/;
 
-/**
- * What makes a request's head untrustworthy, for plain requests and upgrades alike: more header lines than allowed
- * (431), or not exactly one valid Host (RFC 9112 §3.2; HTTP/1.0 may omit it). undefined when the head is sound.
- */
-/** A Transfer-Encoding of chunked alone (RFC 9112 §7: names are case-insensitive; empty list elements are allowed). */
 const ONLY_CHUNKED = /^[\s,]*chunked[\s,]*$/i;
 const ENDS_CHUNKED = /(^|[\s,])chunked[\s,]*$/i;
+
+/**
+ * A Transfer-Encoding value (its lines joined with commas) that is chunked alone, as the gateway and Node frame it
+ * (RFC 9112 §7: names are case-insensitive; empty list elements are allowed).
+ */
+export function onlyChunked(te: string): boolean {
+  return te === 'chunked' || ONLY_CHUNKED.test(te);
+}
+
+/**
+ * What makes a request's head untrustworthy, for plain requests and upgrades alike: more header lines than allowed
+ * (431), not exactly one valid Host (RFC 9112 §3.2; HTTP/1.0 may omit it), or a Transfer-Encoding other than chunked
+ * alone (400 or 501). undefined when the head is sound.
+ */
 
 export function headProblem(head: RequestHead, req: IncomingMessage, maxHeaders: number): GatewayError | undefined {
   if (head.headerLines > maxHeaders) {
@@ -101,7 +110,7 @@ export function headProblem(head: RequestHead, req: IncomingMessage, maxHeaders:
   // Node's parser frames a body by its last coding when that is chunked ("gzip, chunked") and hands over the chunks
   // with the other codings still applied: forwarded, the backend would take gzip bytes for the body itself.
   const te = head.transferCoding;
-  if (te !== undefined && te !== 'chunked' && !ONLY_CHUNKED.test(te)) {
+  if (te !== undefined && !onlyChunked(te)) {
     // Not ending in chunked, the body's length cannot be known (RFC 9112 §6.3): 400. Ending in it: codings the gateway
     // does not apply (RFC 9112 §6.1): 501.
     if (!ENDS_CHUNKED.test(te)) {

@@ -27,7 +27,7 @@ import { DecodeBudget } from '../http/body-encoding.js';
 import type { PlaneContext } from '../forward/context.js';
 import type { Metrics } from '../../observe/metrics.js';
 import { PerSecondLimiter } from '../../limits/per-second.js';
-import { sendRawError } from '../http/answers.js';
+import { destroyOnError, sendRawError } from '../http/answers.js';
 import type { Tracing } from '../../observe/tracing.js';
 import { AuthFailureLimiter } from '../../limits/auth-failures.js';
 import type { LimitStore } from '../../limits/buckets.js';
@@ -79,10 +79,6 @@ export interface DataPlane {
 
 /** Errors of the peer's socket itself: nothing can be answered. */
 const SOCKET_ERRORS = new Set(['ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ECONNABORTED', 'ERR_STREAM_DESTROYED']);
-
-function destroyOnError(this: Socket): void {
-  this.destroy();
-}
 
 /** The target of the request line that starts `packet` (the bytes Node's parser failed on), if it does. */
 function requestTargetOf(packet: unknown): string | undefined {
