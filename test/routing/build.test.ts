@@ -582,3 +582,25 @@ describe('limits (SPEC §9)', () => {
     ]);
   });
 });
+
+describe('spec.fallbacks (SPEC §12)', () => {
+  test.each([
+    ['the plain form', 'chat'],
+    ['the project as written', 'my_proj/chat'],
+    ['the namespace form of the project', 'my-proj/chat'],
+    ['the namespace form in another case', 'My-Proj/chat'],
+  ])('naming the deployment itself by %s is refused', (_what, ref) => {
+    const r = build({ deployments: [sdep('my-proj/chat').project('my_proj').llm().set('fallbacks', [ref]).build()] });
+    expect(statusOf(r, 'my-proj/chat')).toMatchObject({ reason: 'InvalidSpec' });
+    expect(statusOf(r, 'my-proj/chat').message).toContain('names the deployment itself');
+  });
+
+  test('one fallback written in both forms of its project is a repeat', () => {
+    const r = build({
+      deployments: [
+        sdep('my-proj/chat').project('my_proj').llm().set('fallbacks', ['other_p/small', 'other-p/small']).build(),
+      ],
+    });
+    expect(statusOf(r, 'my-proj/chat').message).toContain('twice');
+  });
+});

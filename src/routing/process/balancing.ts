@@ -2,7 +2,7 @@
 // when this one fails before answering), SPEC §12.
 import { isObject } from '../../kube/objects.js';
 import type { RouteKind } from '../kinds.js';
-import { isDnsLabel } from '../names.js';
+import { isDnsLabel, projectNamespaceForm } from '../names.js';
 import type { Balancing, BalancingPolicy } from '../types.js';
 import { invalid, type Refusal } from './result.js';
 
@@ -44,13 +44,19 @@ export function parseBalancing(raw: unknown, kind: RouteKind): Balancing | Refus
   return b;
 }
 
-/** spec.fallbacks as "<project>/<deployment>" references (a bare name is in the deployment's own project). */
-export function parseFallbacks(raw: unknown, project: string, self: string): readonly string[] | undefined | Refusal {
+/**
+ * spec.fallbacks as "<project>/<deployment>" references (a bare name is in the deployment's own project). The
+ * deployment itself and repeats are refused whichever way the project is written (`my_proj/chat` or its namespace
+ * form `my-proj/chat`: both name one route).
+ */
+export function parseFallbacks(raw: unknown, project: string, name: string): readonly string[] | undefined | Refusal {
   if (raw === undefined || raw === null) return undefined;
   if (!Array.isArray(raw))
     return invalid('spec.fallbacks must be a list of deployment names ("name" or "project/name")');
   if (raw.length > 8) return invalid(`spec.fallbacks lists ${raw.length} deployments; at most 8`);
   const out: string[] = [];
+  const self = `${projectNamespaceForm(project)}/${name}`;
+  const seen: string[] = [];
   for (const f of raw) {
     if (typeof f !== 'string') return invalid(`spec.fallbacks holds ${JSON.stringify(f)}: each entry is a name`);
     const slash = f.indexOf('/');
@@ -58,10 +64,11 @@ export function parseFallbacks(raw: unknown, project: string, self: string): rea
     const d = slash === -1 ? f : f.slice(slash + 1);
     if (!/^[A-Za-z0-9_-]+$/.test(p) || !isDnsLabel(d))
       return invalid(`spec.fallbacks entry ${JSON.stringify(f)} must be "<deployment>" or "<project>/<deployment>"`);
-    const ref = `${p}/${d}`;
-    if (ref === self) return invalid(`spec.fallbacks names the deployment itself (${JSON.stringify(f)})`);
-    if (out.includes(ref)) return invalid(`spec.fallbacks names ${JSON.stringify(f)} twice`);
-    out.push(ref);
+    const same = `${projectNamespaceForm(p)}/${d}`;
+    if (same === self) return invalid(`spec.fallbacks names the deployment itself (${JSON.stringify(f)})`);
+    if (seen.includes(same)) return invalid(`spec.fallbacks names ${JSON.stringify(f)} twice`);
+    seen.push(same);
+    out.push(`${p}/${d}`);
   }
   return out.length ? out : undefined;
 }

@@ -125,7 +125,7 @@ export function servingDeploymentRoute(
   }
   const balancing = parseBalancing(spec.balancing, kind);
   if ('reason' in balancing) return balancing;
-  const fallbacks = parseFallbacks(spec.fallbacks, project, `${project}/${name}`);
+  const fallbacks = parseFallbacks(spec.fallbacks, project, name);
   if (fallbacks !== undefined && 'reason' in fallbacks) return fallbacks;
   return {
     id: `${namespace}/${name}`,
