@@ -25,8 +25,14 @@ export interface ServeOptions {
   /** 0 = ephemeral. */
   port: number;
   adminPort: number;
-  /** Listen address; default: all interfaces (IPv6 dual-stack where available). */
+  /** Listen address of the gateway port(s); default: all interfaces (IPv6 dual-stack where available). */
   host?: string;
+  /**
+   * Listen address of the admin port; default 127.0.0.1 (ADMIN_HOST): /deployments lists every project's deployments
+   * and endpoints, which the data plane hides, so only the machine itself reaches it unless this says otherwise (the
+   * chart passes 0.0.0.0 for the kubelet's probes and Prometheus).
+   */
+  adminHost?: string;
   logger?: Logger;
   /** Default true; tests with many servers in one process may turn process metrics off. */
   processMetrics?: boolean;
@@ -49,6 +55,9 @@ export interface Servegate {
   /** Immediate stop. */
   close(): Promise<void>;
 }
+
+/** The admin listener's default address: this machine only (docs/install.md, "The admin port"). */
+export const ADMIN_HOST = '127.0.0.1';
 
 export async function startServegate(opts: ServeOptions): Promise<Servegate> {
   const { config, source } = opts;
@@ -135,7 +144,7 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
       endpointsOf: (route) => live.plane?.endpointsOf(route),
     }),
   );
-  await listen(admin, opts.adminPort, opts.host);
+  await listen(admin, opts.adminPort, opts.adminHost ?? ADMIN_HOST);
   const health = setInterval(() => {
     const h = source.health();
     metrics.sourceSynced.set(h.synced ? 1 : 0);

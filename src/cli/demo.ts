@@ -10,10 +10,10 @@ import type { Config } from '../config/schema.js';
 import { createLogger, type Logger } from '../log.js';
 import { deploymentUrls } from '../routing/names.js';
 import type { Route, Snapshot } from '../routing/types.js';
-import { startServegate, type Servegate } from '../server.js';
+import { ADMIN_HOST, startServegate, type Servegate } from '../server.js';
 import { FilesSource } from '../sources/files/index.js';
 import type { RouteSource } from '../sources/types.js';
-import { command, portNumber, processIo, run, setExit, type CliIo } from './io.js';
+import { ADMIN_HOST_HELP, command, portNumber, processIo, run, setExit, type CliIo } from './io.js';
 
 /** The package's examples/ folder: ../../examples from src/cli/ and from dist/cli/ alike. */
 export const EXAMPLES_DIR = fileURLToPath(new URL('../../examples/', import.meta.url));
@@ -63,6 +63,8 @@ export interface DemoOptions {
   port: number;
   adminPort: number;
   host?: string;
+  /** The admin port's address; default 127.0.0.1 (as `serve`). */
+  adminHost?: string;
   logger?: Logger;
   /**
    * Ports of the sample backends in DEMO_BACKENDS order (default 8081 to 8086); 0 = any free port. Three ports move
@@ -121,6 +123,7 @@ export async function startDemo(opts: DemoOptions): Promise<Demo> {
       port: opts.port,
       adminPort: opts.adminPort,
       host: opts.host,
+      adminHost: opts.adminHost,
       logger,
     });
   } catch (err) {
@@ -230,7 +233,8 @@ export function demoProgram(io: CliIo): Command {
     )
     .option('--port <port>', 'the gateway port', portNumber, 8080)
     .option('--admin-port <port>', 'the admin port', portNumber, 9090)
-    .option('--host <addr>', 'listen address (default: every interface)')
+    .option('--host <addr>', 'listen address of the gateway port (default: every interface)')
+    .option('--admin-host <addr>', ADMIN_HOST_HELP, ADMIN_HOST)
     .option(
       '--backend-ports <v1,llm,echo[,fleet0,fleet1,fleet2]>',
       'ports of the sample backends, 0 = any free port (default 8081,8082,8083,8084,8085,8086): the three servers, ' +
@@ -239,13 +243,17 @@ export function demoProgram(io: CliIo): Command {
       backendPorts,
     )
     .action(
-      async (flags: { port: number; adminPort: number; host?: string; backendPorts?: BackendPorts }, cmd: Command) => {
+      async (
+        flags: { port: number; adminPort: number; host?: string; adminHost: string; backendPorts?: BackendPorts },
+        cmd: Command,
+      ) => {
         setExit(
           cmd,
           await runDemo({
             port: flags.port,
             adminPort: flags.adminPort,
             host: flags.host,
+            adminHost: flags.adminHost,
             backendPorts: flags.backendPorts,
           }),
         );

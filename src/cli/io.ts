@@ -72,6 +72,11 @@ export function setExit(cmd: Command, code: number): void {
   (root as Command & { _exitCode?: number })._exitCode = code;
 }
 
+/** --admin-host of serve and demo (the default is server.ts ADMIN_HOST). */
+export const ADMIN_HOST_HELP =
+  'listen address of the admin port: it lists every deployment and endpoint, so only this machine by default; ' +
+  '0.0.0.0 (or ::) for every interface, as the chart sets for the probes and Prometheus';
+
 /** A port number 0-65535 (commander argument parser). */
 export function portNumber(value: string): number {
   const n = Number(value);

@@ -24,6 +24,7 @@ export function startKubernetes(config: Config, args: ServeArgs, logger: Logger)
     port: args.port,
     adminPort: args.adminPort,
     host: args.host,
+    adminHost: args.adminHost,
     logger,
   });
 }
@@ -32,6 +33,7 @@ export interface KubernetesServeOptions {
   port: number;
   adminPort: number;
   host?: string;
+  adminHost?: string;
   logger: Logger;
   /** The gateway's own namespace (Lease); default POD_NAMESPACE, else "servegate". */
   namespace?: string;
@@ -63,6 +65,7 @@ export async function startKubernetesWith(
     port: opts.port,
     adminPort: opts.adminPort,
     host: opts.host,
+    adminHost: opts.adminHost,
     logger: opts.logger,
     processMetrics: opts.processMetrics,
     attach: ({ store, metrics: m, logger }) => {

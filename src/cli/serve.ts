@@ -4,9 +4,9 @@ import { loadConfigFile, ownNamespace } from '../config/load.js';
 import { CommandError, ServegateError, UsageError } from '../errors.js';
 import type { Config } from '../config/schema.js';
 import { createLogger, type Logger } from '../log.js';
-import { startServegate, type Servegate } from '../server.js';
+import { ADMIN_HOST, startServegate, type Servegate } from '../server.js';
 import { FilesSource } from '../sources/files/index.js';
-import { command, portNumber, processIo, run, setExit, type CliIo } from './io.js';
+import { ADMIN_HOST_HELP, command, portNumber, processIo, run, setExit, type CliIo } from './io.js';
 
 export interface ServeArgs {
   manifests?: string;
@@ -15,6 +15,7 @@ export interface ServeArgs {
   port: number;
   adminPort: number;
   host?: string;
+  adminHost?: string;
 }
 
 /** Starts serving; resolves with the running server (the process stays up on its sockets). */
@@ -36,6 +37,7 @@ export async function serve(args: ServeArgs, logger?: Logger): Promise<{ server:
     port: args.port,
     adminPort: args.adminPort,
     host: args.host,
+    adminHost: args.adminHost,
     logger: log,
   });
   return { server, config };
@@ -79,7 +81,8 @@ export function serveProgram(io: CliIo): Command {
       portNumber,
       9090,
     )
-    .option('--host <addr>', 'listen address (default: every interface)')
+    .option('--host <addr>', 'listen address of the gateway port (default: every interface)')
+    .option('--admin-host <addr>', ADMIN_HOST_HELP, ADMIN_HOST)
     .action(
       async (
         flags: {
@@ -89,6 +92,7 @@ export function serveProgram(io: CliIo): Command {
           port: number;
           adminPort: number;
           host?: string;
+          adminHost: string;
         },
         cmd: Command,
       ) => {

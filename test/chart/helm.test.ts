@@ -290,13 +290,39 @@ describe('the optional edges (SPEC §11), rendered by helm', () => {
     expect(overridden.spec.hostnames).toBeUndefined();
   });
 
-  test('the NetworkPolicy opens the gateway port to all and the admin port to adminFrom', () => {
-    const np = one(render('--set', 'networkPolicy.enabled=true'), 'NetworkPolicy')!;
-    expect(np.spec.policyTypes).toEqual(['Ingress']);
-    expect(np.spec.ingress).toEqual([
+  test('the NetworkPolicy opens the gateway port to all and the admin port to adminFrom only (none when empty)', () => {
+    // Empty adminFrom: no rule names the admin port, so no pod reaches /deployments (the probes come from the node).
+    const closed = one(render('--set', 'networkPolicy.enabled=true'), 'NetworkPolicy')!;
+    expect(closed.spec.policyTypes).toEqual(['Ingress']);
+    expect(closed.spec.ingress).toEqual([{ ports: [{ port: 'http', protocol: 'TCP' }] }]);
+    const prometheus = {
+      namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'monitoring' } },
+      podSelector: { matchLabels: { 'app.kubernetes.io/name': 'prometheus' } },
+    };
+    const open = one(
+      render(
+        '--set',
+        'networkPolicy.enabled=true',
+        '--set-json',
+        `networkPolicy.adminFrom=${JSON.stringify([prometheus])}`,
+      ),
+      'NetworkPolicy',
+    )!;
+    expect(open.spec.ingress).toEqual([
       { ports: [{ port: 'http', protocol: 'TCP' }] },
-      { ports: [{ port: 'admin', protocol: 'TCP' }], from: [{ namespaceSelector: {} }] },
+      { ports: [{ port: 'admin', protocol: 'TCP' }], from: [prometheus] },
     ]);
+  });
+
+  test('the pod binds the admin port to every interface (the probes and Prometheus reach it over the pod IP)', () => {
+    const args = (...extra: string[]) =>
+      (
+        one(render(...extra), 'Deployment') as unknown as {
+          spec: { template: { spec: { containers: Array<{ args: string[] }> } } };
+        }
+      ).spec.template.spec.containers[0].args;
+    expect(args().slice(-2)).toEqual(['--admin-host', '0.0.0.0']);
+    expect(args('--set', 'adminHost=::').slice(-2)).toEqual(['--admin-host', '::']);
   });
 
   describe('every metric the dashboard and the alerts use exists in /metrics', () => {
