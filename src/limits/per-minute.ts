@@ -33,6 +33,12 @@ export interface Charge {
   tokens: Array<{ id: string; limit: number }>;
 }
 
+/** The key's token buckets of a charge (a deployment's left out): undefined when it has none. */
+export function keyCharge(charge: Charge | undefined): Charge | undefined {
+  const tokens = charge?.tokens.filter((t) => t.id.startsWith('key:'));
+  return tokens?.length ? { tokens } : undefined;
+}
+
 export type LimitDecision =
   | { ok: true; headers: Record<string, string>; charge: Charge | undefined; unavailable?: string }
   | {

@@ -369,7 +369,7 @@ export class Metrics {
 
   readonly fallbacks = new Counter({
     name: 'servegate_fallbacks_total',
-    help: 'Requests sent to a fallback deployment after theirs failed before answering, by project, deployment, the fallback (to: project/deployment) and reason (connect, 5xx, 429, no_endpoint, timeout)',
+    help: 'Requests sent to a fallback deployment after theirs failed before answering, by project, deployment, the fallback (to: project/deployment) and reason (connect, 5xx, 429, no_endpoint, timeout, rate_limited: the fallback before was past its own limits)',
     labelNames: ['project', 'deployment', 'to', 'reason'] as const,
     registers: [this.registry],
   });

@@ -17,7 +17,7 @@
 import type { ApiKeyRecord, Route, RouteTable } from '../../routing/types.js';
 import type { AuthFailureLimiter } from '../../limits/auth-failures.js';
 import type { PerSecondLimiter } from '../../limits/per-second.js';
-import type { Charge, LimitDecision, PerMinuteLimits } from '../../limits/per-minute.js';
+import { keyCharge, type Charge, type LimitDecision, type PerMinuteLimits } from '../../limits/per-minute.js';
 import type { BucketSpec } from '../../limits/buckets.js';
 import { authError, grantsProject, parseAuthorization, verifyKey, type AuthFailure } from './auth.js';
 import { ALLOWED_METHODS, preflightHeaderList, responseCorsList, type CorsPolicy } from './cors.js';
@@ -299,6 +299,22 @@ export function admitModel(
   ctx: Pick<AdmitContext, 'perMinute' | 'counters'>,
 ): Accepted | Refused | Promise<Accepted | Refused> {
   return perMinute(byModelAccepted(b, route, search), ctx.perMinute.specs(route, undefined), ctx);
+}
+
+/**
+ * A fallback deployment (SPEC §12) taking over an admitted request: it passes that deployment's per-minute limits as a
+ * direct call would (its request bucket is taken, its 429 is the refusal). The key's buckets were taken at admission;
+ * the token charge keeps the key's buckets and moves from the deployment that failed to this one (it did not
+ * generate the tokens). `headers`: the answer's header lines so far, which get this deployment's rate-limit figures.
+ */
+export function admitFallback(
+  a: Accepted,
+  to: Route,
+  headers: string[],
+  ctx: Pick<AdmitContext, 'perMinute' | 'counters'>,
+): Accepted | Refused | Promise<Accepted | Refused> {
+  const charge = keyCharge(a.charge);
+  return perMinute(withFields(a, { route: to, headers, charge }), ctx.perMinute.specs(to, undefined), ctx);
 }
 
 function byModelAccepted(b: ByModel, route: Route, search: string): Accepted {

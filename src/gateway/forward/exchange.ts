@@ -18,7 +18,16 @@ import type { Route } from '../../routing/types.js';
 import type { Charge } from '../../limits/per-minute.js';
 import type { RequestTrace } from '../../observe/tracing.js';
 import { llmFigures, recordAnswer } from '../../observe/record.js';
-import { admit, admitModel, modelRefused, type Accepted, type Admission, type ByModel } from '../admit/pipeline.js';
+import {
+  admit,
+  admitFallback,
+  admitModel,
+  modelRefused,
+  type Accepted,
+  type Admission,
+  type ByModel,
+  type Refused,
+} from '../admit/pipeline.js';
 import { isBinaryContentType, validateBody } from '../admit/kind-rules.js';
 import { BODY_RATE_WINDOW_MS, BodyClock } from '../http/body-clock.js';
 import { gatewayError, GatewayError, type Dialect } from '../http/errors.js';
@@ -85,6 +94,13 @@ export class Exchange implements Job, Held, CallOwner {
   /** The backend call of the current try. */
   private call: UpstreamCall | undefined;
   private attempts = 0;
+  /**
+   * performance.now() by which the answer's headers must have come: the first deployment's `timeoutSeconds` from its
+   * first forward, for the whole chain of retries and fallbacks (each try gets what is left); 0 = not forwarded yet.
+   */
+  private deadlineAt = 0;
+  /** performance.now() when a hold for scale from zero began (a hold does not count against the deadline). */
+  private heldSince = 0;
   /** Waiting in the scale-from-zero queue for a first ready endpoint. */
   private held = false;
   /** Held with its body still coming: stops reading it and gives the body to forward. */
@@ -453,6 +469,7 @@ export class Exchange implements Job, Held, CallOwner {
       return this.refuse(unavailable(route, 'hold_full'));
     }
     this.held = true;
+    this.heldSince = performance.now();
     if (body && !Buffer.isBuffer(body)) {
       this.unhold = readWhileHeld(
         body,
@@ -476,6 +493,8 @@ export class Exchange implements Job, Held, CallOwner {
     const chosen = route.notReady ? undefined : this.ctx.picker.choose(route, this.prefix);
     if (!chosen) return false;
     this.held = false;
+    // A fallback held for scale from zero: the hold does not count against the chain's deadline (SPEC §10).
+    if (this.deadlineAt) this.deadlineAt += performance.now() - this.heldSince;
     if (this.unhold) {
       const body = (this.body = this.unhold());
       if (Buffer.isBuffer(body)) this.bodyLength = body.length;
@@ -547,7 +566,7 @@ export class Exchange implements Job, Held, CallOwner {
           method: req.method as Dispatcher.HttpMethod,
           headers,
           body: bodyForUndici(this.body),
-          headersTimeout: route.timeoutMs,
+          headersTimeout: this.headersTimeout(route),
           bodyTimeout: ctx.streamIdleMs,
           idempotent: false,
         },
@@ -597,11 +616,15 @@ export class Exchange implements Job, Held, CallOwner {
     return true;
   }
 
-  /** The next fallback deployment the key may use (SPEC §12), when this request can still go to one. */
+  /**
+   * The next fallback deployment the key may use (SPEC §12), when this request can still go to one: nothing reached
+   * the client, and the chain's deadline has not passed.
+   */
   private nextFallback(): Route | undefined {
     const d = this.d;
     if (!d || this.res.headersSent || !(this.body === null || Buffer.isBuffer(this.body))) return undefined;
     if (!d.route.fallbacks && !this.fallbacks) return undefined;
+    if (this.deadlineAt && performance.now() >= this.deadlineAt) return undefined;
     return (this.fallbacks ??= new Fallbacks()).peek(this.ctx.store.current(), d.route, d.key);
   }
 
@@ -611,7 +634,7 @@ export class Exchange implements Job, Held, CallOwner {
     const to = this.nextFallback();
     if (!to) return false;
     const d = this.d!;
-    const from = this.fallbacks!.take(d.route);
+    const from = this.fallbacks!.take(d.route, to);
     const ref = `${to.project}/${to.deployment}`;
     this.ctx.metrics.fallbacks.inc({ project: from.project, deployment: from.deployment, to: ref, reason });
     this.ctx.logger.info(
@@ -630,8 +653,36 @@ export class Exchange implements Job, Held, CallOwner {
     d.route = this.routeOf = to;
     this.chosen = undefined;
     this.attempts = 0;
-    this.pickPhase(undefined);
+    // The fallback's own per-minute limits, checked and charged as a direct call's (SPEC §9).
+    this.settled(admitFallback(d, to, this.extra, this.ctx.admission), (x) => this.fallbackAdmitted(x));
     return true;
+  }
+
+  /** A fallback past its own limits is skipped like one that failed; the last one's 429 is the answer. */
+  private fallbackAdmitted(x: Accepted | Refused): void {
+    if (this.ended) return;
+    if (!x.ok) {
+      const route = this.d!.route;
+      this.ctx.logger.info(
+        { requestId: this.requestId, project: route.project, deployment: route.deployment, err: x.error.message },
+        'fallback refused by its limits',
+      );
+      if (this.fallback('rate_limited')) return;
+      // The refusal's own x-ratelimit-* lines replace those of the deployments before it.
+      this.extra = withoutRateHeaders(this.extra);
+      return this.refuse(x.error);
+    }
+    this.d = x;
+    this.extra = x.headers;
+    this.charge = x.charge;
+    this.pickPhase(undefined);
+  }
+
+  /** What the try being made may wait for answer headers: what is left of the chain's deadline (at least 1 ms). */
+  private headersTimeout(route: Route): number {
+    const now = performance.now();
+    if (!this.deadlineAt) this.deadlineAt = now + route.timeoutMs;
+    return Math.max(1, Math.ceil(this.deadlineAt - now));
   }
 
   callFailed(call: UpstreamCall, err: Error): void {
@@ -651,7 +702,7 @@ export class Exchange implements Job, Held, CallOwner {
     }
     if (this.res.headersSent) return this.cut(code === 'UND_ERR_BODY_TIMEOUT' ? 'stream_idle_timeout' : 'reset');
     if (code === BODY_TOO_LARGE) return this.refuse(tooLarge(ctx.maxBody), true);
-    const mapped = mapUpstreamError(code, route);
+    const mapped = mapUpstreamError(code, route, this.fallbacks?.firstRoute);
     ctx.metrics.upstreamErrors.inc({ cause: mapped.cause });
     if (this.fallback(code === 'UND_ERR_HEADERS_TIMEOUT' ? 'timeout' : 'connect')) return;
     ctx.logger.warn(
@@ -854,6 +905,14 @@ function parseJson(b: Buffer): unknown {
   } catch (err) {
     return gatewayError('invalid_json', `request body is not valid JSON: ${(err as Error).message}`);
   }
+}
+
+/** A flat [name, value, ...] list without the x-ratelimit-* and retry-after lines. */
+function withoutRateHeaders(list: string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < list.length; i += 2)
+    if (!list[i].startsWith('x-ratelimit-') && list[i] !== 'retry-after') out.push(list[i], list[i + 1]);
+  return out;
 }
 
 /** A flat [name, value, ...] list without the lines named `name` (lower case). */

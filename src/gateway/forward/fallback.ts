@@ -7,7 +7,7 @@ import { grantsProject } from '../admit/auth.js';
 import { servedModel } from '../openai/by-model.js';
 import { editLlmBody, type LlmBody, type LlmMembers } from '../openai/llm-body.js';
 
-export type FallbackReason = 'connect' | '5xx' | '429' | 'no_endpoint' | 'timeout';
+export type FallbackReason = 'connect' | '5xx' | '429' | 'no_endpoint' | 'timeout' | 'rate_limited';
 
 /** An LLM JSON body as read: what a fallback needs to name its own model. */
 export interface LlmRequest {
@@ -23,7 +23,14 @@ export interface LlmRequest {
 export class Fallbacks {
   /** The deployment first admitted (whose list is followed), once a fallback was taken. */
   private first: Route | undefined;
+  /** The fallbacks taken so far. */
+  private readonly taken: Route[] = [];
   private at = 0;
+
+  /** The deployment first admitted, once a fallback was taken. */
+  get firstRoute(): Route | undefined {
+    return this.first;
+  }
 
   /** The answer names the deployment that gave it (`x-servegate-deployment`). */
   named(route: Route): boolean {
@@ -32,22 +39,38 @@ export class Fallbacks {
 
   /** The next fallback of `current`'s request the key may use, without moving on; undefined: none left. */
   peek(table: RouteTable, current: Route, key: ApiKeyRecord): Route | undefined {
-    const list = (this.first ?? current).fallbacks;
+    const first = this.first ?? current;
+    const list = first.fallbacks;
     if (!list) return undefined;
     while (this.at < list.length) {
       const r = table.byPath.get(list[this.at]);
-      // Same key rules as any request; a fallback of another kind could not take this request.
-      if (r && r.kind === current.kind && grantsProject(key, r.project, r.namespace)) return r;
+      // Same key rules as any request; a fallback of another kind could not take this request. Routes are compared
+      // by resource, not by how the list wrote them: the deployment itself, or one already tried, is never called
+      // again (a project has two forms, and the table may have been reloaded since).
+      if (
+        r &&
+        r.kind === current.kind &&
+        !sameRoute(r, first) &&
+        !this.taken.some((t) => sameRoute(t, r)) &&
+        grantsProject(key, r.project, r.namespace)
+      )
+        return r;
       this.at++;
     }
     return undefined;
   }
 
-  /** Moves on to the fallback `peek` gave; returns the deployment first admitted. */
-  take(current: Route): Route {
+  /** Moves on to the fallback `to` that `peek` gave; returns the deployment first admitted. */
+  take(current: Route, to: Route): Route {
     this.at++;
+    this.taken.push(to);
     return (this.first ??= current);
   }
+}
+
+/** One deployment resource, in whichever table. */
+function sameRoute(a: Route, b: Route): boolean {
+  return a === b || (a.id === b.id && a.resourceKind === b.resourceKind);
 }
 
 /** The body for the fallback `to`: `model` names its served model. */

@@ -29,12 +29,20 @@ export class ClientGone extends Error {
   }
 }
 
-export function mapUpstreamError(code: string, route: Route): { error: GatewayError; cause: string } {
+/**
+ * `first`: a fallback's call (SPEC §12), the deployment first admitted, whose `timeoutSeconds` is the whole request's
+ * deadline.
+ */
+export function mapUpstreamError(code: string, route: Route, first?: Route): { error: GatewayError; cause: string } {
   const where = `deployment ${route.project}/${route.deployment}`;
   if (code === 'UND_ERR_HEADERS_TIMEOUT') {
+    const within =
+      first && first !== route
+        ? `the request's ${first.timeoutMs / 1000}s (the timeoutSeconds of ${first.project}/${first.deployment}, its fallbacks included)`
+        : `${route.timeoutMs / 1000}s`;
     return {
       cause: 'headers_timeout',
-      error: gatewayError('backend_timeout', `${where} did not answer within ${route.timeoutMs / 1000}s`),
+      error: gatewayError('backend_timeout', `${where} did not answer within ${within}`),
     };
   }
   if (CONNECT_FAILURES.has(code)) {

@@ -13,8 +13,8 @@ Standard library only (urllib.request). The same names, in camelCase, are in the
 
 from ._deployment import MODEL_SERVERS, Deployment
 from ._errors import GatewayError
-from ._http import Response
+from ._http import DEFAULT_TIMEOUT, Response
 
 from ._version import __version__
 
-__all__ = ["Deployment", "GatewayError", "Response", "MODEL_SERVERS", "__version__"]
+__all__ = ["Deployment", "GatewayError", "Response", "MODEL_SERVERS", "DEFAULT_TIMEOUT", "__version__"]

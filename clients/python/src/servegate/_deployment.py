@@ -33,6 +33,26 @@ _PATH_SAFE = "/?&=%:@!$'()*+,;~-._[]"
 _VERBS = {"python": ("predict",), "sklearn": ("predict",), "tensorflow": ("predict", "classify", "regress"), "llm": ()}
 
 
+class _Unset:
+    """The default of ``timeout``: the Deployment's own (for a call), DEFAULT_TIMEOUT (for a Deployment)."""
+
+    def __repr__(self) -> str:
+        return "<default>"
+
+
+_UNSET: Any = _Unset()
+
+
+def _check_timeout(value: Any) -> Optional[float]:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"timeout must be a number of seconds or None, got {type_name(value)}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"timeout must be a positive number of seconds (or None: no deadline), got {value!r}")
+    return float(value)
+
+
 def _normalize_server(value: Any) -> Optional[str]:
     if not isinstance(value, str):
         return None
@@ -93,8 +113,9 @@ class Deployment:
         type: ``"model"`` (the default) or ``"python"`` (a Python server: no model_server).
         protocol: predictive models: ``"v1"`` (``:predict``, the default) or ``"v2"`` (Open Inference Protocol:
             infer()).
-        timeout: seconds to wait to connect and for each read of the answer (as ``urllib`` and ``requests``
-            count it); None (the default) waits as long as the gateway does.
+        timeout: the deadline of each request, in seconds, over the whole exchange: connecting (through a proxy),
+            sending, and reading the whole answer. Default 60 (``servegate.DEFAULT_TIMEOUT``); None: no deadline (a
+            silent server is waited for for ever). Each call takes ``timeout=`` too, for that call alone.
         headers: extra headers on every request.
         ssl_context: an ``ssl.SSLContext`` for https gateways (a private CA, say); default Python's own.
 
@@ -114,7 +135,7 @@ class Deployment:
         model_name: Optional[str] = None,
         type: Optional[str] = None,
         protocol: Optional[str] = None,
-        timeout: Optional[float] = None,
+        timeout: Optional[float] = _UNSET,
         headers: Optional[Mapping[str, str]] = None,
         ssl_context: Optional[ssl.SSLContext] = None,
     ) -> None:
@@ -165,12 +186,9 @@ class Deployment:
             raise ValueError("api_key contains a space, a control character or a non-ASCII character")
         self._api_key = api_key.strip()
 
-        if timeout is not None:
-            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-                raise TypeError(f"timeout must be a number of seconds or None, got {type_name(timeout)}")
-            if not math.isfinite(timeout) or timeout <= 0:
-                raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        self.timeout: Optional[float] = timeout
+        # Given by the caller: also the OpenAI SDK's timeout (openai_client_kwargs); else the SDK keeps its own.
+        self._timeout_given = timeout is not _UNSET
+        self.timeout: Optional[float] = _http.DEFAULT_TIMEOUT if timeout is _UNSET else _check_timeout(timeout)
         self._headers = _check_headers(headers, "headers")
         if ssl_context is not None and not isinstance(ssl_context, ssl.SSLContext):
             raise TypeError(f"ssl_context must be an ssl.SSLContext, got {type_name(ssl_context)}")
@@ -204,7 +222,7 @@ class Deployment:
         *,
         api_key: str,
         gateway_url: Optional[str] = None,
-        timeout: Optional[float] = None,
+        timeout: Optional[float] = _UNSET,
         headers: Optional[Mapping[str, str]] = None,
         ssl_context: Optional[ssl.SSLContext] = None,
     ) -> "Deployment":
@@ -287,30 +305,48 @@ class Deployment:
     # Requests
     # -------------------------------------------------------------------------------------------------------------
 
-    def predict(self, instances: Any = None, *, inputs: Any = None, **fields: Any) -> Any:
+    def predict(
+        self, instances: Any = None, *, inputs: Any = None, timeout: Optional[float] = _UNSET, **fields: Any
+    ) -> Any:
         """POST ``{"instances": ...}`` or ``{"inputs": ...}`` (exactly one) to ``:predict``; returns the JSON answer.
 
         Extra keyword arguments are sent as further members of the body (``signature_name="serving_default"``).
-        NumPy arrays are sent as the lists they hold.
+        NumPy arrays are sent as the lists they hold. ``timeout``: this call's deadline (default the Deployment's).
         """
         url = self.get_verb_url("predict")
-        return self._post_json(url, self._body("predict", fields, instances=instances, inputs=inputs))
+        return self._post_json(url, self._body("predict", fields, instances=instances, inputs=inputs), timeout)
 
-    def classify(self, examples: Any = None, *, instances: Any = None, inputs: Any = None, **fields: Any) -> Any:
+    def classify(
+        self,
+        examples: Any = None,
+        *,
+        instances: Any = None,
+        inputs: Any = None,
+        timeout: Optional[float] = _UNSET,
+        **fields: Any,
+    ) -> Any:
         """TensorFlow model servers only: POST ``{"examples": ...}`` (or instances / inputs) to ``:classify``."""
         url = self.get_verb_url("classify")
         return self._post_json(
-            url, self._body("classify", fields, examples=examples, instances=instances, inputs=inputs)
+            url, self._body("classify", fields, examples=examples, instances=instances, inputs=inputs), timeout
         )
 
-    def regress(self, examples: Any = None, *, instances: Any = None, inputs: Any = None, **fields: Any) -> Any:
+    def regress(
+        self,
+        examples: Any = None,
+        *,
+        instances: Any = None,
+        inputs: Any = None,
+        timeout: Optional[float] = _UNSET,
+        **fields: Any,
+    ) -> Any:
         """TensorFlow model servers only: POST ``{"examples": ...}`` (or instances / inputs) to ``:regress``."""
         url = self.get_verb_url("regress")
         return self._post_json(
-            url, self._body("regress", fields, examples=examples, instances=instances, inputs=inputs)
+            url, self._body("regress", fields, examples=examples, instances=instances, inputs=inputs), timeout
         )
 
-    def infer(self, inputs: Any, **fields: Any) -> Any:
+    def infer(self, inputs: Any, *, timeout: Optional[float] = _UNSET, **fields: Any) -> Any:
         """V2 (Open Inference Protocol) models: POST ``{"inputs": [...]}`` to ``/v2/models/<name>/infer``."""
         if self.protocol != "v2":
             raise ValueError(f"{self._describe()} does not speak the Open Inference Protocol (V2): use predict()")
@@ -318,12 +354,13 @@ class Deployment:
             raise TypeError(f"inputs must be a list of input tensors, got {type_name(inputs)}")
         url = self.get_inference_url()
         assert url is not None
-        return self._post_json(url, {"inputs": inputs, **fields})
+        return self._post_json(url, {"inputs": inputs, **fields}, timeout)
 
-    def chat_completions(self, **body: Any) -> Any:
+    def chat_completions(self, *, timeout: Optional[float] = _UNSET, **body: Any) -> Any:
         """LLM deployments: POST the keyword arguments as the body of ``{openai_url}/chat/completions``; returns the
         JSON answer. ``model`` defaults to model_name (else the deployment name). Not streamed: use the OpenAI SDK
-        with openai_client_kwargs() for streams."""
+        with openai_client_kwargs() for streams. ``timeout`` is this call's deadline, not a body member (as in the
+        OpenAI SDK)."""
         base = self.get_openai_url()
         if base is None:
             raise ValueError(f"{self._describe()} is not an LLM deployment: it has no /v1/chat/completions")
@@ -332,7 +369,7 @@ class Deployment:
         if "messages" not in body:
             raise ValueError('chat_completions() needs messages=[{"role": "user", "content": "..."}]')
         body.setdefault("model", self.model_name or self.deployment)
-        return self._post_json(f"{base}/chat/completions", body)
+        return self._post_json(f"{base}/chat/completions", body, timeout)
 
     def openai_client_kwargs(self) -> Dict[str, Any]:
         """LLM deployments: ``{"base_url": get_openai_url(), "api_key": <key>}`` for ``openai.OpenAI(**kwargs)`` (the
@@ -341,7 +378,7 @@ class Deployment:
         if base is None:
             raise ValueError(f"{self._describe()} is not an LLM deployment: it has no OpenAI-compatible API")
         kwargs: Dict[str, Any] = {"base_url": base, "api_key": self._api_key}
-        if self.timeout is not None:
+        if self._timeout_given and self.timeout is not None:
             kwargs["timeout"] = self.timeout
         if self._headers:
             kwargs["default_headers"] = dict(self._headers)
@@ -357,12 +394,14 @@ class Deployment:
         headers: Optional[Mapping[str, str]] = None,
         params: Optional[Mapping[str, Any]] = None,
         raise_on_error: bool = True,
+        timeout: Optional[float] = _UNSET,
     ) -> Response:
         """Any request relative to the base URL: ``request("POST", "/echo", json={...})`` calls ``{base}/echo``.
 
         Meant for Python deployments (whose server decides its routes); works for every kind. ``json`` is sent as
         JSON, ``data`` (bytes or str) as it is; ``params`` is added to the query string. Returns the Response;
-        a non-2xx answer raises GatewayError unless ``raise_on_error=False``.
+        a non-2xx answer raises GatewayError unless ``raise_on_error=False`` (its ``content`` then holds the first
+        64 KiB of the body: the rest is not read). ``timeout``: this call's deadline (default the Deployment's).
         """
         if not isinstance(method, str) or not _TOKEN.fullmatch(method):
             raise ValueError(f"method must be an HTTP method such as 'GET' or 'POST', got {method!r}")
@@ -385,7 +424,7 @@ class Deployment:
                 raise TypeError(f"data must be bytes or str, got {type_name(data)} (use json= for objects)")
         if content_type and not any(k.lower() == "content-type" for k in call_headers):
             call_headers["Content-Type"] = content_type
-        res = self._send(method, url, body, call_headers)
+        res = self._send(method, url, body, call_headers, timeout)
         if raise_on_error:
             res.raise_for_status()
         return res
@@ -421,17 +460,18 @@ class Deployment:
             raise ValueError(f"{verb}() needs exactly one of {names} (got {what})")
         return {**given, **fields}
 
-    def _post_json(self, url: str, body: Any) -> Any:
+    def _post_json(self, url: str, body: Any, timeout: Optional[float]) -> Any:
         payload = _encode_json(body, "the request body")
-        res = self._send("POST", url, payload, {"Content-Type": "application/json", "Accept": "application/json"})
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        res = self._send("POST", url, payload, headers, timeout)
         res.raise_for_status()
         if not res.content:
             return None
         try:
             return res.json()
-        except ValueError:
+        except ValueError as err:  # Response.json(): not JSON, not UTF-8, or nested too deeply
             raise GatewayError(
-                f"the answer from {url} is not JSON (content-type {res.headers.get('content-type')!r})",
+                f"the answer from {url} is not JSON (content-type {res.headers.get('content-type')!r}): {err}",
                 status=res.status,
                 body=res.content[:MAX_ERROR_BODY].decode("utf-8", errors="replace"),
                 url=url,
@@ -439,13 +479,16 @@ class Deployment:
                 headers=dict(res.headers.items()),
             ) from None
 
-    def _send(self, method: str, url: str, body: Optional[bytes], headers: Mapping[str, str]) -> Response:
+    def _send(
+        self, method: str, url: str, body: Optional[bytes], headers: Mapping[str, str], timeout: Optional[float]
+    ) -> Response:
         merged: Dict[str, Tuple[str, str]] = {"user-agent": ("User-Agent", f"servegate-python/{__version__}")}
         for source in (self._headers, headers):
             for name, value in source.items():
                 merged[name.lower()] = (name, value)
         merged["authorization"] = ("Authorization", f"ApiKey {self._api_key}")
-        return _http.send(self._opener, method, url, body, dict(merged.values()), self.timeout)
+        deadline = self.timeout if timeout is _UNSET else _check_timeout(timeout)
+        return _http.send(self._opener, method, url, body, dict(merged.values()), deadline)
 
     def _describe(self) -> str:
         return f"deployment {self.project}/{self.deployment}"

@@ -27,7 +27,7 @@ class GatewayError(Exception):
         code: the OpenAI error object's ``code`` (``"rate_limit_exceeded"``, ``"project_forbidden"``, ...) when the
             answer carried one; ``"timeout"`` / ``"connection_error"`` when no answer came; else None.
         type: the OpenAI error object's ``type`` (``"rate_limit_error"``, ...), else None.
-        body: the raw answer (at most 64 KiB), "" when there was none.
+        body: the answer's first 64 KiB (the rest is not read), "" when there was none.
         url: the URL that was called.
         request_id: the gateway's ``x-request-id``, to find the request in its logs.
         headers: the answer's headers (lower-case names), e.g. ``retry-after`` on a 429.
@@ -75,7 +75,7 @@ def error_message(status: int, body: str, reason: str = "") -> Tuple[str, Option
     """(message, type, code) of an error answer: the same rules as the TypeScript client's errorMessage()."""
     try:
         parsed: Any = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deeply for Python's parser
         parsed = None
     if isinstance(parsed, dict):
         err = parsed.get("error")
