@@ -1,6 +1,7 @@
 // What each kind of deployment accepts (SPEC §3): suffixes, methods, body shapes; and the error dialect of a route.
 import type { Route } from '../../routing/types.js';
 import { gatewayError, type Dialect, type GatewayError } from '../http/errors.js';
+import { nameFilter, scanJson, type MemberSpan } from '../http/json-scan.js';
 
 /** How the request body must be checked before it is forwarded. */
 export type BodyCheck = 'none' | 'predict' | 'classify' | 'regress' | 'json' | 'infer';
@@ -129,34 +130,32 @@ export function isBinaryContentType(ct: string | undefined): boolean {
   );
 }
 
+const PREDICTIVE_MEMBERS = ['instances', 'inputs', 'examples'];
+const PREDICTIVE_NAMES = nameFilter(PREDICTIVE_MEMBERS, (n) => PREDICTIVE_MEMBERS.includes(n));
+
 /** Validates a buffered body; undefined when it may be forwarded. */
 export function validateBody(check: BodyCheck, body: Buffer): GatewayError | undefined {
   if (check === 'none') return undefined;
   if (check === 'json' && body.length === 0) return undefined;
-  let doc: unknown;
-  try {
-    doc = JSON.parse(body.toString('utf8'));
-  } catch (err) {
-    return gatewayError('invalid_json', `request body is not valid JSON: ${(err as Error).message}`);
-  }
+  // Scanned, not parsed (http/json-scan.ts): a parsed tree could cost 20 times the body.
+  const doc = scanJson(body, check === 'json' ? undefined : PREDICTIVE_NAMES);
+  if (doc instanceof Error) return doc;
   if (check === 'json') return undefined;
+  // JSON.parse's reading: the last member of a name holds the value.
+  const member = (name: string) => doc.members.findLast((m) => m.name === name);
+  const isArray = (m: MemberSpan | undefined) => m !== undefined && body[m.start] === 0x5b;
   if (check === 'infer') {
-    if (
-      typeof doc !== 'object' ||
-      doc === null ||
-      Array.isArray(doc) ||
-      !Array.isArray((doc as { inputs?: unknown }).inputs)
-    )
+    if (doc.first !== 0x7b || !isArray(member('inputs')))
       return gatewayError('invalid_body', 'a V2 /infer body must be a JSON object with an "inputs" array');
     return undefined;
   }
-  if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) {
+  if (doc.first !== 0x7b) {
     return gatewayError('invalid_body', 'request body must be a JSON object with "instances" or "inputs"');
   }
-  const o = doc as Record<string, unknown>;
-  const hasInstances = Array.isArray(o.instances);
-  const hasInputs = o.inputs !== undefined && o.inputs !== null; // TF Serving's columnar format allows a scalar, list or object
-  const hasExamples = Array.isArray(o.examples);
+  const inputs = member('inputs');
+  const hasInstances = isArray(member('instances'));
+  const hasInputs = inputs !== undefined && body[inputs.start] !== 0x6e; // TF Serving's columnar format allows a scalar, list or object
+  const hasExamples = isArray(member('examples'));
   if (check === 'predict' && !hasInstances && !hasInputs) {
     return gatewayError('invalid_body', 'a :predict body needs "instances" (a list) or "inputs"');
   }

@@ -38,8 +38,7 @@ import { closeSocket, sendError, sendJson } from '../http/answers.js';
 import type { Conn, Job } from '../listen/connection.js';
 import { modelRetrieve, modelsList, prepareBody, servedModel } from '../openai/by-model.js';
 import { prefixKey } from '../openai/prefix.js';
-import { estimatePrompt, llmMembers, otherDeploymentsModel } from '../openai/llm-body.js';
-import { isObject } from '../../kube/objects.js';
+import { estimatePrompt, llmMembers, modelValue, otherDeploymentsModel } from '../openai/llm-body.js';
 import type { PlaneContext } from './context.js';
 import { RETRY, shouldRetry } from './retry.js';
 import { readWhileHeld, type Held } from './scale-from-zero.js';
@@ -361,27 +360,27 @@ export class Exchange implements Job, Held, CallOwner {
    * (openai/llm-body.ts) and `model` does not name another deployment's model on a shared backend.
    */
   private llmBody(d: Accepted, wire: Buffer, plain: Buffer): void {
-    const doc = parseJson(plain);
-    if (doc instanceof GatewayError) return this.refuse(doc);
-    if (isObject(doc)) {
-      const members = llmMembers(plain);
-      if (members instanceof Error) return this.refuse(members);
-      const other = otherDeploymentsModel(this.ctx.store.current(), d.route, doc.model, d.key);
+    // Scanned, not parsed (http/json-scan.ts): a tree could cost 20 times the body.
+    const members = llmMembers(plain);
+    if (members instanceof Error) return this.refuse(members);
+    if (members.object) {
+      const model = modelValue(plain, members);
+      const other = otherDeploymentsModel(this.ctx.store.current(), d.route, model, d.key);
       if (other) {
         this.ctx.metrics.authFailures.inc({ reason: 'forbidden' });
         return this.refuse(
           gatewayError(
             'model_forbidden',
-            `the model "${String(doc.model)}" is served by another deployment; this URL serves "${d.route.modelName ?? d.route.deployment}"`,
+            `the model "${String(model)}" is served by another deployment; this URL serves "${d.route.modelName ?? d.route.deployment}"`,
           ),
         );
       }
-      this.promptEstimate = estimatePrompt(doc);
-      if (d.route.balancing.policy === 'llm') this.prefix = prefixKey(doc, servedModel(d.route));
+      this.promptEstimate = estimatePrompt(plain, members);
+      if (d.route.balancing.policy === 'llm') this.prefix = prefixKey(plain, members, servedModel(d.route));
       if (d.route.fallbacks) {
         const q = d.upstreamPath.indexOf('?');
         const path = q === -1 ? d.upstreamPath : d.upstreamPath.slice(0, q);
-        this.llm = { plain, doc, members, path, encoded: wire !== plain };
+        this.llm = { plain, members, path, encoded: wire !== plain };
       }
     }
     this.body = wire;
@@ -400,8 +399,8 @@ export class Exchange implements Job, Held, CallOwner {
     this.routeOf = p.route;
     this.stripUsage = p.stripUsage;
     this.promptEstimate = p.promptEstimate;
-    if (p.route.balancing.policy === 'llm') this.prefix = prefixKey(p.doc, servedModel(p.route));
-    if (p.route.fallbacks) this.llm = { plain: buf, doc: p.doc, members: p.members, path: b.rest, encoded: decoded };
+    if (p.route.balancing.policy === 'llm') this.prefix = prefixKey(buf, p.members, servedModel(p.route));
+    if (p.route.fallbacks) this.llm = { plain: buf, members: p.members, path: b.rest, encoded: decoded };
     // The rewritten body goes on decoded: its Content-Encoding no longer applies.
     if (decoded) this.head!.forward = withoutHeader(this.head!.forward, 'content-encoding');
     this.body = p.body;
@@ -648,7 +647,7 @@ export class Exchange implements Job, Held, CallOwner {
       this.body = edited.body;
       this.bodyLength = edited.body.length;
       this.stripUsage = edited.stripUsage;
-      if (to.balancing.policy === 'llm') this.prefix = prefixKey(llm.doc, servedModel(to));
+      if (to.balancing.policy === 'llm') this.prefix = prefixKey(llm.plain, llm.members, servedModel(to));
     }
     d.route = this.routeOf = to;
     this.chosen = undefined;
@@ -896,15 +895,6 @@ function limitStream(req: IncomingMessage, max: number): Readable {
 function streamErrorEvent(dialect: Dialect, message: string, code: string): string {
   const error = dialect === 'openai' ? { message, type: 'upstream_error', code } : message;
   return `\n\ndata: ${JSON.stringify({ error })}\n\n`;
-}
-
-/** JSON.parse of a body, or the 400 that says why it is not JSON. */
-function parseJson(b: Buffer): unknown {
-  try {
-    return JSON.parse(b.toString('utf8'));
-  } catch (err) {
-    return gatewayError('invalid_json', `request body is not valid JSON: ${(err as Error).message}`);
-  }
 }
 
 /** A flat [name, value, ...] list without the x-ratelimit-* and retry-after lines. */

@@ -9,10 +9,9 @@ import { editLlmBody, type LlmBody, type LlmMembers } from '../openai/llm-body.j
 
 export type FallbackReason = 'connect' | '5xx' | '429' | 'no_endpoint' | 'timeout' | 'rate_limited';
 
-/** An LLM JSON body as read: what a fallback needs to name its own model. */
+/** An LLM JSON body as read: what a fallback needs to name its own model (the bytes, never a parsed tree). */
 export interface LlmRequest {
   plain: Buffer;
-  doc: Record<string, unknown>;
   members: LlmMembers;
   /** The OpenAI path, without query. */
   path: string;
@@ -75,5 +74,5 @@ function sameRoute(a: Route, b: Route): boolean {
 
 /** The body for the fallback `to`: `model` names its served model. */
 export function bodyFor(llm: LlmRequest, to: Route): LlmBody {
-  return editLlmBody(llm.plain, llm.doc, llm.members, llm.path, servedModel(to));
+  return editLlmBody(llm.plain, llm.members, llm.path, servedModel(to));
 }

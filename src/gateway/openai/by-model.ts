@@ -5,7 +5,7 @@
 import type { ApiKeyRecord, Route, RouteTable } from '../../routing/types.js';
 import { grantsProject } from '../admit/auth.js';
 import { gatewayError, type GatewayError } from '../http/errors.js';
-import { editLlmBody, llmMembers, type LlmBody, type LlmMembers } from './llm-body.js';
+import { editLlmBody, llmMembers, modelValue, type LlmBody, type LlmMembers } from './llm-body.js';
 import { withFields } from '../../shape.js';
 
 /** The path segments of the base URL. */
@@ -110,14 +110,14 @@ export const HIDDEN = new WeakSet<GatewayError>();
 
 export interface PreparedBody extends LlmBody {
   route: Route;
-  /** The body as JSON.parse read it (before the edits), and where its members are. */
-  doc: Record<string, unknown>;
+  /** Where the members the gateway reads are in the body (before the edits). */
   members: LlmMembers;
 }
 
 /**
  * A JSON body sent to the base URL: the deployment its `model` names, and the body to forward with the edits of
- * llm-body.ts (`model` rewritten to the served name, the stream flag and the usage request).
+ * llm-body.ts (`model` rewritten to the served name, the stream flag and the usage request). The body is scanned,
+ * not parsed (http/json-scan.ts).
  */
 export function prepareBody(
   table: RouteTable,
@@ -125,24 +125,11 @@ export function prepareBody(
   raw: Buffer,
 ): PreparedBody | GatewayError {
   if (raw.length === 0) return selectModel(table, d.key, undefined) as GatewayError;
-  const doc = parseObject(raw, 'the request body must be a JSON object with a "model"');
-  if (doc instanceof Error) return doc;
   // The spelling of "model" is checked before it picks a deployment: a "MODEL" member could name another.
   const members = llmMembers(raw);
   if (members instanceof Error) return members;
-  const route = selectModel(table, d.key, doc.model);
+  if (!members.object) return gatewayError('invalid_body', 'the request body must be a JSON object with a "model"');
+  const route = selectModel(table, d.key, modelValue(raw, members));
   if (route instanceof Error) return route;
-  return withFields(editLlmBody(raw, doc, members, d.rest, servedModel(route)), { route, doc, members });
-}
-
-/** JSON.parse of a body that must be an object. */
-function parseObject(raw: Buffer, notObject: string): Record<string, unknown> | GatewayError {
-  let doc: unknown;
-  try {
-    doc = JSON.parse(raw.toString('utf8'));
-  } catch (err) {
-    return gatewayError('invalid_json', `request body is not valid JSON: ${(err as Error).message}`);
-  }
-  if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) return gatewayError('invalid_body', notObject);
-  return doc as Record<string, unknown>;
+  return withFields(editLlmBody(raw, members, d.rest, servedModel(route)), { route, members });
 }

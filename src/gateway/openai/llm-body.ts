@@ -10,19 +10,24 @@
 // - a stream of a route that reports usage only when asked is asked for it (`stream_options.include_usage`), and the
 //   usage event is then taken out of the answer again (`stripUsage`): the client gets what it asked for, the
 //   gateway meters every stream.
-// Every other byte is forwarded as the client sent it (json-members.ts edits in place).
-import { isObject } from '../../kube/objects.js';
+// The body is never parsed into a tree (http/json-scan.ts): the members above and the prompt's are found by one scan,
+// and the edits are made on the bytes; every other byte is forwarded as the client sent it.
 import type { ApiKeyRecord, Backend, Route, RouteTable } from '../../routing/types.js';
 import { grantsProject } from '../admit/auth.js';
 import { gatewayError, type GatewayError } from '../http/errors.js';
-import { objectLayout, type MemberSpan, type ObjectLayout } from './json-members.js';
-import { withFields } from '../../shape.js';
+import { compactLength, nameFilter, objectMembers, scanJson, stringValue, type MemberSpan } from '../http/json-scan.js';
 
 /** OpenAI routes whose streams report usage only when `stream_options.include_usage` asks for it. */
 export const USAGE_OPTION_ROUTES = new Set(['/v1/chat/completions', '/v1/completions']);
 
 /** Members the gateway reads or edits: each must appear once, spelled in lower case. */
 const READ_MEMBERS = ['model', 'stream', 'stream_options'];
+/** Members the prompt estimate and the prefix key read (JSON.parse's reading: the last of a name). */
+const PROMPT_MEMBERS = ['messages', 'prompt', 'input', 'tools'];
+const TOP_NAMES = nameFilter(
+  [...READ_MEMBERS, ...PROMPT_MEMBERS],
+  (n) => PROMPT_MEMBERS.includes(n) || READ_MEMBERS.includes(foldName(n)),
+);
 
 export interface LlmBody {
   /** The body to forward (`raw` itself when nothing changed). */
@@ -36,28 +41,51 @@ export interface LlmBody {
   promptEstimate: number;
 }
 
-/** Where the members the gateway reads sit in the body; refused when one is spelled otherwise or repeated. */
+/** Where the members the gateway reads sit in a body that is valid JSON; refused when one is spelled otherwise or repeated. */
 export interface LlmMembers {
-  layout: ObjectLayout;
+  /** The body is a JSON object (nothing else is known of another value). */
+  object: boolean;
+  /** How many top-level members, and the offset of the closing brace. */
+  count: number;
+  close: number;
+  /** `model`, `stream`, `stream_options`, each present once. */
   seen: Map<string, MemberSpan>;
+  /** The prompt's members (`messages`, `prompt`, `input`, `tools`): the last of each name. */
+  prompt: Map<string, MemberSpan>;
+  /** `stream_options` as an object: its one `include_usage`, its member count and closing brace. */
+  options?: { includeUsage?: MemberSpan; count: number; close: number };
 }
 
-/** `raw`: a body JSON.parse read as an object. */
+/** `raw`: the (decoded) body. A body that is not JSON is the 400 that says where it stops being JSON. */
 export function llmMembers(raw: Buffer): LlmMembers | GatewayError {
-  const layout = objectLayout(raw)!;
-  const seen = new Map<string, MemberSpan>();
-  const problem = checkNames(layout, READ_MEMBERS, seen, '');
+  const scanned = scanJson(raw, TOP_NAMES);
+  if (scanned instanceof Error) return scanned;
+  const out: LlmMembers = {
+    object: scanned.first === 0x7b,
+    count: scanned.count,
+    close: scanned.close,
+    seen: new Map(),
+    prompt: new Map(),
+  };
+  const prompt = scanned.members.filter((m) => PROMPT_MEMBERS.includes(m.name));
+  for (const m of prompt) out.prompt.set(m.name, m);
+  const problem = checkNames(
+    scanned.members.filter((m) => !prompt.includes(m)),
+    READ_MEMBERS,
+    out.seen,
+    '',
+  );
   if (problem) return problem;
   // Inside stream_options, include_usage is read too.
-  const so = seen.get('stream_options');
+  const so = out.seen.get('stream_options');
   if (so && raw[so.start] === 0x7b) {
-    const inner = objectLayout(raw.subarray(so.start, so.end));
-    if (inner) {
-      const p = checkNames(inner, ['include_usage'], new Map(), 'stream_options.');
-      if (p) return p;
-    }
+    const inner = objectMembers(raw, so.start, (n) => foldName(n) === 'include_usage', 'include_usage'.length * 6);
+    const seen = new Map<string, MemberSpan>();
+    const p = checkNames(inner.members, ['include_usage'], seen, 'stream_options.');
+    if (p) return p;
+    out.options = { includeUsage: seen.get('include_usage'), count: inner.count, close: inner.close };
   }
-  return { layout, seen };
+  return out;
 }
 
 /**
@@ -65,12 +93,12 @@ export function llmMembers(raw: Buffer): LlmMembers | GatewayError {
  * reach a Go backend as its `model` or `stream`: any such spelling of a name in `names`, or a repeat, is refused.
  */
 function checkNames(
-  layout: ObjectLayout,
+  members: readonly MemberSpan[],
   names: readonly string[],
   seen: Map<string, MemberSpan>,
   where: string,
 ): GatewayError | undefined {
-  for (const m of layout.members) {
+  for (const m of members) {
     const folded = foldName(m.name);
     if (!names.includes(folded)) continue;
     if (m.name !== folded) {
@@ -94,18 +122,35 @@ function foldName(name: string): string {
   return name.toLowerCase().replace(/\u017f/g, 's');
 }
 
+/** Bigger values than this are not read for an error message. */
+const SHOWN_MAX = 4096;
+
 /**
- * `raw`: the (decoded) body; `doc`: JSON.parse of it, an object; `members`: llmMembers(raw). `path`: the OpenAI path
- * without query ("/v1/chat/completions"). `servedModel`: the model the deployment serves, when known.
+ * A scalar or small value as JSON.parse reads it; undefined when absent. An object or array larger than a few KiB is
+ * not read: it stands as an empty object (which is no model and no flag) that says its size when shown.
  */
-export function editLlmBody(
-  raw: Buffer,
-  doc: Record<string, unknown>,
-  members: LlmMembers,
-  path: string,
-  servedModel: string | undefined,
-): LlmBody {
-  const { layout, seen } = members;
+function valueAt(raw: Buffer, m: MemberSpan | undefined): unknown {
+  if (!m) return undefined;
+  const c = raw[m.start];
+  if (c === 0x22) return stringValue(raw, m.start, m.end);
+  if ((c === 0x7b || c === 0x5b) && m.end - m.start > SHOWN_MAX) {
+    const size = m.end - m.start;
+    return { toJSON: () => `(a JSON ${c === 0x7b ? 'object' : 'array'} of ${size} bytes)` };
+  }
+  return JSON.parse(raw.toString('utf8', m.start, m.end));
+}
+
+/** The body's `model` as JSON.parse reads it (undefined when absent). */
+export function modelValue(raw: Buffer, members: LlmMembers): unknown {
+  return valueAt(raw, members.seen.get('model'));
+}
+
+/**
+ * `raw`: the (decoded) body; `members`: llmMembers(raw), an object. `path`: the OpenAI path without query
+ * ("/v1/chat/completions"). `servedModel`: the model the deployment serves, when known.
+ */
+export function editLlmBody(raw: Buffer, members: LlmMembers, path: string, servedModel: string | undefined): LlmBody {
+  const { seen } = members;
   const edits: Array<{ start: number; end: number; text: string }> = [];
   const append: string[] = [];
   const set = (name: string, valueJson: string): void => {
@@ -114,29 +159,35 @@ export function editLlmBody(
     else append.push(`${JSON.stringify(name)}:${valueJson}`);
   };
 
-  if (servedModel !== undefined && doc.model !== servedModel) set('model', JSON.stringify(servedModel));
+  if (servedModel !== undefined && modelValue(raw, members) !== servedModel) set('model', JSON.stringify(servedModel));
 
-  const stream = coerceBool(doc.stream);
-  if (stream !== undefined && typeof doc.stream !== 'boolean') set('stream', String(stream));
+  const streamValue = valueAt(raw, seen.get('stream'));
+  const stream = coerceBool(streamValue);
+  if (stream !== undefined && typeof streamValue !== 'boolean') set('stream', String(stream));
 
   let stripUsage = false;
-  const so = doc.stream_options;
-  if (stream === true && USAGE_OPTION_ROUTES.has(path) && (so === undefined || so === null || isObject(so))) {
-    const asked = isObject(so) && coerceBool(so.include_usage) === true;
-    if (!asked) {
-      set('stream_options', JSON.stringify(withFields(isObject(so) ? so : {}, { include_usage: true })));
+  const so = seen.get('stream_options');
+  const soNull = so !== undefined && raw[so.start] === 0x6e;
+  if (stream === true && USAGE_OPTION_ROUTES.has(path) && (so === undefined || soNull || members.options)) {
+    const opts = members.options;
+    if (coerceBool(valueAt(raw, opts?.includeUsage)) !== true) {
+      // Asked for on the bytes: the member set to true, or added to the object (the client's other options kept).
+      if (!opts) set('stream_options', '{"include_usage":true}');
+      else if (opts.includeUsage)
+        edits.push({ start: opts.includeUsage.start, end: opts.includeUsage.end, text: 'true' });
+      else edits.push({ start: opts.close, end: opts.close, text: `${opts.count ? ',' : ''}"include_usage":true` });
       stripUsage = true;
     }
   }
 
-  const promptEstimate = estimatePrompt(doc);
+  const promptEstimate = estimatePrompt(raw, members);
   if (edits.length === 0 && append.length === 0)
     return { body: raw, changed: false, stripUsage, stream: stream === true, promptEstimate };
   // Applied from the end, so that earlier offsets stay valid; added members go before the closing brace.
   const parts: Buffer[] = [];
   let tail = raw.length;
-  const closing = append.length === 0 ? '' : (layout.members.length ? ',' : '') + append.join(',');
-  const all = [...edits, ...(closing ? [{ start: layout.close, end: layout.close, text: closing }] : [])].sort(
+  const closing = append.length === 0 ? '' : (members.count ? ',' : '') + append.join(',');
+  const all = [...edits, ...(closing ? [{ start: members.close, end: members.close, text: closing }] : [])].sort(
     (a, b) => b.start - a.start,
   );
   for (const e of all) {
@@ -163,12 +214,17 @@ export function coerceBool(v: unknown): boolean | undefined {
   return undefined;
 }
 
-/** About 4 bytes of text a token (the usual rule of thumb for BPE vocabularies), over what the model reads. */
-export function estimatePrompt(doc: Record<string, unknown>): number {
-  const input = doc.messages ?? doc.prompt ?? doc.input;
+/**
+ * About 4 bytes of text a token (the usual rule of thumb for BPE vocabularies), over what the model reads: the first
+ * of `messages`, `prompt`, `input` that is not null, as JSON.stringify would write it (a string: its bytes as sent).
+ */
+export function estimatePrompt(raw: Buffer, members: LlmMembers): number {
+  const notNull = (m: MemberSpan | undefined) => (m && raw[m.start] !== 0x6e ? m : undefined);
+  const p = members.prompt;
+  const input = notNull(p.get('messages')) ?? notNull(p.get('prompt')) ?? notNull(p.get('input'));
   if (input === undefined) return 0;
-  const text = typeof input === 'string' ? input : JSON.stringify(input);
-  return Math.ceil(Buffer.byteLength(text, 'utf8') / 4);
+  const bytes = raw[input.start] === 0x22 ? input.end - input.start - 2 : compactLength(raw, input.start, input.end);
+  return Math.ceil(bytes / 4);
 }
 
 /** Per table: LLM routes by the backend they share (a Service port or a URL). */

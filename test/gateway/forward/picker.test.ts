@@ -3,8 +3,17 @@
 import { describe, expect, test } from '@jest/globals';
 import { TargetPicker, type Target } from '../../../src/gateway/forward/targets.js';
 import { EndpointStats, parseServerMetrics, type Scraped } from '../../../src/gateway/forward/endpoint-stats.js';
-import { prefixKey } from '../../../src/gateway/openai/prefix.js';
+import { prefixKey as bodyKey } from '../../../src/gateway/openai/prefix.js';
+import { llmMembers } from '../../../src/gateway/openai/llm-body.js';
 import type { Balancing, Backend, Route } from '../../../src/routing/types.js';
+
+/** The prefix key of a body as JSON.stringify writes it (the gateway reads the bytes). */
+function prefixKey(doc: unknown, model: string): number | undefined {
+  const raw = Buffer.from(JSON.stringify(doc));
+  const members = llmMembers(raw);
+  if (members instanceof Error) throw members;
+  return bodyKey(raw, members, model);
+}
 
 const urls = (n: number) => Array.from({ length: n }, (_, i) => `http://127.0.0.1:${8001 + i}`);
 const route = (policy: Balancing['policy'], n = 4): Route => ({

@@ -226,7 +226,7 @@ describe('llmMembers and editLlmBody', () => {
         expect(members instanceof Error).toBe(ambiguous);
         if (members instanceof Error) return;
 
-        const out = editLlmBody(raw, doc, members, path, servedModel);
+        const out = editLlmBody(raw, members, path, servedModel);
         if (!out.changed) expect(out.body).toBe(raw);
         const edited = parse(out.body) as Record<string, unknown>;
 
