@@ -1,0 +1,13 @@
+// Command kube-apiserver is the upstream API server, built from k8s.io/kubernetes for servegate's tests.
+package main
+
+import (
+	"os"
+
+	"k8s.io/component-base/cli"
+	"k8s.io/kubernetes/cmd/kube-apiserver/app"
+)
+
+func main() {
+	os.Exit(cli.Run(app.NewAPIServerCommand()))
+}
