@@ -2,9 +2,11 @@
 import type { Route } from '../../routing/types.js';
 import { gatewayError, type Dialect, type GatewayError } from '../http/errors.js';
 import { nameFilter, scanJson, type MemberSpan } from '../http/json-scan.js';
+import { isFormData } from '../openai/form-model.js';
 
 /** How the request body must be checked before it is forwarded. */
-export type BodyCheck = 'none' | 'predict' | 'classify' | 'regress' | 'json' | 'infer';
+/** `form`: an LLM route's multipart/form-data upload, whose `model` field is checked. */
+export type BodyCheck = 'none' | 'predict' | 'classify' | 'regress' | 'json' | 'infer' | 'form';
 
 const PREDICTIVE_VERB = /^\/v1\/models\/([^/:]+):([A-Za-z]+)$/;
 const PREDICTIVE_META = /^\/v1\/models\/([^/:]+)\/?$/;
@@ -26,7 +28,8 @@ export function checkSuffix(
           `no route ${method} ${rest}: LLM deployments serve the OpenAI API under ${'/v1/'} (e.g. /v1/chat/completions, /v1/completions, /v1/models)`,
         );
       }
-      return { check: isBinaryContentType(contentType) ? 'none' : 'json' };
+      // A form upload names its model in a form field, read before it goes on (openai/form-model.ts).
+      return { check: isFormData(contentType) ? 'form' : isBinaryContentType(contentType) ? 'none' : 'json' };
     }
     case 'predictive': {
       if (route.protocol === 'v2') return checkV2(route, method, rest, contentType);
@@ -135,7 +138,7 @@ const PREDICTIVE_NAMES = nameFilter(PREDICTIVE_MEMBERS, (n) => PREDICTIVE_MEMBER
 
 /** Validates a buffered body; undefined when it may be forwarded. */
 export function validateBody(check: BodyCheck, body: Buffer): GatewayError | undefined {
-  if (check === 'none') return undefined;
+  if (check === 'none' || check === 'form') return undefined;
   if (check === 'json' && body.length === 0) return undefined;
   // Scanned, not parsed (http/json-scan.ts): a parsed tree could cost 20 times the body.
   const doc = scanJson(body, check === 'json' ? undefined : PREDICTIVE_NAMES);

@@ -25,6 +25,7 @@ import { checkSuffix, type BodyCheck } from './kind-rules.js';
 import { guessDialect, locate } from './route.js';
 import { gatewayError, type Dialect, type GatewayError } from '../http/errors.js';
 import { HIDDEN, selectModel, servedModel } from '../openai/by-model.js';
+import { modelForbidden } from '../openai/llm-body.js';
 import { withFields } from '../../shape.js';
 
 /** What admission reads of a request: plain data from its head. */
@@ -102,6 +103,8 @@ export interface ByModel {
   dialect: 'openai';
   /** `GET /openai/v1/models/<id>`: the model id asked for (it may hold an encoded "/"). */
   modelId?: string;
+  /** The deployment a `model` in the query names (`search` then carries its served name): the body must agree. */
+  queryRoute?: Route;
   headers: string[];
   /** The key's token buckets passed (its per-minute limits are checked before the body is read). */
   charge: Charge | undefined;
@@ -195,6 +198,13 @@ export function admit(facts: RequestFacts, ctx: AdmitContext): Admission | Promi
     };
     // A websocket (the realtime API) names its model in the query: `?model=<project>/<deployment>`.
     if (facts.upgrade) return admitUpgradeByModel(b, ctx, facts.now, facts.client);
+    // Any other request may name one in the query too: checked like the body's, and forwarded as the served name.
+    if (b.search.length > 1 && hasModelParam(b.search)) {
+      const q = queryModel(b, ctx, facts.client);
+      if (q.kind === 'refused') return q;
+      b.queryRoute = q.route;
+      b.search = q.search;
+    }
     // The key's buckets are taken now, before the body is read (or decoded); the deployment's wait for `model`.
     const error = ctx.perSecond.take(key, facts.now);
     if (error) {
@@ -268,6 +278,18 @@ export function admit(facts: RequestFacts, ctx: AdmitContext): Admission | Promi
   if (!('check' in suffix)) return refuse(suffix);
   if (facts.upgrade && route.kind === 'predictive')
     return refuse(gatewayError('not_found', 'predictive deployments do not accept upgrade (websocket) requests'));
+
+  // A `model` in the query (a realtime websocket's, or any request's) is checked like a body's: naming another
+  // deployment's model on a shared backend is 403.
+  if (route.kind === 'llm' && at.search.length > 1 && hasModelParam(at.search)) {
+    for (const m of new URLSearchParams(at.search).getAll('model')) {
+      const forbidden = modelForbidden(ctx.table, route, m, key);
+      if (forbidden) {
+        ctx.counters.authFailure('forbidden');
+        return refuse(forbidden);
+      }
+    }
+  }
 
   // 9. Limits.
   return limit(
@@ -355,14 +377,39 @@ function admitUpgradeByModel(
   now: number,
   client: string | undefined,
 ): Accepted | Refused | Promise<Accepted | Refused> {
+  const q = queryModel(b, ctx, client);
+  if (q.kind === 'refused') return q;
+  return limit(byModelAccepted(b, q.route, q.search), ctx, now);
+}
+
+/** Whether a query ("?...") may hold a `model` parameter (a cheap test before URLSearchParams; "%6D" spells "m"). */
+function hasModelParam(search: string): boolean {
+  return /(?:^\?|&)(?:m|%6d)/i.test(search);
+}
+
+/**
+ * The deployment the query's `model` names on the OpenAI base URL (every `model` parameter must name the same one),
+ * and the query with it as the served name; or the refusal selectModel gives.
+ */
+function queryModel(
+  b: ByModel,
+  ctx: Pick<AdmitContext, 'table' | 'authFailures' | 'counters'>,
+  client: string | undefined,
+): { kind: 'model'; route: Route; search: string } | Refused {
   const params = new URLSearchParams(b.search);
-  const route = selectModel(ctx.table, b.key, params.get('model') ?? undefined);
+  const all = params.getAll('model');
+  let route: Route | GatewayError = selectModel(ctx.table, b.key, all[0]);
+  for (let i = 1; i < all.length && !(route instanceof Error); i++) {
+    const other = selectModel(ctx.table, b.key, all[i]);
+    if (other instanceof Error || other !== route)
+      route = other instanceof Error ? other : gatewayError('invalid_body', 'the query names two different models');
+  }
   if (route instanceof Error) {
     modelRefused(route, client, ctx);
     return withFields(refused(route, 'openai', b.headers), { key: b.key });
   }
   params.set('model', servedModel(route));
-  return limit(byModelAccepted(b, route, `?${params.toString()}`), ctx, now);
+  return { kind: 'model', route, search: `?${params.toString()}` };
 }
 
 /**

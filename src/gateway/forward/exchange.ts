@@ -36,9 +36,11 @@ import { pathOf } from '../http/path.js';
 import { clientAddress, headProblem, readHead, type RequestHead } from '../http/request-head.js';
 import { closeSocket, sendError, sendJson } from '../http/answers.js';
 import type { Conn, Job } from '../listen/connection.js';
-import { modelRetrieve, modelsList, prepareBody, servedModel } from '../openai/by-model.js';
+import { modelId, modelRetrieve, modelsList, prepareBody, selectModel, servedModel } from '../openai/by-model.js';
 import { prefixKey } from '../openai/prefix.js';
-import { estimatePrompt, llmMembers, modelValue, otherDeploymentsModel } from '../openai/llm-body.js';
+import { chargedUsage } from '../openai/usage-meter.js';
+import { estimatePrompt, llmMembers, modelForbidden, modelValue } from '../openai/llm-body.js';
+import { formModel, isFormData, withFormModel, type FormModel } from '../openai/form-model.js';
 import type { PlaneContext } from './context.js';
 import { RETRY, shouldRetry } from './retry.js';
 import { readWhileHeld, type Held } from './scale-from-zero.js';
@@ -253,7 +255,7 @@ export class Exchange implements Job, Held, CallOwner {
   private byModelPhase(b: ByModel): void {
     const head = this.head!;
     if (b.modelId !== undefined || b.rest === '/v1/models' || b.rest === '/v1/models/') return this.answerModels(b);
-    if (isBinaryContentType(head.contentType)) {
+    if (isBinaryContentType(head.contentType) && !isFormData(head.contentType)) {
       return this.refuse(
         gatewayError(
           'invalid_body',
@@ -347,6 +349,7 @@ export class Exchange implements Job, Held, CallOwner {
     if (b) return this.routeByModel(b, plain, wire !== plain);
     const d = this.d!;
     if (d.route.kind === 'llm' && d.check === 'json' && plain.length > 0) return this.llmBody(d, wire, plain);
+    if (d.route.kind === 'llm' && d.check === 'form') return this.formBody(d, wire, plain);
     const invalid = validateBody(d.check, plain);
     if (invalid) return this.refuse(invalid);
     // Checked decoded, forwarded as sent: the backend gets the client's bytes and their Content-Encoding.
@@ -364,16 +367,10 @@ export class Exchange implements Job, Held, CallOwner {
     const members = llmMembers(plain);
     if (members instanceof Error) return this.refuse(members);
     if (members.object) {
-      const model = modelValue(plain, members);
-      const other = otherDeploymentsModel(this.ctx.store.current(), d.route, model, d.key);
-      if (other) {
+      const forbidden = modelForbidden(this.ctx.store.current(), d.route, modelValue(plain, members), d.key);
+      if (forbidden) {
         this.ctx.metrics.authFailures.inc({ reason: 'forbidden' });
-        return this.refuse(
-          gatewayError(
-            'model_forbidden',
-            `the model "${String(model)}" is served by another deployment; this URL serves "${d.route.modelName ?? d.route.deployment}"`,
-          ),
-        );
+        return this.refuse(forbidden);
       }
       this.promptEstimate = estimatePrompt(plain, members);
       if (d.route.balancing.policy === 'llm') this.prefix = prefixKey(plain, members, servedModel(d.route));
@@ -388,9 +385,39 @@ export class Exchange implements Job, Held, CallOwner {
     this.pickPhase(undefined);
   }
 
+  /**
+   * An LLM deployment's own URL, a form upload: forwarded as sent once its `model` field (read from the part headers,
+   * openai/form-model.ts) does not name another deployment's model on a shared backend, like a JSON body's.
+   */
+  private formBody(d: Accepted, wire: Buffer, plain: Buffer): void {
+    const m = formModel(plain, this.head!.contentType ?? '');
+    if (m instanceof Error) return this.refuse(m);
+    const forbidden = m && modelForbidden(this.ctx.store.current(), d.route, m.value, d.key);
+    if (forbidden) {
+      this.ctx.metrics.authFailures.inc({ reason: 'forbidden' });
+      return this.refuse(forbidden);
+    }
+    this.body = wire;
+    this.bodyLength = wire.length;
+    this.pickPhase(undefined);
+  }
+
+  /** The OpenAI base URL, a form upload: its `model` field picks the deployment and is rewritten to the served name. */
+  private formByModel(b: ByModel, buf: Buffer, decoded: boolean): void {
+    const m = formModel(buf, this.head!.contentType ?? '');
+    const route = m instanceof Error ? m : selectModel(this.ctx.store.current(), b.key, m?.value);
+    if (route instanceof Error) {
+      modelRefused(route, this.client, this.ctx.admission);
+      return this.refuse(route);
+    }
+    this.routeOf = route;
+    this.modelRouted(b, route, withFormModel(buf, m as FormModel, servedModel(route)), decoded);
+  }
+
   /** The OpenAI base URL: `model` picks the deployment, whose limits apply now; the body goes on with it rewritten. */
   private routeByModel(b: ByModel, buf: Buffer, decoded: boolean): void {
     const ctx = this.ctx;
+    if (isFormData(this.head!.contentType)) return this.formByModel(b, buf, decoded);
     const p = prepareBody(ctx.store.current(), b, buf);
     if (p instanceof Error) {
       modelRefused(p, this.client, ctx.admission);
@@ -401,11 +428,25 @@ export class Exchange implements Job, Held, CallOwner {
     this.promptEstimate = p.promptEstimate;
     if (p.route.balancing.policy === 'llm') this.prefix = prefixKey(buf, p.members, servedModel(p.route));
     if (p.route.fallbacks) this.llm = { plain: buf, members: p.members, path: b.rest, encoded: decoded };
+    this.modelRouted(b, p.route, p.body, decoded);
+  }
+
+  /** The base URL's deployment is known: the edited body goes on once that deployment's limits pass. */
+  private modelRouted(b: ByModel, route: Route, body: Buffer, decoded: boolean): void {
+    // A `model` in the query (checked at admission) must name the same deployment as the body's.
+    if (b.queryRoute && b.queryRoute !== route) {
+      return this.refuse(
+        gatewayError(
+          'invalid_body',
+          `the query's model names "${modelId(b.queryRoute)}" and the body's "${modelId(route)}": name one model`,
+        ),
+      );
+    }
     // The rewritten body goes on decoded: its Content-Encoding no longer applies.
     if (decoded) this.head!.forward = withoutHeader(this.head!.forward, 'content-encoding');
-    this.body = p.body;
-    this.bodyLength = p.body.length;
-    const a = admitModel(b, p.route, b.search, ctx.admission);
+    this.body = body;
+    this.bodyLength = body.length;
+    const a = admitModel(b, route, b.search, this.ctx.admission);
     this.settled(a, (x) => {
       if (this.ended) return;
       if (!x.ok) return this.refuse(x.error, x.close);
@@ -826,10 +867,11 @@ export class Exchange implements Job, Held, CallOwner {
   private record(status: number): void {
     const call = this.call;
     const meter = call?.meter;
-    // An LLM answer that reports no usage (cut short, the client gone, or a backend that never sends it) is charged
-    // what is known: the prompt as guessed from the request, and a token for each event that carried generated text.
-    const estimated = meter !== undefined && meter.usage === undefined && this.promptEstimate + meter.generated > 0;
-    const usage = estimated ? { prompt: this.promptEstimate, completion: meter.generated } : meter?.usage;
+    // An LLM answer is charged its reported usage, raised to what the gateway saw when that is more or no report came
+    // (cut short, the client gone, a backend that never sends it or reports too little): the prompt as guessed from
+    // the request, the completion from the generated text that passed.
+    const charged = meter && chargedUsage(meter, this.promptEstimate);
+    const usage = charged?.tokens;
     if (this.charge && usage) this.ctx.perMinute.charge(this.charge, usage.prompt + usage.completion);
     if (this.trace) {
       if (this.routeOf) this.trace.route(this.routeOf.project, this.routeOf.deployment);
@@ -847,7 +889,12 @@ export class Exchange implements Job, Held, CallOwner {
       bytesIn: this.bodyLength ?? 0,
       bytesOut: call?.bytesOut ?? 0,
       error: this.error,
-      llm: meter ? withFields(llmFigures(meter, this.started, call.endAt, usage), { estimated }) : undefined,
+      llm: meter
+        ? withFields(llmFigures(meter, this.started, call.endAt, usage), {
+            estimated: charged?.estimated,
+            reported: charged?.reported,
+          })
+        : undefined,
       variant: this.variant,
     });
   }

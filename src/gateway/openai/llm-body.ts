@@ -237,6 +237,23 @@ function backendKey(b: Backend): string {
 }
 
 /**
+ * The 403 for a `model` (in a JSON body, the query or a form field) that names another deployment's served model on
+ * this route's backend, one the key is not granted (otherDeploymentsModel); undefined when the request may go on.
+ */
+export function modelForbidden(
+  table: RouteTable,
+  route: Route,
+  model: unknown,
+  key: ApiKeyRecord,
+): GatewayError | undefined {
+  if (!otherDeploymentsModel(table, route, model, key)) return undefined;
+  return gatewayError(
+    'model_forbidden',
+    `the model "${String(model)}" is served by another deployment; this URL serves "${route.modelName ?? route.deployment}"`,
+  );
+}
+
+/**
  * A deployment's own URL forwards the body unchanged, so on a backend that serves several deployments' models (one
  * vLLM with several LoRA adapters, one Ollama) `model` could name another deployment's model than this one's. When
  * it names the served model of another deployment on the same backend that the key is not granted, the request is

@@ -37,7 +37,9 @@ describe('checkSuffix: accepted', () => {
   });
 
   test.each([
-    ['multipart/form-data; boundary=x', 'none'],
+    ['multipart/form-data; boundary=x', 'form'],
+    ['Multipart/Form-Data; boundary=x', 'form'],
+    ['multipart/mixed; boundary=x', 'none'],
     ['audio/wav', 'none'],
     ['application/octet-stream', 'none'],
     ['application/json; charset=utf-8', 'json'],

@@ -353,10 +353,10 @@ describe('refusals name the model and never reach a backend', () => {
     expect(seen()).toBe(0);
   });
 
-  test('an upload (multipart) cannot be routed by model: 400 pointing at the deployment URL', async () => {
+  test('an upload other than a form (audio/wav) names no model: 400 pointing at the deployment URL', async () => {
     const r = await send(`${gw.url}/openai/v1/audio/transcriptions`, {
-      headers: { authorization: `Bearer ${app}`, 'content-type': 'multipart/form-data; boundary=x' },
-      body: '--x\r\ncontent-disposition: form-data; name="model"\r\n\r\ngenai/llama\r\n--x--\r\n',
+      headers: { authorization: `Bearer ${app}`, 'content-type': 'audio/wav' },
+      body: 'RIFF\0\0\0\0WAVE',
     });
     expect(r.status).toBe(400);
     expect(r.json().error.message).toMatch(/deployment's own URL/);
