@@ -1,9 +1,10 @@
 // The Python client (clients/python) as a user gets it: `pip install` of the folder into a fresh venv with no package
-// index (with build isolation and with --no-index --no-build-isolation), imported from there; then its own unittest
+// index (its build backend, flit_core, from the wheel that npm ci fetched: scripts/fetch-python-wheels.mjs), and the
+// wheel it builds, checked and installed; imported from there; then its own unittest
 // suite against a real gateway and real backends (every call, every error, each kind), with the URL cases the
 // TypeScript client computes so that both clients are compared; and the deployments page's Python snippets run as shown.
 import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Deployment, type DeploymentOptions } from '../../src/client/index.js';
@@ -23,6 +24,8 @@ import { describeRun, expectSuccess, runProcess, type RunResult } from '../suppo
 const PYTHON = process.env.SERVEGATE_PYTHON || 'python3';
 const CLIENT_DIR = join(ROOT, 'clients', 'python');
 const MAX_BODY = 65_536;
+// Where `npm ci` (prepare: scripts/fetch-python-wheels.mjs) put the build backend's wheel.
+const WHEELS = join(ROOT, 'node_modules', '.cache', 'servegate-python-wheels');
 
 /** The environment for python and pip: no package index (a dead address), no user config, no bytecode in the tree. */
 function pythonEnv(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
@@ -111,6 +114,7 @@ describe('the Python client (clients/python)', () => {
   let version: RunResult;
   const installs: RunResult[] = [];
   let imported: RunResult;
+  let wheelFiles: RunResult;
   let gw: Gateway;
   let v1: RecordingBackend;
   let llm: OpenAIBackend;
@@ -135,17 +139,35 @@ describe('the Python client (clients/python)', () => {
     const venv = join(work, 'venv');
     expectSuccess(await runProcess(PYTHON, ['-m', 'venv', venv], { env: pythonEnv(), timeoutMs: 120_000 }));
     venvPython = join(venv, 'bin', 'python');
-    // `pip install ./clients/python` as the README says (build isolation; no index reachable: none is needed), then
-    // what works on any bare interpreter: --no-index --no-build-isolation (the in-tree backend needs only the stdlib).
-    for (const flags of [[], ['--no-index', '--no-build-isolation', '--force-reinstall']]) {
-      installs.push(
-        await runProcess(venvPython, ['-m', 'pip', 'install', '--no-cache-dir', ...flags, './clients/python'], {
-          cwd: ROOT,
-          env: pythonEnv(),
-          timeoutMs: 120_000,
-        }),
+    if (!existsSync(WHEELS) || !readdirSync(WHEELS).some((f) => /^flit_core-.*\.whl$/.test(f))) {
+      throw new Error(
+        `no flit_core wheel in ${WHEELS}: run "node scripts/fetch-python-wheels.mjs" (npm ci runs it; it needs the ` +
+          `package index once, through pip)`,
       );
     }
+    // `pip install ./clients/python` as the README says, with build isolation (pip installs the backend from the
+    // wheel folder into the isolated build environment; the index is a dead address), then the wheel it builds.
+    const offline = ['--no-cache-dir', '--no-index', '--find-links', WHEELS];
+    const pip = (...args: string[]) =>
+      runProcess(venvPython, ['-m', 'pip', ...args], { cwd: ROOT, env: pythonEnv(), timeoutMs: 120_000 });
+    installs.push(await pip('install', ...offline, './clients/python'));
+    const dist = join(work, 'dist');
+    expectSuccess(await pip('wheel', ...offline, '--no-deps', '--wheel-dir', dist, './clients/python'));
+    const wheel = join(
+      dist,
+      readdirSync(dist).find((f) => f.endsWith('.whl'))!,
+    );
+    installs.push(await pip('install', ...offline, '--force-reinstall', wheel));
+    wheelFiles = await runProcess(
+      venvPython,
+      [
+        '-c',
+        'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); print(chr(10).join(sorted(z.namelist())));' +
+          'print(z.read("servegate-0.1.0.dist-info/METADATA").decode())',
+        wheel,
+      ],
+      { env: pythonEnv(), timeoutMs: 30_000 },
+    );
     imported = await runProcess(venvPython, ['-c', 'import servegate; print(servegate.__file__)'], {
       cwd: work,
       env: pythonEnv(),
@@ -202,12 +224,31 @@ describe('the Python client (clients/python)', () => {
     if (work) rmSync(work, { recursive: true, force: true });
   });
 
-  test('pip installs it into a fresh venv with no package index (with and without build isolation)', () => {
+  test('pip installs it into a fresh venv with no package index (the folder, and the wheel it builds)', () => {
     expect(installs).toHaveLength(2);
     for (const r of installs) {
       if (r.code !== 0) throw new Error(describeRun(r));
       expect(r.stdout).toMatch(/Successfully installed servegate-\d+\.\d+\.\d+/);
     }
+    // The wheel: the package and its py.typed, the metadata of pyproject.toml, nothing else (no tests, no build files).
+    if (wheelFiles.code !== 0) throw new Error(describeRun(wheelFiles));
+    const [names, metadata] = [
+      wheelFiles.stdout.split('\n').filter((l) => /^servegate[-/]/.test(l)),
+      wheelFiles.stdout,
+    ];
+    expect(names).toEqual([
+      'servegate-0.1.0.dist-info/METADATA',
+      'servegate-0.1.0.dist-info/RECORD',
+      'servegate-0.1.0.dist-info/WHEEL',
+      'servegate/__init__.py',
+      'servegate/_deployment.py',
+      'servegate/_errors.py',
+      'servegate/_http.py',
+      'servegate/_version.py',
+      'servegate/py.typed',
+    ]);
+    expect(metadata).toMatch(/^Requires-Python: >=3\.9$/m);
+    expect(metadata).toMatch(/^License-Expression: Apache-2\.0$/m);
     if (imported.code !== 0) throw new Error(describeRun(imported));
     expect(imported.stdout.trim().startsWith(join(work, 'venv'))).toBe(true);
   });
