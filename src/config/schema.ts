@@ -162,6 +162,15 @@ export const configSchema = z
         scrapeIntervalMs: z.number().int().min(10).max(60_000).default(100),
         /** Scraped figures older than this are not used (the endpoint is judged by in-flight counts alone). */
         staleAfterMs: z.number().int().min(10).max(600_000).default(1000),
+        /** Most bytes of metrics text read per scrape: past it the scrape is aborted and counted as an error. */
+        scrapeMaxBytes: z
+          .number()
+          .int()
+          .min(4096)
+          .max(64 << 20)
+          .default(1 << 20),
+        /** Whole-scrape deadline (unset: staleAfterMs, between 0.2 and 2 s). */
+        scrapeTimeoutMs: z.number().int().min(10).max(60_000).optional(),
         /** An endpoint with more waiting requests than this is avoided while another is not. */
         maxWaiting: z.number().min(0).default(5),
         /** An endpoint with a larger KV-cache use (0-1) than this is avoided while another is not. */
@@ -174,6 +183,7 @@ export const configSchema = z
       .default({
         scrapeIntervalMs: 100,
         staleAfterMs: 1000,
+        scrapeMaxBytes: 1 << 20,
         maxWaiting: 5,
         maxKvCache: 0.8,
         maxLoadFactor: 1.25,

@@ -3,16 +3,16 @@
 // `vllm:gpu_cache_usage_perc`), `vllm:cache_config_info{block_size}`, and SGLang's `sglang:num_queue_reqs` and
 // `sglang:token_usage` — every `scrapeIntervalMs`, one scrape per endpoint at a time, never on a request's path. A
 // figure older than `staleAfterMs` is not used: such an endpoint is judged by the gateway's in-flight count alone.
+// A scrape is bounded in bytes, lines and total time (past a bound it is aborted, counted as an error, and the
+// endpoint is left alone for a while), read as it streams in and only as far as the figures need (metrics-text.ts),
+// and aborted when its endpoint leaves the list.
 import { Agent, request } from 'undici';
 import { withFields } from '../../shape.js';
+import { DEFAULT_MAX_BYTES, MetricsReader, ScrapeBoundError, type ServerFigures } from './metrics-text.js';
 
-export interface Scraped {
-  /** Requests waiting in the server's queue. */
-  waiting: number;
-  running: number;
-  /** KV-cache use, 0-1 (undefined: the server does not say). */
-  kv: number | undefined;
-  blockSize: number | undefined;
+export { parseServerMetrics } from './metrics-text.js';
+
+export interface Scraped extends ServerFigures {
   /** Date.now() of the scrape. */
   at: number;
 }
@@ -27,20 +27,32 @@ export interface ScrapeTarget {
 export interface ScrapeSettings {
   scrapeIntervalMs: number;
   staleAfterMs: number;
+  /** Most bytes of metrics text read per scrape (default 1 MiB). */
+  scrapeMaxBytes?: number;
+  /** Whole-scrape deadline, from the request to the last byte read (default staleAfterMs, between 0.2 and 2 s). */
+  scrapeTimeoutMs?: number;
 }
 
-/** Longest metrics text read. */
-const MAX_TEXT = 4 << 20;
+/** An endpoint whose scrape went past a bound (bytes, lines, time) is next scraped after this, doubled each time. */
+const BACKOFF_MIN_MS = 1000;
+const BACKOFF_MAX_MS = 30_000;
 
 export class EndpointStats {
   private readonly byOrigin = new Map<string, Scraped & { address: string }>();
-  private readonly busy = new Set<string>();
+  /** The scrape in flight per endpoint: aborted when the endpoint leaves the list, or at close. */
+  private readonly busy = new Map<string, AbortController>();
   private readonly errors = new Map<string, { address: string; count: number }>();
+  /** Endpoints whose last scrape went past a bound: not scraped before `until`. */
+  private readonly backoff = new Map<string, { until: number; ms: number }>();
   private timer: NodeJS.Timeout | undefined;
   private readonly agent: Agent;
+  private readonly timeoutMs: number;
+  private readonly maxBytes: number;
 
   constructor(private readonly settings: ScrapeSettings) {
-    const timeout = Math.max(200, Math.min(settings.staleAfterMs, 2000));
+    this.timeoutMs = settings.scrapeTimeoutMs ?? Math.max(200, Math.min(settings.staleAfterMs, 2000));
+    this.maxBytes = settings.scrapeMaxBytes ?? DEFAULT_MAX_BYTES;
+    const timeout = this.timeoutMs;
     this.agent = new Agent({ connections: 2, keepAliveTimeout: 10_000, headersTimeout: timeout, bodyTimeout: timeout });
   }
 
@@ -72,94 +84,75 @@ export class EndpointStats {
     return this.errors.get(origin)?.count ?? 0;
   }
 
+  /** Scrapes in flight (each aborted by close, or when its endpoint leaves the list). */
+  inFlight(): number {
+    return this.busy.size;
+  }
+
   async close(): Promise<void> {
     clearInterval(this.timer);
     this.timer = undefined;
+    for (const c of this.busy.values()) c.abort();
     await this.agent.close().catch(() => undefined);
   }
 
   private round(targets: Iterable<ScrapeTarget>): void {
     const seen = new Set<string>();
+    const now = Date.now();
     for (const t of targets) {
       if (seen.has(t.origin)) continue;
       seen.add(t.origin);
       if (this.busy.has(t.origin)) continue;
-      this.busy.add(t.origin);
-      void this.scrape(t).finally(() => this.busy.delete(t.origin));
+      const b = this.backoff.get(t.origin);
+      if (b && now < b.until) continue;
+      const c = new AbortController();
+      this.busy.set(t.origin, c);
+      void this.scrape(t, c).finally(() => {
+        if (this.busy.get(t.origin) === c) this.busy.delete(t.origin);
+      });
     }
+    for (const [origin, c] of this.busy)
+      if (!seen.has(origin)) {
+        c.abort();
+        this.busy.delete(origin);
+      }
     for (const origin of this.byOrigin.keys()) if (!seen.has(origin)) this.byOrigin.delete(origin);
     for (const origin of this.errors.keys()) if (!seen.has(origin)) this.errors.delete(origin);
+    for (const origin of this.backoff.keys()) if (!seen.has(origin)) this.backoff.delete(origin);
   }
 
-  private async scrape(t: ScrapeTarget): Promise<void> {
+  private async scrape(t: ScrapeTarget, c: AbortController): Promise<void> {
+    // The deadline covers the whole scrape: undici's bodyTimeout is per read, so a body sent a byte at a time never
+    // reaches it.
+    const deadline = setTimeout(() => c.abort(), this.timeoutMs);
     try {
-      const r = await request(t.metricsUrl, { dispatcher: this.agent, method: 'GET' });
-      if (r.statusCode !== 200) {
-        await r.body.dump();
-        throw new Error(`status ${r.statusCode}`);
+      const r = await request(t.metricsUrl, { dispatcher: this.agent, method: 'GET', signal: c.signal });
+      try {
+        if (r.statusCode !== 200) throw new Error(`status ${r.statusCode}`);
+        const reader = new MetricsReader(this.maxBytes);
+        // Stops reading as soon as every figure is in (the rest of a large text is not read); a bound throws.
+        for await (const chunk of r.body) if (reader.push(chunk as Buffer)) break;
+        if (c.signal.aborted) throw new Error('scrape aborted');
+        const s = reader.end();
+        if (!s) throw new Error('no vLLM or SGLang metrics');
+        this.byOrigin.set(t.origin, withFields(s, { at: Date.now(), address: t.address }));
+        this.backoff.delete(t.origin);
+      } finally {
+        // Whatever was not read is not waited for: the connection goes (a small answer was read whole already).
+        if (!r.body.destroyed) r.body.destroy();
       }
-      let text = '';
-      for await (const chunk of r.body) {
-        text += (chunk as Buffer).toString('latin1');
-        if (text.length > MAX_TEXT) throw new Error('metrics too large');
-      }
-      const s = parseServerMetrics(text);
-      if (!s) throw new Error('no vLLM or SGLang metrics');
-      this.byOrigin.set(t.origin, withFields(s, { at: Date.now(), address: t.address }));
-    } catch {
+    } catch (err) {
+      // An endpoint that left the list is not counted: its entries are gone.
+      if (this.busy.get(t.origin) !== c) return;
       const e = this.errors.get(t.origin);
       if (e) e.count++;
       else this.errors.set(t.origin, { address: t.address, count: 1 });
+      if (err instanceof ScrapeBoundError || c.signal.aborted) {
+        const ms = Math.min(BACKOFF_MAX_MS, Math.max(BACKOFF_MIN_MS, 2 * (this.backoff.get(t.origin)?.ms ?? 0)));
+        this.backoff.set(t.origin, { until: Date.now() + ms, ms });
+      }
+    } finally {
+      clearTimeout(deadline);
     }
-  }
-}
-
-/** The figures an LLM server reports in its Prometheus text; undefined when it reports none of them. */
-export function parseServerMetrics(text: string): Omit<Scraped, 'at'> | undefined {
-  const waiting = sum(text, 'vllm:num_requests_waiting') ?? sum(text, 'sglang:num_queue_reqs');
-  const running = sum(text, 'vllm:num_requests_running') ?? sum(text, 'sglang:num_running_reqs');
-  const kvRaw =
-    sum(text, 'vllm:kv_cache_usage_perc', true) ??
-    sum(text, 'vllm:gpu_cache_usage_perc', true) ??
-    sum(text, 'sglang:token_usage', true);
-  if (waiting === undefined && running === undefined && kvRaw === undefined) return undefined;
-  const info = text.indexOf('\nvllm:cache_config_info{');
-  let blockSize: number | undefined;
-  if (info !== -1) {
-    const end = text.indexOf('}', info);
-    const m = /block_size="(\d+)"/.exec(text.slice(info, end));
-    if (m) blockSize = Number(m[1]);
-  }
-  return { waiting: waiting ?? 0, running: running ?? 0, kv: kvRaw, blockSize };
-}
-
-/**
- * The sum of every sample of `name` (one per model or engine), found by searching for the name at a line start
- * rather than splitting the whole text (vLLM's metrics run to tens of kilobytes of histograms). `max`: the largest
- * sample instead (a share such as KV-cache use is not additive).
- */
-function sum(text: string, name: string, max = false): number | undefined {
-  let total: number | undefined;
-  let from = 0;
-  for (;;) {
-    let i = text.indexOf(name, from);
-    if (i === -1) return total;
-    from = i + name.length;
-    if (i > 0 && text.charCodeAt(i - 1) !== 10) continue;
-    i += name.length;
-    const c = text.charCodeAt(i);
-    if (c === 123 /* { */) {
-      i = text.indexOf('}', i);
-      if (i === -1) return total;
-      i++;
-    } else if (c !== 32) continue; // a longer name that starts the same
-    const eol = text.indexOf('\n', i);
-    const fields = text
-      .slice(i, eol === -1 ? undefined : eol)
-      .trim()
-      .split(' ');
-    const v = Number(fields[0]);
-    if (!Number.isFinite(v)) continue;
-    total = total === undefined ? v : max ? Math.max(total, v) : total + v;
   }
 }

@@ -178,22 +178,37 @@ export class TargetPicker {
     return { target: this.leastLoaded(list, avoid, true), backend, reason: 'load' };
   }
 
-  /** The fewest in flight here (with `scraped`: plus the waiting requests the endpoint reports); ties in turn. */
+  /**
+   * The fewest in flight here (with `scraped`: plus the waiting requests the endpoint reports, its KV-cache use
+   * breaking ties), among the endpoints within the bounded load when any is (an endpoint's own report cannot draw
+   * more than that: one claiming an empty queue still gets at most its share); ties in turn.
+   */
   private leastLoaded(list: readonly Target[], avoid: string | undefined, scraped: boolean): Target {
+    let bound = Infinity;
+    if (scraped) {
+      let total = 1; // the request being placed
+      for (const t of list) total += this.inflightAt(t.origin);
+      const mean = total / list.length;
+      bound = Math.max(this.limits.maxLoadFactor * mean, mean + this.limits.maxLoadSlack);
+    }
     const start = this.next(list);
     let best = list[start];
     let bestLoad = Infinity;
+    let bestWithin = false;
     for (let k = 0; k < list.length; k++) {
       const t = list[(start + k) % list.length];
       if (t.address === avoid && list.length > 1) continue;
-      let load = this.inflightAt(t.origin);
+      const inflight = this.inflightAt(t.origin);
+      let load = inflight;
       if (scraped) {
         const s = this.stats?.fresh(t.origin);
         if (s) load += s.waiting + (s.kv ?? 0);
       }
-      if (load < bestLoad) {
+      const within = inflight + 1 <= bound;
+      if (within === bestWithin ? load < bestLoad : within) {
         bestLoad = load;
         best = t;
+        bestWithin = within;
       }
     }
     return best;
