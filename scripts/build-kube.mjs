@@ -7,7 +7,7 @@
 //   node scripts/build-kube.mjs          build if needed, print the cache folder
 //   node scripts/build-kube.mjs --where  print the cache folder only (exit 1 when not built)
 import { execFileSync, spawnSync } from 'node:child_process';
-import { cpSync, existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { kubeCacheDir, kubeModuleDir, OTHER_CRDS } from '../test/kube/cache.mjs';
 
@@ -38,7 +38,18 @@ const mod = kubeModuleDir();
 console.log(
   `build-kube: ${go.stdout.trim()}; building kube-apiserver and etcd (first build: 10-20 minutes on 2 cores)`,
 );
-execFileSync('go', ['build', '-trimpath', '-ldflags=-s -w', '-o', join(work, 'bin') + '/', './cmd/...'], {
+// The version the binaries report (GET /version, `kubectl version`) is stamped at link time, as Kubernetes' own build
+// does (hack/lib/version.sh): without it kube-apiserver says v0.0.0-master+$Format:%H$, and `helm install` refuses
+// every chart with a kubeVersion constraint, since that is no version at all.
+const kubeVersion = /^\s*k8s\.io\/kubernetes (v\d+\.\d+\.\d+)\s*$/m.exec(
+  readFileSync(join(mod, 'go.mod'), 'utf8'),
+)?.[1];
+if (!kubeVersion) throw new Error('build-kube: test/kube/go.mod requires no k8s.io/kubernetes vX.Y.Z');
+const [major, minor] = kubeVersion.slice(1).split('.');
+const stamp = Object.entries({ gitVersion: kubeVersion, gitMajor: major, gitMinor: minor, gitTreeState: 'clean' })
+  .map(([k, v]) => `-X k8s.io/component-base/version.${k}=${v}`)
+  .join(' ');
+execFileSync('go', ['build', '-trimpath', `-ldflags=-s -w ${stamp}`, '-o', join(work, 'bin') + '/', './cmd/...'], {
   cwd: mod,
   env,
   stdio: 'inherit',

@@ -1,4 +1,5 @@
 // Command kube-apiserver is the upstream API server, built from k8s.io/kubernetes for servegate's tests.
+// scripts/build-kube.mjs stamps the version it reports (k8s.io/component-base/version) at link time.
 package main
 
 import (
