@@ -21,6 +21,7 @@ import { findExecutable, installCleanup, killAllSync, runToEnd } from './lib/pro
 import { goalLog, log, mb, skipGoals, table } from './lib/report.mjs';
 import { goalTexts as gatewayGoals } from './gateway.mjs';
 import { goalTexts as kubernetesGoals } from './kubernetes.mjs';
+import { realGoalTexts as realKubernetesGoals } from './kubernetes-real.mjs';
 import { goalTexts as llmRoutingGoals, timeBudgetSeconds as llmRoutingSeconds } from './llm-routing.mjs';
 import { prepareBaseline, ROOT } from './lib/servegate.mjs';
 import { goalTexts as streamsGoals, timeBudgetSeconds as streamsSeconds } from './streams.mjs';
@@ -307,10 +308,19 @@ try {
       failed = true;
       log(`Part B FAILED: ${err.stack ?? err}`);
     }
+    log('');
+    log('== Part B, real: the same 10,000 ServingDeployments through a real kube-apiserver and etcd ==');
+    const { runRealKubernetesBench } = await import('./kubernetes-real.mjs');
+    try {
+      results.kubernetesReal = await runRealKubernetesBench(ctx);
+    } catch (err) {
+      failed = true;
+      log(`Part B (real API server) FAILED: ${err.stack ?? err}`);
+    }
   }
   skipGoals(
     'B',
-    Object.values(kubernetesGoals(ctx)),
+    [...Object.values(kubernetesGoals(ctx)), ...Object.values(realKubernetesGoals(ctx))],
     flags.only && flags.only !== 'kubernetes' ? `not run (--only ${flags.only})` : 'no figure (part failed or skipped)',
   );
   if (!flags.only || flags.only === 'limits') {
