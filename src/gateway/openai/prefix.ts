@@ -21,6 +21,12 @@ import type { LlmMembers } from './llm-body.js';
 
 const BOUNDS = [2048, 1024, 512, 256, 128];
 const MAX = BOUNDS[0];
+/**
+ * Messages, and parts of a message, read at most: a message object adds at least 2 characters (":" and a new line),
+ * so 1,024 of them reach MAX; past this only elements that add nothing (a string as a message, an empty text part)
+ * could follow, and a body of millions of them is not walked for its key.
+ */
+const MAX_ITEMS = 1024;
 const QUOTE = 0x22;
 const OPEN_BRACE = 0x7b;
 const OPEN_BRACKET = 0x5b;
@@ -41,7 +47,7 @@ export function prefixKey(raw: Buffer, members: LlmMembers, model: string): numb
     eachElement(raw, messages.start, (at, more) => {
       if (i++ > 0 && !more()) return false;
       body += messageText(raw, at, MAX - body.length);
-      return body.length < MAX;
+      return body.length < MAX && i < MAX_ITEMS;
     });
   } else if (prompt && raw[prompt.start] === QUOTE) {
     body = stringPrefix(raw, prompt.start, MAX);
@@ -78,8 +84,9 @@ function messageText(raw: Buffer, at: number, room: number): string {
     const c = members.findLast((m) => m.name === 'content');
     if (c && raw[c.start] === QUOTE) out += stringPrefix(raw, c.start, room);
     else if (c && raw[c.start] === OPEN_BRACKET) {
+      let parts = 0;
       eachElement(raw, c.start, (part) => {
-        if (out.length >= room) return false;
+        if (out.length >= room || parts++ === MAX_ITEMS) return false;
         const t = raw[part] === OPEN_BRACE ? memberOf(raw, part, 'text') : undefined;
         if (t && raw[t.start] === QUOTE) out += stringPrefix(raw, t.start, room - out.length);
         else out += stringifyPrefix(raw, part, room - out.length);

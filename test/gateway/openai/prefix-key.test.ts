@@ -184,4 +184,14 @@ describe('the prefix key reads only what it needs', () => {
     // And it is the key of the parsed body.
     expect(key).toBe(referenceKey(JSON.parse(raw.toString()) as Record<string, unknown>, 'm'));
   });
+
+  test('at most 1,024 messages are walked: a million that add nothing to the key are not read to the end', () => {
+    const filler = (n: number) => Array.from({ length: n }, () => '');
+    const late = (n: number) =>
+      Buffer.from(JSON.stringify({ model: 'x', messages: [...filler(n), { role: 'user', content: 'late' }, 'last'] }));
+    // Within the bound the message counts (as it always did); past it, nothing after the bound is read.
+    expect(keyOf(late(1000))).toBe(referenceKey(JSON.parse(late(1000).toString()) as Record<string, unknown>, 'm'));
+    expect(keyOf(late(1000))).not.toBe(keyOf(Buffer.from('{"messages":["",""]}')));
+    expect(keyOf(late(1_000_000))).toBe(keyOf(Buffer.from('{"messages":["",""]}')));
+  });
 });
