@@ -19,8 +19,14 @@ export interface AccessRecord {
   completionTokens?: number;
   /** LLM answers: time to first token, ms. */
   ttftMs?: number;
-  /** The answer reported no usage (cut, or a backend that sends none): the token counts are the gateway's estimate. */
+  /**
+   * A token count is the gateway's estimate: the answer reported no usage (cut, or a backend that sends none), or less
+   * than the gateway saw pass.
+   */
   tokensEstimated?: boolean;
+  /** The usage the answer reported, when the gateway charged more. */
+  reportedPromptTokens?: number;
+  reportedCompletionTokens?: number;
 }
 
 const FLUSH_MS = 100;
@@ -43,6 +49,8 @@ export class AccessLog {
     if (r.promptTokens !== undefined)
       line += `,"promptTokens":${r.promptTokens},"completionTokens":${r.completionTokens ?? 0}`;
     if (r.tokensEstimated) line += `,"tokensEstimated":true`;
+    if (r.reportedPromptTokens !== undefined)
+      line += `,"reportedPromptTokens":${r.reportedPromptTokens},"reportedCompletionTokens":${r.reportedCompletionTokens ?? 0}`;
     if (r.ttftMs !== undefined) line += `,"ttftMs":${r.ttftMs}`;
     if (r.error !== undefined) line += `,"error":${JSON.stringify(r.error)}`;
     this.pending += `${line}}\n`;

@@ -156,6 +156,12 @@ export class Metrics {
     labelNames: ['project', 'deployment', 'type'] as const,
     registers: [this.registry],
   });
+  readonly llmTokensEstimated = new Counter({
+    name: 'servegate_llm_tokens_estimated_total',
+    help: "Tokens of LLM answers charged from the gateway's own estimate over what their usage reported (none reported, or less than the gateway saw pass), by project, deployment and type (prompt, completion)",
+    labelNames: ['project', 'deployment', 'type'] as const,
+    registers: [this.registry],
+  });
   readonly llmKeyTokens = new Counter({
     name: 'servegate_llm_key_tokens_total',
     help: 'Tokens of LLM answers as their usage reported them, by API key name and type (prompt, completion)',
@@ -409,6 +415,11 @@ export class Metrics {
   private perKey = new Map<string, { prompt: { inc(n: number): void }; completion: { inc(n: number): void } }>();
 
   /** One LLM answer's usage and timing; undefined parts were not seen. */
+  /** Tokens charged from the gateway's estimate over the reported usage (servegate_llm_tokens_estimated_total). */
+  observeEstimated(project: string, deployment: string, tokens: number, type: 'prompt' | 'completion'): void {
+    if (tokens > 0) this.llmTokensEstimated.inc({ project, deployment, type }, tokens);
+  }
+
   observeLlm(
     project: string,
     deployment: string,

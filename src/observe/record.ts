@@ -33,8 +33,13 @@ export interface Answer {
 
 export interface LlmFigures {
   tokens: TokenUsage | undefined;
-  /** The answer reported no usage: `tokens` is the gateway's estimate (what it charged). */
+  /**
+   * A figure of `tokens` is the gateway's own (what it charged): the answer reported no usage, or less than the gateway
+   * saw pass.
+   */
   estimated?: boolean;
+  /** The usage the answer reported, when the gateway raised it. */
+  reported?: TokenUsage;
   /** Seconds from arrival to the first token. */
   ttft: number | undefined;
   /** Seconds per output token after the first (streams). */
@@ -69,6 +74,11 @@ export function recordAnswer(obs: Observers, a: Answer): void {
   const llm = a.llm;
   if (llm && (llm.tokens || llm.ttft !== undefined))
     obs.metrics.observeLlm(project, deployment, a.keyName, llm.tokens, llm.ttft, llm.tpot);
+  if (llm?.estimated && llm.tokens) {
+    const r = llm.reported;
+    obs.metrics.observeEstimated(project, deployment, llm.tokens.prompt - (r?.prompt ?? 0), 'prompt');
+    obs.metrics.observeEstimated(project, deployment, llm.tokens.completion - (r?.completion ?? 0), 'completion');
+  }
   const access = obs.access;
   if (!access) return;
   const url = a.req.url ?? '/';
@@ -91,5 +101,7 @@ export function recordAnswer(obs: Observers, a: Answer): void {
     completionTokens: llm?.tokens?.completion,
     ttftMs: llm?.ttft !== undefined ? Math.round(llm.ttft * 10000) / 10 : undefined,
     tokensEstimated: llm?.estimated,
+    reportedPromptTokens: llm?.reported?.prompt,
+    reportedCompletionTokens: llm?.reported?.completion,
   });
 }

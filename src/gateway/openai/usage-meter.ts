@@ -37,6 +37,12 @@ export interface UsageMeter {
    * answer that ends without its usage.
    */
   readonly generated: number;
+  /**
+   * Raw bytes (as sent, escapes included) of the generated text that passed: the string values of content, text,
+   * arguments, refusal and reasoning members (streams: the increments only). For charging what the gateway saw when
+   * the answer reports less, or nothing (completionFloor).
+   */
+  readonly textBytes: number;
   /** performance.now() of the first data event (streams) or the first body byte (JSON); 0 = none yet. */
   readonly firstAt: number;
   readonly streamed: boolean;
@@ -103,13 +109,94 @@ function num(v: unknown): number | undefined {
 /** Member names whose non-empty string value is generated text: chat and completions deltas, tool-call arguments,
  * the Responses API's `delta`. */
 const TEXT_KEYS = ['"content":', '"text":', '"arguments":', '"delta":'].map((k) => Buffer.from(k));
+/** Bytes of text per token, as the prompt estimate counts them (llm-body.ts estimatePrompt). */
+export const BYTES_PER_TOKEN = 4;
+/**
+ * Against a report, the gateway's figures count half as many tokens (8 bytes a token): about 4 bytes a token is an
+ * average, and an honest report of text with long words or a prompt written compactly is often below it. Half of it
+ * is what no tokenizer in use comes near, so what is raised is a report that leaves out what passed.
+ */
+const REPORT_SLACK = 2;
+
+/** What an answer is charged, and whether (and over what report) the gateway's own figures were used. */
+export interface ChargedUsage {
+  tokens: TokenUsage;
+  /** A figure is the gateway's own: no usage was reported, or it was less than what the gateway saw. */
+  estimated: boolean;
+  /** The backend's report, when one came and was raised. */
+  reported?: TokenUsage;
+}
+
+/**
+ * The tokens an LLM answer is charged. No report (cut short, the client gone before the usage came, a backend that
+ * sends none): what the gateway saw — the prompt estimate, and for the completion a token per event that carried
+ * text or the text's bytes at BYTES_PER_TOKEN a token, whichever is more. A report: kept, raised where it is below
+ * what the gateway saw counted at half that rate (REPORT_SLACK; the events that carried text count whole), so a
+ * backend reporting `{0, 0}` after 50 content events is charged 50. Undefined when there is nothing to charge.
+ */
+export function chargedUsage(m: UsageMeter, promptEstimate: number): ChargedUsage | undefined {
+  const reported = m.usage;
+  const slack = reported ? REPORT_SLACK : 1;
+  const prompt = Math.max(reported?.prompt ?? 0, Math.ceil(promptEstimate / slack));
+  const seen = Math.max(m.generated, Math.ceil(m.textBytes / (BYTES_PER_TOKEN * slack)));
+  const completion = Math.max(reported?.completion ?? 0, Math.min(MAX_CHARGE, seen));
+  if (!reported) return prompt + completion > 0 ? { tokens: { prompt, completion }, estimated: true } : undefined;
+  if (prompt === reported.prompt && completion === reported.completion) return { tokens: reported, estimated: false };
+  return { tokens: { prompt, completion }, estimated: true, reported };
+}
+
+/** Member names of a JSON answer whose string value is generated text (chat, completions, Responses, reasoning). */
+const ANSWER_TEXT_KEYS = ['"content":', '"text":', '"arguments":', '"refusal":', '"reasoning_content":'].map((k) =>
+  Buffer.from(k),
+);
+/** The longest of ANSWER_TEXT_KEYS and TEXT_KEYS: what of a chunk's end is kept for a name cut in two. */
+const MAX_KEY = 20;
+const RESPONSES_TYPE = Buffer.from('"type":"response.');
+
+/** The end of a JSON string whose contents start at `i` (before `stop`): the index of its closing quote, or -1. */
+function stringEnd(buf: Buffer, i: number, stop: number): number {
+  for (let q = buf.indexOf(QUOTE, i); q !== -1 && q < stop; q = buf.indexOf(QUOTE, q + 1)) {
+    let k = q;
+    while (k > i && buf[k - 1] === BACKSLASH) k--;
+    if ((q - k) % 2 === 0) return q;
+  }
+  return -1;
+}
+
+/**
+ * Raw bytes of generated text in one data line [s, stop): the string values under TEXT_KEYS. A Responses API event
+ * repeats the text it streamed in its `.done` events and in `response.completed`: of those only `delta` strings
+ * count.
+ */
+export function lineTextBytes(buf: Buffer, s: number, stop: number): number {
+  let bytes = 0;
+  let delta = 0;
+  let other = 0;
+  for (let c = buf.indexOf(COLON, s); c !== -1 && c < stop; c = buf.indexOf(COLON, c + 1)) {
+    if (!keyEndsAt(buf, s, c, TEXT_KEYS)) continue;
+    let j = c + 1;
+    while (j < stop && buf[j] === 0x20) j++;
+    if (j >= stop || buf[j] !== QUOTE) continue;
+    const end = stringEnd(buf, j + 1, stop);
+    const n = (end === -1 ? stop : end) - (j + 1);
+    // Of TEXT_KEYS only `"delta":` ends in `a":`.
+    if (buf[c - 2] === 0x61) delta += n;
+    else other += n;
+    bytes += n;
+    if (end === -1) break;
+    c = end;
+  }
+  if (other === 0 || delta > 0) return delta > 0 ? delta : bytes;
+  const t = buf.indexOf(RESPONSES_TYPE, s);
+  return t !== -1 && t < stop ? 0 : bytes;
+}
 
 /** A data line [s, stop) holding a non-empty string under one of TEXT_KEYS. */
 export function carriesText(buf: Buffer, s: number, stop: number): boolean {
   // One pass over the line itself, in place: no view of it per event, and nothing read past its end (a chunk may
   // hold many events). Every key ends with a colon: at each colon, does a key end there, and a string follow?
   for (let c = s; c < stop; c++) {
-    if (buf[c] !== 0x3a || !keyEndsAt(buf, s, c)) continue;
+    if (buf[c] !== 0x3a || !keyEndsAt(buf, s, c, TEXT_KEYS)) continue;
     let j = c + 1;
     while (j < stop && buf[j] === 0x20) j++;
     if (j + 1 < stop && buf[j] === 0x22 && buf[j + 1] !== 0x22) return true;
@@ -117,10 +204,10 @@ export function carriesText(buf: Buffer, s: number, stop: number): boolean {
   return false;
 }
 
-/** One of TEXT_KEYS ends at `c` (its colon), starting at `s` or later. */
-function keyEndsAt(buf: Buffer, s: number, c: number): boolean {
-  for (let i = 0; i < TEXT_KEYS.length; i++) {
-    const key = TEXT_KEYS[i];
+/** One of `keys` ends at `c` (its colon), starting at `s` or later. */
+function keyEndsAt(buf: Buffer, s: number, c: number, keys: readonly Buffer[]): boolean {
+  for (let i = 0; i < keys.length; i++) {
+    const key = keys[i];
     const from = c + 1 - key.length;
     if (from < s) continue;
     let k = 0;
@@ -199,6 +286,7 @@ const NOTHING = Object.freeze([]) as unknown as never[];
 export class SseUsageMeter implements UsageMeter {
   usage: TokenUsage | undefined;
   generated = 0;
+  textBytes = 0;
   firstAt = 0;
   readonly streamed = true;
   /** The beginning of a line that has not ended yet (a copy), while it is short enough to read. */
@@ -392,7 +480,9 @@ export class SseUsageMeter implements UsageMeter {
     if (buf[s] === 0x20) s++;
     if (!this.firstAt && !(stop - s === 6 && buf[s] === 0x5b && buf.toString('latin1', s, stop) === '[DONE]'))
       this.firstAt = now;
-    if (carriesText(buf, s, stop)) this.generated++;
+    const text = lineTextBytes(buf, s, stop);
+    this.textBytes += text;
+    if (text > 0 || carriesText(buf, s, stop)) this.generated++;
     if (!hasUsage) return undefined;
     // The usual `"usage": null` of every chunk: no usage to read; stripping, the member goes, in place.
     const cut = nullUsageSpan(buf, s, stop);
@@ -451,6 +541,7 @@ function isUsageName(raw: Buffer): boolean {
 export class JsonUsageMeter implements UsageMeter {
   usage: TokenUsage | undefined;
   readonly generated = 0;
+  private readonly text = new TextCounter(ANSWER_TEXT_KEYS);
   firstAt = 0;
   readonly streamed = false;
   /** Object and array depth at the scan position: 0 before the answer's value, 1 inside the answer object. */
@@ -471,9 +562,16 @@ export class JsonUsageMeter implements UsageMeter {
   private value: Buffer[] | undefined;
   private valueLength = 0;
 
+  get textBytes(): number {
+    return this.text.bytes;
+  }
+
   push(chunk: Buffer, now: number): Buffer | undefined {
     if (!this.firstAt && chunk.length) this.firstAt = now;
-    if (!this.done && chunk.length) this.scan(chunk);
+    if (!this.done && chunk.length) {
+      this.text.push(chunk);
+      this.scan(chunk);
+    }
     return chunk;
   }
 
@@ -619,5 +717,77 @@ export class JsonUsageMeter implements UsageMeter {
     } catch {
       // not JSON after all: no usage
     }
+  }
+}
+
+/**
+ * Counts the raw bytes of the string values under `keys` in JSON as its chunks pass: at each colon, does one of the
+ * names end there; then the string that follows is skipped to its closing quote (escapes followed across chunks) and
+ * its length counted. A name cut in two by a chunk boundary is found from the last bytes of the chunk before. In valid
+ * JSON a name pattern cannot occur inside a string (its quotes would be escaped), so no text is taken for a name.
+ */
+export class TextCounter {
+  bytes = 0;
+  private state: 'seek' | 'await' | 'in' = 'seek';
+  /** In a string, the chunk before ended in an odd run of backslashes: this chunk's first byte is escaped. */
+  private escaped = false;
+  /** While seeking: the last bytes of the chunk before (a copy), for a name cut in two. */
+  private tail: Buffer | undefined;
+
+  constructor(private readonly keys: readonly Buffer[]) {}
+
+  push(b: Buffer): void {
+    const n = b.length;
+    let i = 0;
+    const prev = this.tail;
+    if (this.state === 'seek' && this.tail) {
+      // A name that ends (its colon) among this chunk's first bytes and began in the chunk before.
+      const head = b.subarray(0, Math.min(n, MAX_KEY));
+      const joined = Buffer.concat([this.tail, head]);
+      for (let c = joined.indexOf(COLON, this.tail.length); c !== -1; c = joined.indexOf(COLON, c + 1)) {
+        if (keyEndsAt(joined, 0, c, this.keys)) {
+          this.state = 'await';
+          i = c - this.tail.length + 1;
+          break;
+        }
+      }
+    }
+    this.tail = undefined;
+    while (i < n) {
+      if (this.state === 'in') {
+        if (this.escaped) {
+          this.escaped = false;
+          this.bytes++;
+          i++;
+          continue;
+        }
+        const end = stringEnd(b, i, n);
+        if (end === -1) {
+          let k = n;
+          while (k > i && b[k - 1] === BACKSLASH) k--;
+          this.escaped = (n - k) % 2 === 1;
+          this.bytes += n - i;
+          return;
+        }
+        this.bytes += end - i;
+        this.state = 'seek';
+        i = end + 1;
+      } else if (this.state === 'await') {
+        while (i < n && isSpace(b[i])) i++;
+        if (i === n) return;
+        // A string is text; anything else (null, an array of parts) is not, and its own names are found in turn.
+        this.state = b[i] === QUOTE ? 'in' : 'seek';
+        if (this.state === 'in') i++;
+      } else {
+        const c = b.indexOf(COLON, i);
+        if (c === -1) break;
+        if (keyEndsAt(b, i, c, this.keys)) this.state = 'await';
+        i = c + 1;
+      }
+    }
+    if (this.state !== 'seek') return;
+    // A chunk with no colon and shorter than a name: the name may have begun in the chunks before it.
+    if (i === 0 && prev && n < MAX_KEY) this.tail = Buffer.concat([prev, b]).subarray(-MAX_KEY);
+    else this.tail = Buffer.from(b.subarray(Math.max(i, n - MAX_KEY)));
   }
 }

@@ -249,13 +249,14 @@ describe('token counts equal the backend usage', () => {
     );
     expect(asked).toMatchObject({ prompt: 6, completion: 4, ttftCount: 1 });
     // Not asked: the body is forwarded as sent, so the backend reports nothing. The gateway charges what it knows: the
-    // prompt guessed at 4 bytes a token (30 bytes of messages: 8) and one token per event that carried text (4).
+    // prompt guessed at 4 bytes a token (30 bytes of messages: 8) and the generated text at 4 bytes a token (four
+    // "tok<i> ": 20 bytes, 5), since that is more than one token per event that carried text (4).
     const body = { model: 'x', messages: [{ role: 'user', content: 'x' }], stream: true };
     const notAsked = await delta(() =>
       send(`${gw.url}/v1/genai/llama/v1/chat/completions`, { headers: { authorization: `Bearer ${key}` }, body }),
     );
     expect(llm.last().body.toString()).toBe(JSON.stringify(body));
-    expect(notAsked).toEqual({ prompt: 8, completion: 4, keyPrompt: 8, keyCompletion: 4, ttftCount: 1, tpotCount: 1 });
+    expect(notAsked).toEqual({ prompt: 8, completion: 5, keyPrompt: 8, keyCompletion: 5, ttftCount: 1, tpotCount: 1 });
   });
 });
 
