@@ -1,7 +1,7 @@
 // `npm run bench`: builds, detects the tools, runs Part A (gateway data plane), Part B (Kubernetes source), Part C
 // (the cost of per-minute limits) and Part D (LLM-aware endpoint picking against round robin, on a simulated vLLM
 // fleet), and ends with a summary of every goal (met / MISSED / skipped) and the command line.
-//   node bench/run.mjs [--only gateway|kubernetes|limits|llm-routing|streams] [--seconds 10] [--warmup 2] [--rate 1000] [--rate-seconds 10]
+//   node bench/run.mjs [--only gateway|kubernetes|limits|llm-routing|streams|scrape] [--seconds 10] [--warmup 2] [--rate 1000] [--rate-seconds 10]
 //                      [--settle 3] [--openloop-warmup 6] [--cold-openloop] [--requests-for-rss 1000000]
 //                      [--connections 64] [--threads 2] [--backend-workers 2] [--deployments 10000] [--events 200]
 //                      [--leader-seconds 15] [--llm-seconds 10] [--llm-warmup 3] [--llm-rate 40]
@@ -25,6 +25,7 @@ import { realGoalTexts as realKubernetesGoals } from './kubernetes-real.mjs';
 import { goalTexts as llmRoutingGoals, timeBudgetSeconds as llmRoutingSeconds } from './llm-routing.mjs';
 import { prepareBaseline, ROOT } from './lib/servegate.mjs';
 import { goalTexts as streamsGoals, timeBudgetSeconds as streamsSeconds } from './streams.mjs';
+import { timeBudgetSeconds as scrapeSeconds } from './scrape.mjs';
 
 const { values: flags } = parseArgs({
   options: {
@@ -49,6 +50,7 @@ const { values: flags } = parseArgs({
     streams: { type: 'string', default: '10000' }, // Part E (bench/streams.mjs)
     'streams-seconds': { type: 'string', default: '20' },
     'stream-prompt-kb': { type: 'string', default: '0' },
+    'scrape-seconds': { type: 'string', default: '10' }, // Part F (bench/scrape.mjs)
     'no-build': { type: 'boolean', default: false },
     profile: { type: 'boolean', default: false },
     'no-nginx': { type: 'boolean', default: false },
@@ -61,7 +63,7 @@ const { values: flags } = parseArgs({
 
 if (flags.help) {
   log(
-    'usage: npm run bench -- [--only gateway|kubernetes|limits|llm-routing|streams] [--seconds 10] [--warmup 2] [--rate 1000]',
+    'usage: npm run bench -- [--only gateway|kubernetes|limits|llm-routing|streams|scrape] [--seconds 10] [--warmup 2] [--rate 1000]',
   );
   log('                        [--rate-seconds 10]');
   log('                        [--settle 3] [--openloop-warmup 6] [--cold-openloop] [--requests-for-rss 1000000]');
@@ -73,6 +75,7 @@ if (flags.help) {
   log(
     '                        [--streams 10000] [--streams-seconds 20] [--stream-prompt-kb 0]   (Part E, --only streams; --quick: 1000 × 5 s)',
   );
+  log('                        [--scrape-seconds 10]   (Part F, --only scrape: gateway CPU per case; --quick: 3 s)');
   log(
     '  --settle: idle seconds before the open loop (then a forced GC in the gateway and --openloop-warmup s per target)',
   );
@@ -96,9 +99,9 @@ if (flags.help) {
   log('    repository (e.g. .bench-tmp/dist-before) or another checkout with node_modules (docs/performance.md)');
   process.exit(0);
 }
-if (flags.only && !['gateway', 'kubernetes', 'limits', 'llm-routing', 'streams'].includes(flags.only)) {
+if (flags.only && !['gateway', 'kubernetes', 'limits', 'llm-routing', 'streams', 'scrape'].includes(flags.only)) {
   process.stderr.write(
-    `bench: --only must be "gateway", "kubernetes", "limits", "llm-routing" or "streams", not "${flags.only}"\n`,
+    `bench: --only must be "gateway", "kubernetes", "limits", "llm-routing", "streams" or "scrape", not "${flags.only}"\n`,
   );
   process.exit(2);
 }
@@ -156,6 +159,7 @@ const ctx = {
   streams: flags.quick ? 1000 : Math.max(1, num('streams')), // Part E
   streamsSeconds: flags.quick ? 5 : Math.max(1, num('streams-seconds')),
   streamPromptKb: Math.max(0, num('stream-prompt-kb')),
+  scrapeSeconds: flags.quick ? 3 : Math.max(1, num('scrape-seconds')), // Part F
   quick: flags.quick,
   profileDir: flags.profile ? join(ROOT, '.bench-tmp', 'profiles') : undefined,
   baseline,
@@ -181,7 +185,8 @@ const limitMs =
     (partA ? 6 * ctx.openLoopWarmup : 0) +
     (partA ? ctx.rssRequests / 3000 : 0) +
     (partD ? llmRoutingSeconds(ctx) : 0) +
-    (!flags.only || flags.only === 'streams' ? streamsSeconds(ctx) : 0)) *
+    (!flags.only || flags.only === 'streams' ? streamsSeconds(ctx) : 0) +
+    (!flags.only || flags.only === 'scrape' ? scrapeSeconds(ctx) : 0)) *
   1000;
 installCleanup(limitMs);
 
@@ -237,6 +242,7 @@ function printSummary(results) {
     ...(results.limits?.summary ?? []),
     ...(results.llmRouting?.summary ?? []),
     ...(results.streams?.summary ?? []),
+    ...(results.scrape?.summary ?? []),
   ])
     log(`  ${line}`);
   const rows = [['goal', 'measured', 'verdict']];
@@ -372,6 +378,19 @@ try {
     Object.values(streamsGoals()),
     flags.only && flags.only !== 'streams' ? `not run (--only ${flags.only})` : 'no figure (part failed or skipped)',
   );
+  // Part F: what scraping the LLM endpoints' metrics costs the gateway (bench/scrape.mjs, docs/llm.md).
+  if (!flags.only || flags.only === 'scrape') {
+    log('');
+    log('== Part F: scraping LLM endpoint metrics: gateway CPU with small and with 4 MB metrics per endpoint ==');
+    busyCheck(results, 'scrape');
+    const { runScrapeBench } = await import('./scrape.mjs');
+    try {
+      results.scrape = await runScrapeBench(ctx);
+    } catch (err) {
+      failed = true;
+      log(`Part F FAILED: ${err.stack ?? err}`);
+    }
+  }
 } finally {
   killAllSync();
   // BENCH_KEEP_DIR=1 keeps the run's directory (the processes' logs, e.g. with BENCH_GATEWAY_NODE_FLAGS=--trace-gc).
