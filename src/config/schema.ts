@@ -103,6 +103,11 @@ export const configSchema = z
         /** Held requests per deployment, and bytes of their bodies; past either, 503. */
         scaleFromZeroMaxQueue: z.number().int().min(1).default(100),
         scaleFromZeroMaxQueueBytes: z.number().int().min(0).default(16_777_216),
+        /** A websocket with no data either way (pings and pongs are data) for this long is closed (nginx: 60 s). */
+        websocketIdleTimeoutSeconds: seconds.default(60),
+        /** Open websockets per API key and per client address; one more is refused with 429 (0 = no cap). */
+        websocketsPerKey: z.number().int().min(0).default(1000),
+        websocketsPerClient: z.number().int().min(0).default(200),
       })
       .strict()
       .default({
@@ -122,6 +127,9 @@ export const configSchema = z
         scaleFromZeroHoldSeconds: 0,
         scaleFromZeroMaxQueue: 100,
         scaleFromZeroMaxQueueBytes: 16_777_216,
+        websocketIdleTimeoutSeconds: 60,
+        websocketsPerKey: 1000,
+        websocketsPerClient: 200,
       }),
     /** With certFile and keyFile, the gateway listener speaks https; both are re-read when they change. */
     tls: z

@@ -128,7 +128,7 @@ export class Metrics {
   });
   readonly rateLimited = new Counter({
     name: 'servegate_rate_limited_total',
-    help: 'Every 429 the gateway answered, by reason (per_second: limits.rateLimitPerKey; per_minute: rpm/tpm of a key or deployment; failed_auth: a client address throttled after failed authentications), scope (key, deployment, client) and kind (requests, tokens, auth_failures)',
+    help: 'Every 429 the gateway answered, by reason (per_second: limits.rateLimitPerKey; per_minute: rpm/tpm of a key or deployment; failed_auth: a client address throttled after failed authentications; open_websockets: limits.websocketsPerKey or websocketsPerClient), scope (key, deployment, client) and kind (requests, tokens, auth_failures, websockets)',
     labelNames: ['scope', 'kind', 'reason'] as const,
     registers: [this.registry],
   });

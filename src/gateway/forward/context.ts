@@ -14,6 +14,7 @@ import type { Drain } from '../listen/drain.js';
 import type { Pools } from './pools.js';
 import type { HoldQueues } from './scale-from-zero.js';
 import type { TargetPicker } from './targets.js';
+import type { TunnelCounts } from './tunnels.js';
 
 export interface PlaneContext {
   store: RouteStore;
@@ -39,6 +40,10 @@ export interface PlaneContext {
   maxHeaders: number;
   streamIdleMs: number;
   bodyIdleMs: number;
+  /** A websocket with no data either way for this long is closed. */
+  websocketIdleMs: number;
+  /** Open websockets per key and per client address. */
+  tunnels: TunnelCounts;
   /** Set when tracing.otlpEndpoint is: a span per request (observe/tracing.ts). */
   tracing?: Tracing;
   /** Requests waiting for a first ready endpoint (scale from zero). */

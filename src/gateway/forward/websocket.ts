@@ -4,6 +4,9 @@
 // deployment scales from zero: a websocket client retries on its own.
 // Any other Upgrade token (h2c, ...) is not tunnelled: the request is handed back to the HTTP server without it and
 // served as plain HTTP/1.1, as RFC 9110 §7.8 allows and as nginx does.
+// A tunnel is closed after limits.websocketIdleTimeoutSeconds with no data either way; tunnels are counted per key and
+// per client address (tunnels.ts); its access-log line is written when it ends, with its bytes and upstream. On LLM
+// routes each client response.create passes the per-minute limits first (openai/realtime-gate.ts).
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, Server } from 'node:http';
 import type { Socket } from 'node:net';
@@ -12,8 +15,11 @@ import type { Dispatcher } from 'undici';
 import type { Route } from '../../routing/types.js';
 import type { RequestTrace } from '../../observe/tracing.js';
 import { recordAnswer } from '../../observe/record.js';
-import type { Charge } from '../../limits/per-minute.js';
+import type { Charge, LimitDecision } from '../../limits/per-minute.js';
+import type { ApiKeyRecord } from '../../routing/types.js';
+import { withFields } from '../../shape.js';
 import { RealtimeMeter } from '../openai/realtime-meter.js';
+import { closeFrame, errorEvent, FrameCursor, RealtimeGate } from '../openai/realtime-gate.js';
 import { admit, type Admission } from '../admit/pipeline.js';
 import { gatewayError, type Dialect, type GatewayError } from '../http/errors.js';
 import { clientRequestId, downstreamHeaders, upstreamHeaders } from '../http/headers.js';
@@ -38,6 +44,20 @@ export class UpgradeJob implements Job, UpgradeOwner {
   /** The token buckets the upgrade passed: charged with each realtime response's usage. */
   private charge: Charge | undefined;
   private finished = false;
+  /** The address the tunnel counts against (as failed authentications do), set once it is counted. */
+  private client = '';
+  private counted = false;
+  private key: ApiKeyRecord | undefined;
+  private status = 0;
+  private upstream = '';
+  private bytesIn = 0;
+  private bytesOut = 0;
+  /** Date.now() of the last data either way. */
+  private lastActive = 0;
+  /** Why the gateway ended the tunnel (the log line's error). */
+  private why: string | undefined;
+  /** Gateway events for the client, waiting for the backend's stream to be between messages. */
+  private inject: { cursor: FrameCursor; pending: Buffer[] } | undefined;
 
   constructor(
     private readonly ctx: PlaneContext,
@@ -66,7 +86,11 @@ export class UpgradeJob implements Job, UpgradeOwner {
 
   drop(): void {}
 
-  tick(): void {}
+  tick(now: number): void {
+    if (!this.tunnel || this.finished) return;
+    const idle = this.ctx.websocketIdleMs;
+    if (now - this.lastActive >= idle) this.shut(1001, `idle for ${idle / 1000} s`, 'websocket idle timeout');
+  }
 
   deadline(): void {
     this.socket.destroy();
@@ -75,7 +99,30 @@ export class UpgradeJob implements Job, UpgradeOwner {
   private end(): void {
     if (this.finished) return;
     this.finished = true;
+    if (this.counted) this.ctx.tunnels.close(this.keyName, this.client);
+    // A tunnel is logged when it ends: its bytes, its length and the backend it reached.
+    if (this.tunnel) this.record(this.status, this.why);
     this.conn.done(this);
+  }
+
+  /**
+   * The gateway ends the tunnel: a close frame (`code`, `reason`) to the client, one to the backend, then both
+   * sockets end (destroyed if they do not within a second).
+   */
+  private shut(code: number, reason: string, why: string): void {
+    const { socket, tunnel } = this;
+    if (!tunnel || this.why !== undefined) return;
+    this.why = why;
+    tunnel.unpipe(socket);
+    socket.unpipe(tunnel);
+    tunnel.removeAllListeners('data');
+    socket.removeAllListeners('data');
+    if (socket.writable) socket.end(closeFrame(code, reason, false));
+    if (tunnel.writable) tunnel.end(closeFrame(code, reason, true));
+    setTimeout(() => {
+      socket.destroy();
+      tunnel.destroy();
+    }, 1000).unref();
   }
 
   private run(): void {
@@ -125,12 +172,21 @@ export class UpgradeJob implements Job, UpgradeOwner {
 
     const { ctx } = this;
     const route = a.route;
+    this.client = clientAddress(this.conn.client, h, ctx.head.trustForwarded);
+    const tooMany = ctx.tunnels.open(this.keyName, this.client);
+    if (tooMany) {
+      ctx.metrics.rateLimited.inc({ scope: tooMany.scope, kind: 'websockets', reason: 'open_websockets' });
+      return this.refuse(tooMany.error);
+    }
+    this.key = a.key;
+    this.counted = true;
     const chosen = route.notReady ? undefined : ctx.picker.choose(route);
     if (!chosen) {
       ctx.metrics.upstreamErrors.inc({ cause: 'no_ready_endpoint' });
       return this.refuse(unavailable(route));
     }
     const target = chosen.target;
+    this.upstream = target.origin.replace(/^https?:\/\//, '');
     if (chosen.variant) this.extra.push('x-servegate-variant', chosen.variant);
     this.charge = a.charge;
     const headers = upstreamHeaders(h, {
@@ -171,25 +227,110 @@ export class UpgradeJob implements Job, UpgradeOwner {
     const { socket } = this;
     if (socket.destroyed) return void up.destroy();
     this.tunnel = up;
+    this.status = status;
+    this.lastActive = Date.now();
     const list: string[] = [];
     for (let i = 0; i < raw.length; i += 2) list.push(raw[i].toString('latin1'), raw[i + 1].toString('latin1'));
     socket.write(rawHead(status, list));
-    if (this.head.length) up.write(this.head);
     up.on('error', () => socket.destroy());
     up.on('close', () => socket.destroy());
+    // Data either way is activity (a ping or a pong is a frame like any other) and is counted for the log line.
+    up.on('data', (c: Buffer) => {
+      this.bytesOut += c.length;
+      this.lastActive = Date.now();
+    });
+    socket.on('data', (c: Buffer) => {
+      this.bytesIn += c.length;
+      this.lastActive = Date.now();
+    });
+    this.bytesIn += this.head.length;
     const route = this.route;
-    if (route?.kind === 'llm') {
-      // Realtime sessions: each response.done's usage is counted and charged as it passes (openai/realtime-meter.ts).
-      const { metrics, perMinute } = this.ctx;
-      const meter = new RealtimeMeter((u) => {
-        metrics.observeLlm(route.project, route.deployment, this.keyName, u, undefined, undefined);
-        perMinute.charge(this.charge, u.prompt + u.completion);
-      });
-      up.on('data', (c: Buffer) => meter.push(c));
+    if (route?.kind !== 'llm') {
+      if (this.head.length) up.write(this.head);
+      up.pipe(socket);
+      socket.pipe(up);
+      return;
     }
-    up.pipe(socket);
-    socket.pipe(up);
-    this.record(status);
+    // Realtime sessions: each response.done's usage is counted and charged as it passes (openai/realtime-meter.ts),
+    // and each client response.create passes the per-minute limits before it reaches the backend (realtime-gate.ts).
+    const { metrics, perMinute } = this.ctx;
+    const meter = new RealtimeMeter((u) => {
+      metrics.observeLlm(route.project, route.deployment, this.keyName, u, undefined, undefined);
+      perMinute.charge(this.charge, u.prompt + u.completion);
+    });
+    const inject = (this.inject = { cursor: new FrameCursor(), pending: [] as Buffer[] });
+    up.on('data', (c: Buffer) => {
+      meter.push(c);
+      this.toClient(c, inject);
+    });
+    up.on('end', () => socket.end());
+    socket.on('drain', () => up.resume());
+    let held = false;
+    let full = false;
+    const gate = new RealtimeGate({
+      forward: (b) => {
+        if (!up.write(b) && !full) {
+          full = true;
+          socket.pause();
+        }
+      },
+      decide: (take) => this.decide(take),
+      refused: (err, eventId) => {
+        this.toClient(errorEvent(err, eventId), inject, true);
+      },
+      hold: (on) => {
+        held = on;
+        if (on) socket.pause();
+        else if (!full) socket.resume();
+      },
+    });
+    up.on('drain', () => {
+      full = false;
+      if (!held) socket.resume();
+    });
+    socket.on('data', (c: Buffer) => gate.push(c));
+    socket.on('end', () => up.end());
+    if (this.head.length) gate.push(this.head);
+  }
+
+  /**
+   * Bytes for the client on an LLM tunnel: the backend's as they come, and the gateway's own events (`own`), which
+   * wait for the backend's stream to be between messages.
+   */
+  private toClient(c: Buffer, inject: { cursor: FrameCursor; pending: Buffer[] }, own = false): void {
+    const { socket } = this;
+    const write = (b: Buffer): void => {
+      if (b.length && !socket.write(b)) this.tunnel?.pause();
+    };
+    if (own) {
+      if (inject.cursor.quiet) write(c);
+      else inject.pending.push(c);
+      return;
+    }
+    if (inject.pending.length === 0) {
+      inject.cursor.read(c, false);
+      return write(c);
+    }
+    const at = inject.cursor.quiet ? 0 : inject.cursor.read(c, true);
+    write(c.subarray(0, at));
+    if (inject.cursor.quiet) {
+      for (const p of inject.pending.splice(0)) write(p);
+    }
+    if (at < c.length) this.toClient(c.subarray(at), inject);
+  }
+
+  /** A client response.create (`take`) or an unreadable message: the key's and the deployment's per-minute windows. */
+  private decide(take: boolean): GatewayError | undefined | Promise<GatewayError | undefined> {
+    const { ctx, route } = this;
+    const specs = ctx.perMinute.specs(route, this.key);
+    if (specs.length === 0) return undefined;
+    const answer = (d: LimitDecision): GatewayError | undefined => {
+      if (d.ok) return undefined;
+      for (const s of d.spent) ctx.metrics.rateLimited.inc({ scope: s.scope, kind: s.kind, reason: 'per_minute' });
+      return d.error;
+    };
+    const d = ctx.perMinute.decide(take ? specs : specs.map((s) => withFields(s, { cost: 0 })));
+    return d instanceof Promise ? d.then(answer) : answer(d);
   }
 
   /**
@@ -244,9 +385,9 @@ export class UpgradeJob implements Job, UpgradeOwner {
       keyName: this.keyName,
       status,
       started: this.started,
-      upstream: '',
-      bytesIn: 0,
-      bytesOut: 0,
+      upstream: this.upstream,
+      bytesIn: this.bytesIn,
+      bytesOut: this.bytesOut,
       error,
     });
   }

@@ -38,6 +38,7 @@ import type { HoldQueues } from '../forward/scale-from-zero.js';
 import type { EndpointStats, ScrapeTarget } from '../forward/endpoint-stats.js';
 import { Pools } from '../forward/pools.js';
 import { TargetPicker } from '../forward/targets.js';
+import { TunnelCounts } from '../forward/tunnels.js';
 import { withFields } from '../../shape.js';
 import { capIdleParsers } from './parser-pool.js';
 import { guessDialect } from '../admit/route.js';
@@ -141,6 +142,8 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
     maxHeaders: limits.maxRequestHeaders,
     streamIdleMs: limits.streamIdleTimeoutSeconds * 1000,
     bodyIdleMs: limits.requestBodyIdleTimeoutSeconds * 1000,
+    websocketIdleMs: limits.websocketIdleTimeoutSeconds * 1000,
+    tunnels: new TunnelCounts(limits.websocketsPerKey, limits.websocketsPerClient),
   };
 
   // Held requests look again when endpoints change or a new table is in (an InferenceService became ready).

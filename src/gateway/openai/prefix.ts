@@ -90,7 +90,7 @@ function messageText(raw: Buffer, at: number, room: number): string {
         const t = raw[part] === OPEN_BRACE ? memberOf(raw, part, 'text') : undefined;
         if (t && raw[t.start] === QUOTE) out += stringPrefix(raw, t.start, room - out.length);
         else out += stringifyPrefix(raw, part, room - out.length);
-        return true;
+        return out.length < room; // full: the part is not skipped to find the next one
       });
     }
   }

@@ -133,3 +133,121 @@ describe('through the gateway', () => {
     expect(status).toBe(429);
   });
 });
+
+// Limits hold inside a session (found by a hostile review: one session passed 21 response.done, 10.5 times a tpm of
+// 300, in 4 s): each client response.create is a request against the key's and the deployment's per-minute windows;
+// once one is exhausted, the next response.create gets an error event and never reaches the backend.
+describe('limits inside a realtime session', () => {
+  let wss: WebSocketServer;
+  let gw: Gateway;
+  /** The events the backend received, by type. */
+  const got: string[] = [];
+
+  beforeAll(async () => {
+    wss = new WebSocketServer({ port: 0, host: '127.0.0.1' });
+    await new Promise((r) => wss.once('listening', r));
+    wss.on('connection', (ws) => {
+      // One response at a time, as a server streams them (fragments of two messages cannot interleave).
+      let chain = Promise.resolve();
+      ws.on('message', (m) => {
+        const type = (JSON.parse(String(m)) as { type: string }).type;
+        got.push(type);
+        if (type !== 'response.create') return;
+        chain = chain.then(
+          () =>
+            new Promise<void>((resolve) => {
+              // A fragmented delta (three frames) before the usage, the rest 100 ms after the first fragment: an
+              // error event the gateway adds in between must wait for the end of the message.
+              ws.send('{"type":"response.text.delta","delta":"', { fin: false });
+              setTimeout(() => {
+                ws.send('x'.repeat(10_000), { fin: false });
+                ws.send('"}', { fin: true });
+                ws.send(done(50, 100).toString());
+                resolve();
+              }, 100);
+            }),
+        );
+      });
+    });
+    const url = `http://127.0.0.1:${(wss.address() as AddressInfo).port}`;
+    gw = await startGateway({
+      deployments: [
+        { namespace: 'demo', name: 'rt', modelServer: 'llm', url },
+        { namespace: 'demo', name: 'rt2', modelServer: 'llm', url, limits: { requestsPerMinute: 3 } },
+        { namespace: 'demo', name: 'rt3', modelServer: 'llm', url, limits: { requestsPerMinute: 3 } },
+      ],
+      keys: [
+        { name: 'k-tpm', projects: 'demo', tpm: 300 },
+        { name: 'k-free', projects: 'demo' },
+      ],
+    });
+  });
+
+  afterAll(async () => {
+    await gw?.close();
+    await new Promise((r) => wss?.close(r));
+  });
+
+  /** A session; `events` collects every event the client receives. */
+  async function session(key: string, path: string) {
+    const ws = new WebSocket(`${gw.url.replace('http', 'ws')}${path}`, {
+      headers: { authorization: `Bearer ${gw.keys[key]}` },
+    });
+    await new Promise((r, j) => ws.once('open', r).once('error', j));
+    const events: Array<{ type: string; error?: Record<string, unknown> }> = [];
+    ws.on('message', (m) => events.push(JSON.parse(String(m))));
+    const count = (type: string) => events.filter((e) => e.type === type).length;
+    return { ws, events, count };
+  }
+
+  test('a key with tpm 300 and 150 tokens a response: response.create is refused with an error event once spent', async () => {
+    const { ws, events, count } = await session('k-tpm', '/v1/demo/rt/v1/realtime?model=x');
+    const before = got.length;
+    // One at a time, as a client waits for each answer: a response is admitted while the window has a token left
+    // (it refills continuously), as an HTTP request is; its size is known only when it is done.
+    let answered = 0;
+    for (let i = 0; i < 10; i++) {
+      ws.send(JSON.stringify({ type: 'response.create', event_id: `evt_${i}` }));
+      answered++;
+      await waitFor(() => count('response.done') + count('error') === answered, `answer ${i}`);
+    }
+    const done = count('response.done');
+    // 2 responses spend the 300 tokens; a third may start in the milliseconds the window refills. Never 21.
+    expect(done).toBeGreaterThanOrEqual(2);
+    expect(done).toBeLessThanOrEqual(3);
+    const errors = events.filter((e) => e.type === 'error').map((e) => e.error);
+    expect(errors).toHaveLength(10 - done);
+    expect(errors[0]).toMatchObject({ type: 'rate_limit_error', code: 'rate_limit_exceeded', event_id: `evt_${done}` });
+    expect(String(errors[0]!.message)).toMatch(/^rate limit exceeded: .*tokens/);
+    // Other events still pass (the session is not cut); the refused response.create never reached the backend.
+    ws.send(JSON.stringify({ type: 'input_audio_buffer.append', audio: 'AAAA' }));
+    await waitFor(() => got.length === before + done + 1, 'the append');
+    expect(got.slice(before)).toEqual([...Array<string>(done).fill('response.create'), 'input_audio_buffer.append']);
+    ws.close();
+  });
+
+  test("a deployment's rpm counts each response.create as a request (the upgrade is one too)", async () => {
+    const { ws, count } = await session('k-free', '/v1/demo/rt2/v1/realtime?model=x');
+    for (let i = 0; i < 3; i++) ws.send(JSON.stringify({ type: 'response.create' }));
+    await waitFor(() => count('response.done') === 2 && count('error') === 1, 'two responses and one refusal');
+    ws.close();
+  });
+
+  test('an error event lands between messages, never inside a fragmented one', async () => {
+    const { ws, events, count } = await session('k-free', '/v1/demo/rt3/v1/realtime?model=x');
+    let protocolError: Error | undefined;
+    ws.on('error', (e) => (protocolError = e));
+    // The upgrade and A, B take the deployment's 3 requests; C is refused while A's delta is still open (its first
+    // fragment passed, the rest is 100 ms away): its error event waits for the end of that message.
+    const before = got.length;
+    for (const id of ['A', 'B']) ws.send(JSON.stringify({ type: 'response.create', event_id: id }));
+    // The backend has both (A's first fragment went out before B came in): C is refused inside A's open message.
+    await waitFor(() => got.length === before + 2, 'A and B at the backend');
+    ws.send(JSON.stringify({ type: 'response.create', event_id: 'C' }));
+    await waitFor(() => count('response.done') === 2 && count('error') === 1, 'two responses and one refusal');
+    expect(protocolError).toBeUndefined();
+    expect(events.map((e) => e.type).slice(0, 2)).toEqual(['response.text.delta', 'error']);
+    expect(events.filter((e) => e.type === 'response.text.delta')).toHaveLength(2);
+    ws.close();
+  });
+});
