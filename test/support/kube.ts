@@ -120,11 +120,32 @@ export class KubeCluster {
 
   /** GET on the API server as the admin: status and body. */
   raw(path: string): Promise<{ status: number; body: string }> {
+    return this.request('GET', path);
+  }
+
+  /**
+   * Any request on the API server as the admin: status and body (status 0 when it could not be made). An object
+   * body is sent as JSON with `contentType` (default application/json; patches: application/merge-patch+json, ...).
+   */
+  request(
+    method: string,
+    path: string,
+    body?: unknown,
+    contentType = 'application/json',
+  ): Promise<{ status: number; body: string }> {
     const s = this.state;
+    const payload = body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body);
     return new Promise((resolve) => {
       const req = request(
         `${s.server}${path}`,
-        { ca: readFileSync(s.ca), cert: readFileSync(s.adminCert), key: readFileSync(s.adminKey), timeout: 5000 },
+        {
+          method,
+          ca: readFileSync(s.ca),
+          cert: readFileSync(s.adminCert),
+          key: readFileSync(s.adminKey),
+          timeout: 5000,
+          headers: payload === undefined ? {} : { 'content-type': contentType },
+        },
         (res) => {
           let body = '';
           res.setEncoding('utf8');
@@ -134,7 +155,7 @@ export class KubeCluster {
       );
       req.on('error', () => resolve({ status: 0, body: '' }));
       req.on('timeout', () => req.destroy());
-      req.end();
+      req.end(payload);
     });
   }
 
