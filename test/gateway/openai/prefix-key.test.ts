@@ -134,7 +134,9 @@ describe('the prefix key read from the bytes is the key of the parsed body', () 
 });
 
 describe('the prefix key reads only what it needs', () => {
-  afterEach(() => jest.restoreAllMocks());
+  afterEach(() => {
+    jest.restoreAllMocks();
+  });
 
   test('a 24 MiB image part and 15 MiB of tools: nothing of more than a few KiB is stringified or parsed', () => {
     const image = `data:image/png;base64,${'A'.repeat(24 * 1024 * 1024)}`;
