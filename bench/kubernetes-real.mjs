@@ -27,7 +27,7 @@ const CONCURRENCY = 16;
 export function realGoalTexts(ctx) {
   const n = ctx.deployments.toLocaleString('en-US');
   return {
-    createToServed: `real API server: create → served p99 <= 1 s at ${n} (SPEC: changes apply within a second)`,
+    createToServed: `real API server: create → served p99 <= 50 ms at ${n} (the fake's line)`,
     memory: `real API server: gateway RSS after full GC <= 200 MB, ${n} deployments`,
   };
 }
@@ -324,7 +324,7 @@ export async function runRealKubernetesBench(ctx) {
     log(
       `  API server load from servegate since it started: LIST ${Object.entries(a.lists)
         .map(([r, n]) => `${r} ${n}`)
-        .join(', ')}; WATCH started ${Object.entries(a.watchesStarted)
+        .join(', ')}; WATCH ended (restarted) ${Object.entries(a.watchesStarted)
         .map(([r, n]) => `${r} ${n}`)
         .join(', ')}; watches of servegate open now ${a.watchesOpen}`,
     );
@@ -345,7 +345,7 @@ export async function runRealKubernetesBench(ctx) {
     results.goals.createToServed = goal(
       texts.createToServed,
       `${ms(p99)} (bulk p99 ${ms(results.bulk.p99Ms)})`,
-      single.length === ctx.events && p99 <= 1000,
+      single.length === ctx.events && p99 <= 50,
       'B',
     );
     const m = results.memory.rssAfterGc;
