@@ -31,6 +31,14 @@ import type { PlaneContext } from './context.js';
 import { DECLINE_BODY_MAX, UpgradeCall, type UpgradeOwner } from './upstream-call.js';
 import { ClientGone, mapUpstreamError, unavailable } from './upstream-errors.js';
 
+/** An LLM tunnel's own writes to the client: they wait for the backend's stream to be between messages. */
+interface Inject {
+  cursor: FrameCursor;
+  pending: Buffer[];
+  /** A close the gateway decided while a message was in passage. */
+  closing: { code: number; reason: string; why: string } | undefined;
+}
+
 export class UpgradeJob implements Job, UpgradeOwner {
   private readonly started = performance.now();
   private requestId = '';
@@ -57,7 +65,9 @@ export class UpgradeJob implements Job, UpgradeOwner {
   /** Why the gateway ended the tunnel (the log line's error). */
   private why: string | undefined;
   /** Gateway events for the client, waiting for the backend's stream to be between messages. */
-  private inject: { cursor: FrameCursor; pending: Buffer[] } | undefined;
+  private inject: Inject | undefined;
+  /** Client response.create events admitted by the limits whose response.created has not passed yet. */
+  private admittedCreates = 0;
 
   constructor(
     private readonly ctx: PlaneContext,
@@ -113,6 +123,7 @@ export class UpgradeJob implements Job, UpgradeOwner {
     const { socket, tunnel } = this;
     if (!tunnel || this.why !== undefined) return;
     this.why = why;
+    this.inject = undefined;
     tunnel.unpipe(socket);
     socket.unpipe(tunnel);
     tunnel.removeAllListeners('data');
@@ -254,11 +265,14 @@ export class UpgradeJob implements Job, UpgradeOwner {
     // Realtime sessions: each response.done's usage is counted and charged as it passes (openai/realtime-meter.ts),
     // and each client response.create passes the per-minute limits before it reaches the backend (realtime-gate.ts).
     const { metrics, perMinute } = this.ctx;
-    const meter = new RealtimeMeter((u) => {
-      metrics.observeLlm(route.project, route.deployment, this.keyName, u, undefined, undefined);
-      perMinute.charge(this.charge, u.prompt + u.completion);
-    });
-    const inject = (this.inject = { cursor: new FrameCursor(), pending: [] as Buffer[] });
+    const meter = new RealtimeMeter(
+      (u) => {
+        metrics.observeLlm(route.project, route.deployment, this.keyName, u, undefined, undefined);
+        perMinute.charge(this.charge, u.prompt + u.completion);
+      },
+      () => this.responseStarted(),
+    );
+    const inject: Inject = (this.inject = { cursor: new FrameCursor(), pending: [], closing: undefined });
     up.on('data', (c: Buffer) => {
       meter.push(c);
       this.toClient(c, inject);
@@ -297,8 +311,9 @@ export class UpgradeJob implements Job, UpgradeOwner {
    * Bytes for the client on an LLM tunnel: the backend's as they come, and the gateway's own events (`own`), which
    * wait for the backend's stream to be between messages.
    */
-  private toClient(c: Buffer, inject: { cursor: FrameCursor; pending: Buffer[] }, own = false): void {
+  private toClient(c: Buffer, inject: Inject, own = false): void {
     const { socket } = this;
+    if (this.why !== undefined) return;
     const write = (b: Buffer): void => {
       if (b.length && !socket.write(b)) this.tunnel?.pause();
     };
@@ -307,7 +322,7 @@ export class UpgradeJob implements Job, UpgradeOwner {
       else inject.pending.push(c);
       return;
     }
-    if (inject.pending.length === 0) {
+    if (inject.pending.length === 0 && !inject.closing) {
       inject.cursor.read(c, false);
       return write(c);
     }
@@ -315,17 +330,48 @@ export class UpgradeJob implements Job, UpgradeOwner {
     write(c.subarray(0, at));
     if (inject.cursor.quiet) {
       for (const p of inject.pending.splice(0)) write(p);
+      const closing = inject.closing;
+      if (closing) return this.shut(closing.code, closing.reason, closing.why);
     }
     if (at < c.length) this.toClient(c.subarray(at), inject);
   }
 
-  /** A client response.create (`take`) or an unreadable message: the key's and the deployment's per-minute windows. */
-  private decide(take: boolean): GatewayError | undefined | Promise<GatewayError | undefined> {
+  /**
+   * The backend started a response. One a client response.create asked for passed the limits already; one it starts
+   * on its own (server-side turn detection) is a request too, and when a window is spent the session is closed with
+   * 1008 (policy violation) and a reason that starts with rate_limit_exceeded, at the end of the message in passage.
+   */
+  private responseStarted(): void {
+    if (this.admittedCreates > 0) {
+      this.admittedCreates--;
+      return;
+    }
+    const closeFor = (err: GatewayError | undefined): void => {
+      const inject = this.inject;
+      if (!err || !inject) return;
+      const reason = `rate_limit_exceeded: ${err.message}`;
+      const why = 'rate limit exceeded inside the session';
+      if (inject.cursor.quiet) this.shut(1008, reason, why);
+      else inject.closing = { code: 1008, reason, why };
+    };
+    const d = this.decide(true, false);
+    if (d instanceof Promise) void d.then(closeFor);
+    else closeFor(d);
+  }
+
+  /**
+   * A response.create (`take`: one request) or an unreadable client message: the key's and the deployment's
+   * per-minute windows. `fromClient`: an admitted response.create is counted, its response.created then expected.
+   */
+  private decide(take: boolean, fromClient = true): GatewayError | undefined | Promise<GatewayError | undefined> {
     const { ctx, route } = this;
     const specs = ctx.perMinute.specs(route, this.key);
     if (specs.length === 0) return undefined;
     const answer = (d: LimitDecision): GatewayError | undefined => {
-      if (d.ok) return undefined;
+      if (d.ok) {
+        if (take && fromClient) this.admittedCreates++;
+        return undefined;
+      }
       for (const s of d.spent) ctx.metrics.rateLimited.inc({ scope: s.scope, kind: s.kind, reason: 'per_minute' });
       return d.error;
     };

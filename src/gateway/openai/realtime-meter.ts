@@ -7,6 +7,7 @@ import { readUsage, type TokenUsage } from './usage-meter.js';
 /** A message longer than this is not read for usage. */
 const MAX_MESSAGE = 1 << 20;
 const DONE = 'response.done';
+const CREATED = 'response.created';
 
 export class RealtimeMeter {
   private buf: Buffer = Buffer.alloc(0);
@@ -15,7 +16,11 @@ export class RealtimeMeter {
   private messageLength = 0;
   private skipping = false;
 
-  constructor(private readonly onUsage: (u: TokenUsage) => void) {}
+  constructor(
+    private readonly onUsage: (u: TokenUsage) => void,
+    /** Each `response.created` (a response the backend starts, asked for or on its own). */
+    private readonly onCreated?: () => void,
+  ) {}
 
   /** Bytes from the backend, in order. */
   push(chunk: Buffer): void {
@@ -81,7 +86,8 @@ export class RealtimeMeter {
     if (!fin) return;
     const text = Buffer.concat(this.message!).toString('utf8');
     this.message = undefined;
-    if (!text.includes(DONE)) return;
+    const created = this.onCreated !== undefined && text.includes(CREATED);
+    if (!created && !text.includes(DONE)) return;
     let doc: unknown;
     try {
       doc = JSON.parse(text);
@@ -89,6 +95,7 @@ export class RealtimeMeter {
       return;
     }
     const o = doc as { type?: unknown; response?: { usage?: unknown } } | null;
+    if (created && o?.type === CREATED) return this.onCreated!();
     if (!o || o.type !== DONE) return;
     const u = readUsage(o.response?.usage);
     if (u) this.onUsage(u);

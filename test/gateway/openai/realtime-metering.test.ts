@@ -152,6 +152,12 @@ describe('limits inside a realtime session', () => {
       ws.on('message', (m) => {
         const type = (JSON.parse(String(m)) as { type: string }).type;
         got.push(type);
+        // Server-side turn detection: a committed turn starts a response with no response.create.
+        if (type === 'input_audio_buffer.commit') {
+          ws.send(JSON.stringify({ type: 'response.created', response: { id: 'r' } }));
+          ws.send(done(50, 100).toString());
+          return;
+        }
         if (type !== 'response.create') return;
         chain = chain.then(
           () =>
@@ -179,6 +185,7 @@ describe('limits inside a realtime session', () => {
       keys: [
         { name: 'k-tpm', projects: 'demo', tpm: 300 },
         { name: 'k-free', projects: 'demo' },
+        { name: 'k-vad', projects: 'demo', tpm: 300 },
       ],
     });
   });
@@ -249,5 +256,24 @@ describe('limits inside a realtime session', () => {
     expect(events.map((e) => e.type).slice(0, 2)).toEqual(['response.text.delta', 'error']);
     expect(events.filter((e) => e.type === 'response.text.delta')).toHaveLength(2);
     ws.close();
+  });
+
+  test('responses the backend starts on its own: once the window is spent, the session closes with 1008', async () => {
+    const { ws, count } = await session('k-vad', '/v1/demo/rt/v1/realtime?model=x');
+    const closed = new Promise<{ code: number; reason: string }>((r) =>
+      ws.once('close', (code, reason) => r({ code, reason: String(reason) })),
+    );
+    let isClosed = false;
+    void closed.then(() => (isClosed = true));
+    for (let i = 1; i <= 10 && !isClosed; i++) {
+      ws.send(JSON.stringify({ type: 'input_audio_buffer.commit' }));
+      await waitFor(() => count('response.done') === i || isClosed, `turn ${i}`);
+    }
+    const { code, reason } = await closed;
+    expect(code).toBe(1008);
+    expect(reason).toMatch(/^rate_limit_exceeded: rate limit exceeded: .*tokens/);
+    // 150 tokens a turn against 300: two or three responses (the window refills continuously), never ten.
+    expect(count('response.done')).toBeGreaterThanOrEqual(2);
+    expect(count('response.done')).toBeLessThanOrEqual(3);
   });
 });
