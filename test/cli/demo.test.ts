@@ -3,6 +3,8 @@
 // replicas as well), the examples' URLs (backend.url and each backend.urls entry) rewritten.
 import { createServer, type Server } from 'node:net';
 import OpenAI from 'openai';
+import { freePort } from '../support/net.js';
+import { waitFor } from '../support/wait.js';
 import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import { silentLogger } from '../../src/log.js';
 import { DEMO_API_KEY, DEMO_BACKENDS, demoCommand, startDemo, type Demo } from '../../src/cli/demo.js';
@@ -131,14 +133,17 @@ describe('servegate demo', () => {
       const replicaAddresses = demo.backends
         .filter((b) => b.file === 'vllm-replica.mjs')
         .map((b) => `127.0.0.1:${b.port}`);
-      let fleet: View['deployments'][number] | undefined;
-      for (const deadline = Date.now() + 5000; Date.now() < deadline;) {
-        const r = await fetch(`http://127.0.0.1:${demo.server.adminPort}/deployments`);
-        expect(r.status).toBe(200);
-        fleet = ((await r.json()) as View).deployments.find((d) => d.name === 'fleet');
-        if (fleet?.endpoints?.every((e) => e.waiting !== undefined)) break;
-        await new Promise((res) => setTimeout(res, 50));
-      }
+      const fleet = await waitFor(
+        async () => {
+          const r = await fetch(`http://127.0.0.1:${demo.server.adminPort}/deployments`);
+          expect(r.status).toBe(200);
+          const d = ((await r.json()) as View).deployments.find((x) => x.name === 'fleet');
+          return d?.endpoints?.every((e) => e.waiting !== undefined) === true && d;
+        },
+        "the fleet's endpoints with their scraped figures",
+        5000,
+        50,
+      );
       expect(fleet?.balancing).toBe('llm');
       expect(fleet?.endpoints?.map((e) => e.address)).toEqual(replicaAddresses);
       for (const e of fleet?.endpoints ?? []) {
@@ -237,13 +242,6 @@ function portOf(s: Server): number {
 }
 
 /** A port nothing listens on (one the system just handed out and that was closed again). */
-async function freePort(): Promise<number> {
-  const s = await listenOn(0);
-  const port = portOf(s);
-  await close(s);
-  return port;
-}
-
 function close(s: Server): Promise<void> {
   return new Promise((res) => s.close(() => res()));
 }

@@ -2,6 +2,7 @@
 import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import OpenAI from 'openai';
 import WebSocket from 'ws';
+import { waitFor } from '../support/wait.js';
 
 type Started = {
   port: number;
@@ -159,8 +160,7 @@ describe('examples/backends/llm-server.mjs', () => {
     await reader.read();
     const before = s.stats!.abortedStreams;
     ac.abort();
-    const deadline = Date.now() + 2000;
-    while (s.stats!.abortedStreams === before && Date.now() < deadline) await new Promise((res) => setTimeout(res, 10));
+    await waitFor(() => s.stats!.abortedStreams !== before, 'the abort to be counted', 2000, 10);
     expect(s.stats!.abortedStreams).toBe(before + 1);
     expect(s.stats!.activeStreams).toBe(0);
   });

@@ -2,6 +2,7 @@
 // benchmark (SPEC §12) behave as the picker expects of vLLM: a prefix cache that shortens the time to first token, a
 // batch limit with a FIFO queue behind it, and vLLM's metric names on /metrics. Real loopback sockets.
 import { afterEach, describe, expect, test } from '@jest/globals';
+import { waitFor } from '../support/wait.js';
 
 type Stats = {
   index: number;
@@ -40,8 +41,6 @@ async function replica(options: object = {}): Promise<Replica> {
   open.push(r);
   return r;
 }
-
-const sleep = (ms: number) => new Promise((res) => setTimeout(res, ms));
 
 /** A system prompt of about `bytes` bytes (64 bytes = one block of 16 tokens). */
 const systemPrompt = (tenant: string, bytes: number) =>
@@ -199,11 +198,10 @@ describe('examples/backends/vllm-sim.mjs', () => {
   test('the waiting queue grows beyond the batch limit, FIFO, and drains', async () => {
     const r = await replica({ maxRunning: 2, prefillMsPerBlock: 0.1, decodeMsPerToken: 40, maxTokens: 10 });
     const runs = Array.from({ length: 5 }, (_, i) => stream(r.url, chatBody(`prompt ${i}`, 'q')));
-    let m = await metrics(r.url);
-    for (let t = 0; t < 50 && m.value('vllm:num_requests_waiting') !== 3; t++) {
-      await sleep(10);
-      m = await metrics(r.url);
-    }
+    const m = await waitFor(async () => {
+      const now = await metrics(r.url);
+      return now.value('vllm:num_requests_waiting') === 3 && now;
+    }, 'three requests waiting');
     expect(m.value('vllm:num_requests_running')).toBe(2);
     expect(m.value('vllm:num_requests_waiting')).toBe(3);
     expect(m.value('vllm:kv_cache_usage_perc')).toBeGreaterThan(0);
@@ -226,7 +224,7 @@ describe('examples/backends/vllm-sim.mjs', () => {
     await res.body!.getReader().read();
     expect(r.stats().running).toBe(1);
     ac.abort();
-    for (let t = 0; t < 100 && r.stats().running; t++) await sleep(10);
+    await waitFor(() => r.stats().running === 0, 'the slot freed', 1000);
     expect(r.stats()).toMatchObject({ running: 0, aborted: 1 });
     const next = await stream(r.url, chatBody('next', 'q', { max_tokens: 2 }));
     expect(next.tokens).toBe(2);

@@ -2,7 +2,7 @@
 // it writes status through the status subresource, only when it changed, only while leader, and retries failures.
 import { Registry } from 'prom-client';
 import { afterEach, beforeEach, describe, expect, test } from '@jest/globals';
-import { waitFor } from '../support/wait.js';
+import { sleep, waitFor } from '../support/wait.js';
 import { kubeStatusWriter, StatusController, type StatusWriter } from '../../src/controller/controller.js';
 import { registerControllerMetrics, startStatusController, type ControllerHandle } from '../../src/controller/index.js';
 import { RouteStore } from '../../src/routing/store.js';
@@ -295,7 +295,7 @@ describe('status controller', () => {
     store.apply(snapshotNow());
     store.apply(snapshotNow());
     await c.idle();
-    await new Promise((r) => setTimeout(r, 50));
+    await sleep(50); // stays: the window in which a non-leader's write would reach the fake API server
     expect(statusWrites()).toEqual([]);
     leader = true;
     c.startedLeading();
@@ -325,7 +325,7 @@ describe('status controller', () => {
         inFlight++;
         peak = Math.max(peak, inFlight);
         try {
-          await new Promise((r) => setTimeout(r, 10));
+          await sleep(10); // stays: the stimulus, a slow write, so that writes would overlap if allowed to
           await kube.patchStatus(ns, name, patch);
         } finally {
           inFlight--;

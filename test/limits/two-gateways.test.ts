@@ -10,7 +10,8 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
-import { freePort, hasRedis, RedisServer } from '../support/redis.js';
+import { freePort } from '../support/net.js';
+import { hasRedis, RedisServer } from '../support/redis.js';
 import { metricValue } from '../support/metrics.js';
 import { waitFor } from '../support/wait.js';
 

@@ -1,6 +1,6 @@
 // The kubernetes source with the real @kubernetes/client-node against the fake API server over real HTTP.
 import { afterEach, beforeEach, describe, expect, test } from '@jest/globals';
-import { waitFor } from '../support/wait.js';
+import { sleep, waitFor } from '../support/wait.js';
 import type { Snapshot } from '../../src/routing/types.js';
 import { parseConfig } from '../../src/config/load.js';
 import {
@@ -51,7 +51,6 @@ function startSource(opts: Partial<KubernetesSourceOptions> = {}): Harness {
   return { source, snapshots, restarts, last: () => snapshots[snapshots.length - 1], started };
 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const names = (s: Snapshot | undefined) =>
   (s?.deployments ?? []).map((d) => `${d.metadata.namespace}/${d.metadata.name}`).sort();
 const keyNames = (s: Snapshot | undefined) =>
@@ -348,7 +347,7 @@ describe('endpoints', () => {
     fake.update({ ...slice, endpoints: [{ addresses: ['10.0.0.9'], conditions: { ready: true } }] });
     await waitFor(() => h.source.endpoints(backend)[0]?.host === '10.0.0.9', 'endpoint update');
     expect(h.source.endpoints(backend)).toEqual([{ host: '10.0.0.9', port: 8080 }]);
-    await sleep(30);
+    await sleep(30); // stays: the window in which an endpoints-only change would wrongly make a snapshot
     expect(h.snapshots.length).toBe(snapshotsBefore);
   });
 
@@ -507,9 +506,10 @@ describe('restarts', () => {
     expect(h.source.health().stalenessMs).toBe(0);
     const snapshotsBefore = h.snapshots.length;
     await fake.down();
-    await sleep(400);
-    const health = h.source.health();
-    expect(health.stalenessMs).toBeGreaterThanOrEqual(300);
+    const health = await waitFor(() => {
+      const now = h.source.health();
+      return now.stalenessMs >= 300 && now;
+    }, 'staleness to pass 300 ms');
     expect(health.problems.join('\n')).toMatch(/ECONNREFUSED/);
     expect(health.synced).toBe(true);
     expect(h.snapshots.length).toBe(snapshotsBefore); // nothing was thrown away
@@ -537,7 +537,7 @@ describe('restarts', () => {
     fake = await FakeApiServer.start({ bookmarkIntervalMs: 50 });
     const h = startSource({ watchIdleTimeoutMs: 400 });
     await h.started;
-    await sleep(1000);
+    await sleep(1000); // stays: the stimulus, a quiet second, more than twice the 400 ms idle timeout
     expect(h.restarts.filter((r) => r.reason === 'idle')).toEqual([]);
     expect(fake.requests.filter((r) => r.watch)).toHaveLength(4);
     expect(fake.requests.find((r) => r.watch)?.query).toContain('allowWatchBookmarks=true');
@@ -584,7 +584,7 @@ describe('a steady cluster rebuilds nothing', () => {
       () => h.source.endpoints(svcBackend('demo', 's', 8080, 'http')).length === 2,
       'the second endpoint is known',
     );
-    await sleep(50);
+    await sleep(50); // stays: the window in which a bookmark or resumed watch would wrongly make a snapshot
     expect(h.snapshots).toHaveLength(1);
 
     // A real change still makes exactly one snapshot, with the same arrays for the parts that did not change.

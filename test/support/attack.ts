@@ -5,8 +5,9 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import net, { type AddressInfo } from 'node:net';
 import v8 from 'node:v8';
 import vm from 'node:vm';
-import { RecordingBackend, sleep, type RecordedRequest } from './backends.js';
+import { RecordingBackend, type RecordedRequest } from './backends.js';
 import { send } from './harness.js';
+import { sleep } from './wait.js';
 
 /** Open file descriptors of this process (the in-process gateway, its backends and the test's own sockets). */
 export function fdCount(): number {

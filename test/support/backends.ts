@@ -5,6 +5,7 @@ import http, { type IncomingHttpHeaders, type IncomingMessage, type ServerRespon
 import type { AddressInfo, Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { WebSocketServer } from 'ws';
+import { sleep } from './wait.js';
 
 export interface RecordedRequest {
   /** 1, 2, 3... in arrival order. */
@@ -149,10 +150,6 @@ export class RecordingBackend {
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
   }
 }
-
-// Unref'd: a backend still sleeping in a handler (a 10 s delay the gateway gave up on) must not hold a jest worker
-// open after its tests are done.
-export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms).unref());
 
 function json(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
   const text = JSON.stringify(body);

@@ -1,21 +1,13 @@
 // A real redis-server (Debian's package) on a free loopback port, for the shared-limits tests. Missing binary: the
 // tests that need it are skipped visibly, and fail when CI=true (.ci/run installs it).
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { createServer } from 'node:net';
+import { freePort } from './net.js';
+
+// Re-exported for the tests that take a port for redis from here; defined in net.ts.
+export { freePort };
 import { setTimeout as delay } from 'node:timers/promises';
 
 export const hasRedis = spawnSync('redis-server', ['--version']).status === 0;
-
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 export class RedisServer {
   private child: ChildProcess | undefined;

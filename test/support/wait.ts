@@ -25,3 +25,10 @@ export async function waitFor<T>(
     await new Promise((r) => setTimeout(r, intervalMs));
   }
 }
+
+/**
+ * A fixed pause. Only where time passing is itself the stimulus (a client trickling bytes, an entry outliving its TTL)
+ * or the window in which something must not happen; every use says which. Unref'd: a backend still sleeping in a
+ * handler (a 10 s delay the gateway gave up on) must not hold a jest worker open after its tests are done.
+ */
+export const sleep = (ms: number): Promise<void> => new Promise<void>((r) => setTimeout(r, ms).unref());

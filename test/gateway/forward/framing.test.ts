@@ -6,7 +6,6 @@ import { afterAll, afterEach, beforeAll, describe, it } from '@jest/globals';
 import { expect } from '../../support/expect.js';
 import {
   RecordingBackend,
-  sleep,
   startDelayBackend,
   startOpenAIBackend,
   startPythonBackend,
@@ -23,7 +22,9 @@ import {
   type ParsedResponse,
   type RawScript,
 } from '../../support/raw-backend.js';
-import { backendSawSince, jsonError } from '../../support/raw-backend.js';
+import { jsonError } from '../../support/raw-backend.js';
+import { rawClients, within } from '../../support/net.js';
+import { sleep, waitFor } from '../../support/wait.js';
 
 let py: RecordingBackend;
 let slow: RecordingBackend;
@@ -79,30 +80,10 @@ const authz = (): [string, string] => ['Authorization', `ApiKey ${key}`];
 const authLine = () => `Authorization: ApiKey ${key}\r\n`;
 
 /** Open connections of a test, closed after it. */
-const open: Conn[] = [];
-afterEach(() => {
-  for (const c of open.splice(0)) c.close();
-});
-async function connect(port = gw.port): Promise<Conn> {
-  const c = await Conn.connect(port);
-  open.push(c);
-  return c;
-}
-
-const seenSince = (backend: RecordingBackend, before: number, markerPath: string): Promise<string[]> =>
-  backendSawSince(gw.url, key, backend, before, markerPath);
-
-async function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let t: NodeJS.Timeout | undefined;
-  try {
-    return await Promise.race([
-      p,
-      new Promise<never>((_, reject) => (t = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms))),
-    ]);
-  } finally {
-    clearTimeout(t);
-  }
-}
+const { connect, seenSince } = rawClients(
+  () => gw,
+  () => key,
+);
 
 describe('header floods', () => {
   const fillers = (n: number): Array<[string, string]> =>
@@ -274,15 +255,7 @@ describe('slow request bodies (limits.requestBodyIdleTimeoutSeconds: 1)', () => 
   }
 
   async function backendAborted(path: string): Promise<RecordedRequest> {
-    const [rec] = await (async () => {
-      const deadline = Date.now() + 3000;
-      for (;;) {
-        const m = py.matching(path);
-        if (m.length > 0 || Date.now() > deadline) return m;
-        await sleep(20);
-      }
-    })();
-    expect(rec, `the python backend never saw ${path}`).toBeDefined();
+    const rec = await waitFor(() => py.matching(path)[0] ?? false, `the python backend to see ${path}`, 3000);
     await within(rec.closed, 3000, `the backend's request ${path} to be closed`);
     return rec;
   }
@@ -368,7 +341,7 @@ describe('slow request bodies (limits.requestBodyIdleTimeoutSeconds: 1)', () => 
     );
     for (const ch of 'trickled') {
       c.write(ch);
-      await sleep(300);
+      await sleep(300); // stays: the stimulus, a body trickling a byte every 300 ms
     }
     const r = await c.response();
     expect(r.status).toBe(200);
@@ -667,22 +640,18 @@ describe('request smuggling and framing attacks', () => {
     c.write(
       `${start().replace(target, '/v1/demo/x/streamed-then-bad')}Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n`,
     );
-    const rec = await (async () => {
-      const deadline = Date.now() + 3000;
-      for (;;) {
-        const m = py.matching('/streamed-then-bad')[0];
-        if (m || Date.now() > deadline) return m;
-        await sleep(20);
-      }
-    })();
-    expect(rec, 'the streamed request never reached the backend').toBeDefined();
+    const rec = await waitFor(
+      () => py.matching('/streamed-then-bad')[0] ?? false,
+      'the streamed request to reach the backend',
+      3000,
+    );
     c.write('zz\r\nworld\r\n0\r\n\r\n');
     const r = await c.response();
     expect(r.status).toBe(400);
     jsonError(r);
-    await within(rec!.closed, 3000, 'the backend request to be closed');
-    expect(rec!.complete).toBe(false);
-    expect(rec!.aborted).toBe(true);
+    await within(rec.closed, 3000, 'the backend request to be closed');
+    expect(rec.complete).toBe(false);
+    expect(rec.aborted).toBe(true);
   });
 
   it.each([

@@ -1,5 +1,6 @@
 // The scale-from-zero queue (order, bounds, removal, expiry) and the canary split, without sockets.
 import { describe, expect, test } from '@jest/globals';
+import { sleep } from '../../support/wait.js';
 import { HoldQueues, type Held } from '../../../src/gateway/forward/scale-from-zero.js';
 import { TargetPicker } from '../../../src/gateway/forward/targets.js';
 import type { Route } from '../../../src/routing/types.js';
@@ -135,7 +136,7 @@ describe('HoldQueues', () => {
       0,
       30,
     );
-    await new Promise((r) => setTimeout(r, 80));
+    await sleep(80); // stays: the stimulus, the hold time (30 ms) passing before the wake
     q.wake();
     expect(log).toEqual(['expired 1']);
     expect(q.counts().size).toBe(0);

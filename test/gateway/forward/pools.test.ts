@@ -6,7 +6,7 @@ import { spawn } from 'node:child_process';
 import { connect as netConnect, type AddressInfo, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import { connectPlain, Pools, type OriginPool } from '../../../src/gateway/forward/pools.js';
-import { waitFor } from '../../support/wait.js';
+import { sleep, waitFor } from '../../support/wait.js';
 
 let server: Server;
 let origin: string;
@@ -45,7 +45,7 @@ test('a burst of 20 concurrent requests: its 20 connections are closed once olde
       expect(await Promise.all(Array.from({ length: 20 }, () => call(pool)))).toEqual(Array(20).fill('ok'));
       expect(pool.clients).toBe(20); // one per connection, no spare
       // Older than the TTL: the next request's pick closes them, and goes on a fresh connection.
-      await new Promise((r) => setTimeout(r, 1_100)); // the stimulus: connections aging past the 1 s TTL
+      await sleep(1_100); // stays: the stimulus, connections aging past the 1 s TTL
       expect(await call(pool)).toBe('ok');
       expect(pool.clients).toBe(1); // the fresh one
     },
@@ -120,7 +120,7 @@ describe('connectPlain: the connector of http backends', () => {
         },
       ),
     );
-    await new Promise((r) => setTimeout(r, 50)); // a second call would come within this
+    await sleep(50); // stays: the window in which a second callback would come
     expect(calls).toEqual(['ECONNREFUSED']);
   });
 
@@ -168,7 +168,7 @@ describe('connectPlain: the connector of http backends', () => {
         ),
       );
       const waited = Date.now() - started;
-      await new Promise((r) => setTimeout(r, 50)); // a second call would come within this
+      await sleep(50); // stays: the window in which a second callback would come
       expect(calls).toEqual([{ code: 'UND_ERR_CONNECT_TIMEOUT', socket: null }]);
       expect(waited).toBeGreaterThanOrEqual(190);
     } finally {

@@ -1,7 +1,7 @@
 // Attacker-style header and identity tests: upgrade tokens that are not websocket, underscore look-alikes of the
 // gateway's own headers, request target versus Host, request ids, Connection-named headers, TE and Expect.
 // Real loopback sockets; what reached the backend is read from its recording.
-import { afterAll, afterEach, beforeAll, describe, it } from '@jest/globals';
+import { afterAll, beforeAll, describe, it } from '@jest/globals';
 import { expect } from '../../support/expect.js';
 import WebSocket from 'ws';
 import {
@@ -12,8 +12,9 @@ import {
   type RecordedRequest,
 } from '../../support/backends.js';
 import { rawHttp, startGateway, type Gateway } from '../../support/harness.js';
-import { Conn, type ParsedResponse } from '../../support/raw-backend.js';
-import { backendSawSince, jsonError } from '../../support/raw-backend.js';
+import { type ParsedResponse } from '../../support/raw-backend.js';
+import { jsonError } from '../../support/raw-backend.js';
+import { rawClients } from '../../support/net.js';
 
 let py: RecordingBackend;
 let v1: RecordingBackend;
@@ -43,15 +44,10 @@ afterAll(async () => {
 const host = (port = gw.port): [string, string] => ['Host', `127.0.0.1:${port}`];
 const authz = (k = key): [string, string] => ['Authorization', `ApiKey ${k}`];
 
-const open: Conn[] = [];
-afterEach(() => {
-  for (const c of open.splice(0)) c.close();
-});
-async function connect(port = gw.port): Promise<Conn> {
-  const c = await Conn.connect(port);
-  open.push(c);
-  return c;
-}
+const { connect, seenSince } = rawClients(
+  () => gw,
+  () => key,
+);
 
 /** One raw request on a fresh connection; its first final answer. */
 async function exchange(port: number, bytes: string | Buffer): Promise<ParsedResponse> {
@@ -73,9 +69,6 @@ function onlyAt(backend: RecordingBackend, path: string): RecordedRequest {
   ).toEqual([path]);
   return m[0];
 }
-
-const seenSince = (backend: RecordingBackend, before: number, markerPath: string): Promise<string[]> =>
-  backendSawSince(gw.url, key, backend, before, markerPath);
 
 /** Header names on the wire at the backend, lower-cased. */
 const wireNames = (rec: RecordedRequest) => rec.rawHeaders.filter((_, i) => i % 2 === 0).map((n) => n.toLowerCase());

@@ -7,10 +7,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, it } from '@jest/globals';
 import { expect } from '../../support/expect.js';
-import { RecordingBackend, sleep, startOpenAIBackend, type OpenAIBackend } from '../../support/backends.js';
+import { RecordingBackend, startOpenAIBackend, type OpenAIBackend } from '../../support/backends.js';
 import { eventually, RawClient, rawHttp, send, startGateway, type Gateway, type Reply } from '../../support/harness.js';
 import { CLI } from '../../support/paths.js';
-import { waitFor } from '../../support/wait.js';
+import { sleep, waitFor } from '../../support/wait.js';
 import {
   ConcurrencyBackend,
   DecliningUpgradeBackend,

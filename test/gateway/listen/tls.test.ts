@@ -11,7 +11,7 @@ import { readFileSync } from 'node:fs';
 import { startPythonBackend, type RecordingBackend } from '../../support/backends.js';
 import { makeCert } from '../../support/certs.js';
 import { eventually, send, startGateway, type Gateway } from '../../support/harness.js';
-import { freePort } from '../../support/redis.js';
+import { freePort } from '../../support/net.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'servegate-tls-gw-'));
 const alpha = makeCert(dir, 'alpha', 'alpha.test');
