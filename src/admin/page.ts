@@ -103,6 +103,11 @@ export interface EndpointView {
   running?: number;
   kvCacheUsage?: number;
   scrapeErrors?: number;
+  /** Requests this gateway sent there since the endpoint list last changed, and their share of the deployment's. */
+  picks?: number;
+  share?: number;
+  /** llm policy: its weight in the rendezvous (1 unless its load stays off the mean; docs/llm.md). */
+  weight?: number;
 }
 
 export interface PageInput {
@@ -124,6 +129,8 @@ export function endpointLine(e: EndpointView): string {
   if (e.running !== undefined) t += `, ${e.running} running`;
   if (e.kvCacheUsage !== undefined) t += `, KV ${Math.round(e.kvCacheUsage * 100)}%`;
   if (e.scrapeErrors) t += `, ${e.scrapeErrors} scrape errors`;
+  if (e.picks !== undefined) t += `; ${e.picks} picked (${Math.round((e.share ?? 0) * 100)}%)`;
+  if (e.weight !== undefined && e.weight !== 1) t += `, weight ${Math.round(e.weight * 100) / 100}`;
   return t;
 }
 

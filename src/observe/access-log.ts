@@ -11,6 +11,8 @@ export interface AccessRecord {
   key: string;
   client: string;
   upstream: string;
+  /** Deployments with several endpoints: the rule that picked `upstream` (servegate_endpoint_picks_total's reason). */
+  pick?: string;
   bytesIn: number;
   bytesOut: number;
   error?: string;
@@ -46,6 +48,7 @@ export class AccessLog {
       `,"method":${JSON.stringify(r.method)},"path":${JSON.stringify(r.path)},"status":${r.status},"ms":${r.ms}` +
       `,"project":${JSON.stringify(r.project)},"deployment":${JSON.stringify(r.deployment)},"key":${JSON.stringify(r.key)}` +
       `,"client":${JSON.stringify(r.client)},"upstream":${JSON.stringify(r.upstream)},"bytesIn":${r.bytesIn},"bytesOut":${r.bytesOut}`;
+    if (r.pick !== undefined) line += `,"pick":"${r.pick}"`;
     if (r.promptTokens !== undefined)
       line += `,"promptTokens":${r.promptTokens},"completionTokens":${r.completionTokens ?? 0}`;
     if (r.tokensEstimated) line += `,"tokensEstimated":true`;

@@ -295,7 +295,7 @@ export class Metrics {
 
   readonly endpointPicks = new Counter({
     name: 'servegate_endpoint_picks_total',
-    help: "Endpoints picked for requests to deployments with more than one ready endpoint, by reason (prefix: the prompt prefix's endpoint; load: another, the first being saturated, or no prefix; only: one endpoint; round-robin)",
+    help: "Endpoints picked for requests to deployments with more than one ready endpoint, by reason (prefix: the first choice of the prompt's shared prefix; conversation: the first choice of its conversation's key; spill: a later choice of the key, the earlier being saturated; load: the least loaded, there being no key or every endpoint saturated; only: one endpoint; round-robin)",
     labelNames: ['project', 'deployment', 'reason'] as const,
     registers: [this.registry],
     collect: (): void => this.flushPicks(),

@@ -22,6 +22,8 @@ export interface Answer {
   /** performance.now() at arrival. */
   started: number;
   upstream: string;
+  /** The rule that picked the endpoint (targets.ts PickReason), when there were several. */
+  pick?: string;
   bytesIn: number;
   bytesOut: number;
   error: string | undefined;
@@ -94,6 +96,7 @@ export function recordAnswer(obs: Observers, a: Answer): void {
     key: a.keyName,
     client: a.client,
     upstream: a.upstream,
+    pick: a.pick,
     bytesIn: a.bytesIn,
     bytesOut: a.bytesOut,
     error: a.error,

@@ -37,14 +37,14 @@ import { clientAddress, headProblem, readHead, type RequestHead } from '../http/
 import { closeSocket, sendError, sendJson } from '../http/answers.js';
 import type { Conn, Job } from '../listen/connection.js';
 import { modelId, modelRetrieve, modelsList, prepareBody, selectModel, servedModel } from '../openai/by-model.js';
-import { prefixKey } from '../openai/prefix.js';
+import { promptKey } from '../openai/prefix.js';
 import { chargedUsage } from '../openai/usage-meter.js';
 import { estimatePrompt, llmMembers, modelForbidden, modelValue } from '../openai/llm-body.js';
 import { formModel, isFormData, withFormModel, type FormModel } from '../openai/form-model.js';
 import type { PlaneContext } from './context.js';
 import { RETRY, shouldRetry } from './retry.js';
 import { readWhileHeld, type Held } from './scale-from-zero.js';
-import type { Chosen, Variant } from './targets.js';
+import type { Chosen, PromptKey, Variant } from './targets.js';
 import { bodyForUndici, Diverted, UpstreamCall, type CallOwner } from './upstream-call.js';
 import { bodyFor, Fallbacks, type FallbackReason, type LlmRequest } from './fallback.js';
 import { BODY_TOO_LARGE, ClientGone, mapUpstreamError, tooLarge, unavailable } from './upstream-errors.js';
@@ -82,8 +82,8 @@ export class Exchange implements Job, Held, CallOwner {
   private stripUsage = false;
   /** LLM requests: prompt tokens guessed from the body, charged when the answer reports no usage. */
   private promptEstimate = 0;
-  /** LLM requests: the hash of the prompt's prefix, for endpoint picking (openai/prefix.ts). */
-  private prefix: number | undefined;
+  /** LLM requests: the prompt's key for endpoint picking (openai/prefix.ts: its conversation's, or its prefix's). */
+  private prefix: PromptKey | undefined;
   /** LLM JSON requests: the parsed body, kept to rewrite `model` for a fallback deployment. */
   private llm: LlmRequest | undefined;
   /** Where the request goes when its deployment fails before answering. */
@@ -373,7 +373,7 @@ export class Exchange implements Job, Held, CallOwner {
         return this.refuse(forbidden);
       }
       this.promptEstimate = estimatePrompt(plain, members);
-      if (d.route.balancing.policy === 'llm') this.prefix = prefixKey(plain, members, servedModel(d.route));
+      if (d.route.balancing.policy === 'llm') this.prefix = promptKey(plain, members, servedModel(d.route));
       if (d.route.fallbacks) {
         const q = d.upstreamPath.indexOf('?');
         const path = q === -1 ? d.upstreamPath : d.upstreamPath.slice(0, q);
@@ -426,7 +426,7 @@ export class Exchange implements Job, Held, CallOwner {
     this.routeOf = p.route;
     this.stripUsage = p.stripUsage;
     this.promptEstimate = p.promptEstimate;
-    if (p.route.balancing.policy === 'llm') this.prefix = prefixKey(buf, p.members, servedModel(p.route));
+    if (p.route.balancing.policy === 'llm') this.prefix = promptKey(buf, p.members, servedModel(p.route));
     if (p.route.fallbacks) this.llm = { plain: buf, members: p.members, path: b.rest, encoded: decoded };
     this.modelRouted(b, p.route, p.body, decoded);
   }
@@ -688,7 +688,7 @@ export class Exchange implements Job, Held, CallOwner {
       this.body = edited.body;
       this.bodyLength = edited.body.length;
       this.stripUsage = edited.stripUsage;
-      if (to.balancing.policy === 'llm') this.prefix = prefixKey(llm.plain, llm.members, servedModel(to));
+      if (to.balancing.policy === 'llm') this.prefix = promptKey(llm.plain, llm.members, servedModel(to));
     }
     d.route = this.routeOf = to;
     this.chosen = undefined;
@@ -886,6 +886,7 @@ export class Exchange implements Job, Held, CallOwner {
       status,
       started: this.started,
       upstream: this.chosen?.target.origin.slice(7) ?? '',
+      pick: this.chosen?.reason,
       bytesIn: this.bodyLength ?? 0,
       bytesOut: call?.bytesOut ?? 0,
       error: this.error,

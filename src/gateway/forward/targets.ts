@@ -2,11 +2,16 @@
 // policy (SPEC §12):
 // - round-robin: in turn;
 // - least-request: the fewest requests this gateway has in flight there;
-// - llm: the endpoint the prompt's prefix hashes to (rendezvous hashing over the ready endpoints: a deterministic
-//   function of the prefix and the endpoint set, so every gateway replica picks the same endpoint for the same
-//   prompt with no shared state), unless it is saturated — scraped waiting requests or KV-cache use over their
-//   bounds, or in-flight requests over the bounded load — then the next endpoint in the prefix's rendezvous order
-//   that is not; when every one is saturated, the least loaded.
+// - llm: the endpoint the prompt's key hashes to (openai/prefix.ts: the conversation's key, else the shared prefix's),
+//   by weighted rendezvous hashing over the ready endpoints — a deterministic function of the key, the endpoint set
+//   and the weights, so every gateway replica picks the same endpoint for the same prompt with no shared state —
+//   unless it is saturated (scraped waiting requests or KV-cache use over their bounds, or in-flight requests over
+//   the bounded load): then the next endpoint in the key's rendezvous order that is not (a hot prefix spreads over
+//   its first, second, third... choices, the same on every replica); when every one is saturated, the least loaded.
+//   The weights start equal and follow the load the endpoints themselves report (running + waiting, smoothed over
+//   seconds, in steps of 1/8 of a doubling), so that a lasting imbalance of keys (32 tenants over 4 endpoints are
+//   rarely 8 each) moves a few keys off the busiest endpoint, alike on every replica that reads the same figures.
+//   docs/llm.md, "Which endpoint", gives the design and its measures.
 import type { Backend, Route } from '../../routing/types.js';
 import type { EndpointAddress, EndpointResolver } from '../../sources/types.js';
 import type { EndpointStats } from './endpoint-stats.js';
@@ -25,7 +30,18 @@ export interface Target {
 
 export type Variant = 'primary' | 'canary';
 
-export type PickReason = 'prefix' | 'load' | 'only' | 'round-robin';
+/** The key that picks an endpoint (openai/prefix.ts promptKey). */
+export interface PromptKey {
+  hash: number;
+  /** prefix: the shared prefix's key (a system prompt, a tenant); conversation: the conversation's own key. */
+  rule: 'prefix' | 'conversation';
+}
+
+/**
+ * prefix / conversation: the first endpoint of that key's rendezvous order; spill: a later one, the earlier being
+ * saturated; load: the least loaded (no key, or every endpoint saturated); only: one endpoint; round-robin.
+ */
+export type PickReason = 'prefix' | 'conversation' | 'spill' | 'load' | 'only' | 'round-robin';
 
 export interface Chosen {
   target: Target;
@@ -48,6 +64,33 @@ export interface BalancingLimits {
 
 export const DEFAULT_LIMITS: BalancingLimits = { maxWaiting: 5, maxKvCache: 0.8, maxLoadFactor: 1.25, maxLoadSlack: 2 };
 
+/** The weights are brought up to date at most this often (at a pick), from the endpoints' figures. */
+const WEIGHT_STEP_MS = 250;
+/** Time constant of the smoothed load. */
+const LOAD_TAU_MS = 2000;
+/** Weight change, in doublings per second, per doubling of an endpoint's load over the mean. */
+const WEIGHT_GAIN = 0.5;
+/** Loads within this of the mean (in doublings, about ±10 %) leave the weight alone. */
+const WEIGHT_DEADBAND = 0.14;
+/** Weights stay within 2^±2 of each other's mean, in steps of 1/8 of a doubling. */
+const WEIGHT_LIMIT = 2;
+const WEIGHT_STEPS = 8;
+/** Below this mean load (running + waiting per endpoint) the figures say too little to move a weight. */
+const WEIGHT_MIN_LOAD = 0.5;
+
+/** Per list of endpoints: the rendezvous weights, the smoothed loads they follow, and the picks made. */
+interface Balance {
+  /** Weight of each endpoint (2^(level rounded to 1/8)); `uniform` while every one is 1. */
+  weight: Float64Array;
+  level: Float64Array;
+  load: Float64Array;
+  uniform: boolean;
+  /** Date.now() of the last update (0: none yet). */
+  at: number;
+  /** Picks per endpoint since the list was made (its share, on /deployments). */
+  picks: Float64Array;
+}
+
 /** Picks the backend address for one request. undefined = the Service has no ready endpoint. */
 export class TargetPicker {
   private rr = new WeakMap<object, number>();
@@ -57,6 +100,7 @@ export class TargetPicker {
   private credit = new WeakMap<Route, number>();
   /** Requests this gateway has in flight per endpoint origin. */
   private readonly inflight = new Map<string, number>();
+  private readonly balance = new WeakMap<readonly Target[], Balance>();
 
   constructor(
     private readonly endpoints?: EndpointResolver,
@@ -69,9 +113,9 @@ export class TargetPicker {
    * evenly (every request adds `percent` to a credit; one that brings it to 100 goes to the canary and takes 100
    * off), so 0 and 100 are exact and any share holds within one request over any run. A variant with no ready
    * endpoint hands its request to the other. undefined: no ready endpoint anywhere. `prefix`: the prompt's prefix
-   * hash (llm policy).
+   * key (llm policy).
    */
-  choose(route: Route, prefix?: number): Chosen | undefined {
+  choose(route: Route, prefix?: PromptKey): Chosen | undefined {
     const canary = route.canary;
     if (!canary) return this.chosen(route, route.backend, prefix);
     const credit = (this.credit.get(route) ?? 0) + canary.percent;
@@ -86,7 +130,7 @@ export class TargetPicker {
   }
 
   /** Another address of the same backend than `avoid` (the retry after a failed connect), by the same policy. */
-  pick(route: Route, backend: Backend, avoid: string, prefix?: number): Target | undefined {
+  pick(route: Route, backend: Backend, avoid: string, prefix?: PromptKey): Target | undefined {
     return this.chosen(route, backend, prefix, avoid)?.target;
   }
 
@@ -103,6 +147,12 @@ export class TargetPicker {
 
   inflightAt(origin: string): number {
     return this.inflight.get(origin) ?? 0;
+  }
+
+  /** Per endpoint of `list`: the picks made since the list was made, and the rendezvous weight (llm). */
+  picksOf(list: readonly Target[]): Array<{ picks: number; weight: number }> {
+    const b = this.balance.get(list);
+    return list.map((_, i) => ({ picks: b?.picks[i] ?? 0, weight: b?.weight[i] ?? 1 }));
   }
 
   /**
@@ -134,7 +184,7 @@ export class TargetPicker {
     return list;
   }
 
-  private chosen(route: Route, backend: Backend, prefix?: number, avoid?: string): Chosen | undefined {
+  private chosen(route: Route, backend: Backend, prefix?: PromptKey, avoid?: string): Chosen | undefined {
     const list = this.targets(backend);
     if (list === undefined) {
       const target = this.single(backend);
@@ -143,14 +193,74 @@ export class TargetPicker {
     if (list.length === 0) return undefined;
     if (list.length === 1) return { target: list[0], backend, reason: 'only' };
     const policy = route.balancing.policy;
-    if (policy === 'round-robin') return { target: this.roundRobin(list, avoid), backend, reason: 'round-robin' };
-    if (policy === 'least-request' || prefix === undefined)
-      return { target: this.leastLoaded(list, avoid, policy === 'llm'), backend, reason: 'load' };
-    return this.byPrefix(list, backend, prefix, avoid);
+    const b = this.balanceOf(list);
+    let c: Chosen;
+    if (policy === 'round-robin') c = { target: this.roundRobin(list, avoid), backend, reason: 'round-robin' };
+    else if (policy === 'least-request' || prefix === undefined)
+      c = { target: this.leastLoaded(list, avoid, policy === 'llm'), backend, reason: 'load' };
+    else c = this.byPrefix(list, b, backend, prefix, avoid);
+    b.picks[list.indexOf(c.target)]++;
+    return c;
   }
 
-  /** llm: the first endpoint in the prefix's rendezvous order that is not saturated. */
-  private byPrefix(list: readonly Target[], backend: Backend, prefix: number, avoid?: string): Chosen {
+  private balanceOf(list: readonly Target[]): Balance {
+    let b = this.balance.get(list);
+    if (!b) {
+      const n = list.length;
+      b = {
+        weight: new Float64Array(n).fill(1),
+        level: new Float64Array(n),
+        load: new Float64Array(n),
+        uniform: true,
+        at: 0,
+        picks: new Float64Array(n),
+      };
+      this.balance.set(list, b);
+    }
+    return b;
+  }
+
+  /**
+   * The weights follow the load each endpoint reports (running + waiting; the in-flight count here when it reports
+   * nothing), smoothed: an endpoint lastingly above the mean loses weight, one below gains, a little a second, so a few
+   * of its keys move to their next choice. Figures every replica scrapes alike give weights alike; the steps of 1/8
+   * of a doubling keep small differences from moving keys.
+   */
+  private reweigh(list: readonly Target[], b: Balance, now: number): void {
+    const n = list.length;
+    const dt = b.at === 0 ? LOAD_TAU_MS : Math.min(now - b.at, 4 * LOAD_TAU_MS);
+    b.at = now;
+    const a = 1 - Math.exp(-dt / LOAD_TAU_MS);
+    let sum = 0;
+    for (let i = 0; i < n; i++) {
+      const s = this.stats?.fresh(list[i].origin, now);
+      const load = s ? s.running + s.waiting : this.inflightAt(list[i].origin);
+      b.load[i] += a * (load - b.load[i]);
+      sum += b.load[i];
+    }
+    const mean = sum / n;
+    if (mean < WEIGHT_MIN_LOAD) return;
+    let levels = 0;
+    for (let i = 0; i < n; i++) {
+      const r = Math.log2(Math.max(b.load[i], mean / 16) / mean);
+      if (Math.abs(r) > WEIGHT_DEADBAND) b.level[i] -= (WEIGHT_GAIN * r * dt) / 1000;
+      levels += b.level[i];
+    }
+    let uniform = true;
+    for (let i = 0; i < n; i++) {
+      const level = Math.max(-WEIGHT_LIMIT, Math.min(WEIGHT_LIMIT, b.level[i] - levels / n));
+      b.level[i] = level;
+      const q = Math.round(level * WEIGHT_STEPS) / WEIGHT_STEPS;
+      b.weight[i] = 2 ** q;
+      if (q !== 0) uniform = false;
+    }
+    b.uniform = uniform;
+  }
+
+  /** llm: the first endpoint in the key's (weighted) rendezvous order that is not saturated. */
+  private byPrefix(list: readonly Target[], b: Balance, backend: Backend, key: PromptKey, avoid?: string): Chosen {
+    const now = Date.now();
+    if (now - b.at >= WEIGHT_STEP_MS) this.reweigh(list, b, now);
     const { maxWaiting, maxKvCache, maxLoadFactor, maxLoadSlack } = this.limits;
     let total = 1; // the request being placed
     for (const t of list) total += this.inflightAt(t.origin);
@@ -160,9 +270,11 @@ export class TargetPicker {
     let topScore = -1;
     let best: Target | undefined;
     let bestScore = -1;
-    for (const t of list) {
+    const prefix = key.hash;
+    for (let i = 0; i < list.length; i++) {
+      const t = list[i];
       if (t.address === avoid) continue;
-      const score = mix32(prefix ^ t.hash);
+      const score = b.uniform ? mix32(prefix ^ t.hash) : weighted(mix32(prefix ^ t.hash), b.weight[i]);
       if (score > topScore) {
         topScore = score;
         top = t;
@@ -174,7 +286,7 @@ export class TargetPicker {
       bestScore = score;
       best = t;
     }
-    if (best) return { target: best, backend, reason: best === top ? 'prefix' : 'load' };
+    if (best) return { target: best, backend, reason: best === top ? key.rule : 'spill' };
     return { target: this.leastLoaded(list, avoid, true), backend, reason: 'load' };
   }
 
@@ -278,14 +390,28 @@ function addr(ep: EndpointAddress): string {
   return ep.host.includes(':') ? `[${ep.host}]:${ep.port}` : `${ep.host}:${ep.port}`;
 }
 
+export const FNV_OFFSET = 0x811c9dc5;
+
 /** FNV-1a, 32 bits. */
 export function hash32(s: string): number {
-  let h = 0x811c9dc5;
-  for (let i = 0; i < s.length; i++) {
+  return fnv32(s, 0, s.length, FNV_OFFSET);
+}
+
+/** FNV-1a over s[from, to), carried on from `h` (hash32(a + b) = fnv32(b, 0, b.length, hash32(a))). */
+export function fnv32(s: string, from: number, to: number, h: number): number {
+  for (let i = from; i < to; i++) {
     h ^= s.charCodeAt(i);
     h = Math.imul(h, 0x01000193);
   }
   return h >>> 0;
+}
+
+/**
+ * Weighted rendezvous (the logarithmic method): w / -ln(u) for u = (x + ½) / 2^32 uniform in (0, 1), so an endpoint
+ * wins a share of the keys proportional to its weight; with equal weights the order is that of x itself.
+ */
+function weighted(x: number, w: number): number {
+  return w / -Math.log((x + 0.5) / 4294967296);
 }
 
 /** A 32-bit finaliser (murmur3's): spreads the rendezvous score of (prefix, endpoint) evenly. */

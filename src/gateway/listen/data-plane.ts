@@ -281,7 +281,9 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
     endpointsOf(route) {
       const list = picker.targets(route.backend);
       if (!list) return undefined;
-      return list.map((t) => {
+      const picks = picker.picksOf(list);
+      const total = picks.reduce((n, p) => n + p.picks, 0);
+      return list.map((t, i) => {
         const s = deps.endpointStats?.fresh(t.origin);
         const errors = deps.endpointStats?.errorsAt(t.origin) ?? 0;
         return {
@@ -289,6 +291,9 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
           inflight: picker.inflightAt(t.origin),
           ...(s ? { waiting: s.waiting, running: s.running, kvCacheUsage: s.kv } : {}),
           ...(errors ? { scrapeErrors: errors } : {}),
+          picks: picks[i].picks,
+          share: total ? picks[i].picks / total : 0,
+          ...(route.balancing.policy === 'llm' ? { weight: picks[i].weight } : {}),
         };
       });
     },

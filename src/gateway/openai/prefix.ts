@@ -1,14 +1,21 @@
-// The prefix of a prompt that endpoint picking keeps together (SPEC §12): requests that share it go to the same
-// endpoint, whose KV cache then holds it. A 32-bit hash of the served model, `tools` and the leading part of the prompt:
-// - chat: the messages before the last one (the system prompt and the history: what the next turn shares), or the
-//   first message when it is the only one;
-// - completions: the prompt.
-// The part hashed is cut at a fixed boundary (the largest of 128, 256, 512, 1024 or 2048 characters that the text
-// reaches), so that requests sharing a long system prompt hash alike whatever follows it, and a conversation keeps
-// its hash from turn to turn once its history passes 2 KiB. The text is what JSON.parse then JSON.stringify would
-// give, but read from the body's bytes only as far as the key needs (http/json-scan.ts): a 24 MiB image part or 15 MiB
-// of tools cost what their first 2 KiB cost, plus a quote search or a skip over the rest of the message they are in.
-import { hash32 } from '../forward/targets.js';
+// The keys of a prompt that endpoint picking keeps together (SPEC §12 and its 2026-11-26 amendment; docs/llm.md,
+// "Which endpoint"): requests that share them go to the same endpoint, whose KV cache then holds their prefix.
+// The canonical text is the served model, `tools`, then the messages in order ("role:content" lines) or the prompt.
+// - The shared key (prefixKey): a 32-bit hash of the model, `tools` and the leading part of the history — chat: the
+//   messages before the last one (the system prompt and the history: what the next turn shares), or the first message
+//   when it is the only one; completions: the prompt — cut at a fixed boundary (the largest of 128, 256, 512, 1024 or
+//   2048 characters that the text reaches), so that requests sharing a long system prompt hash alike whatever follows.
+// - The conversation key (promptKey, when the history holds a message past the leading system and developer
+//   messages): the hash of the system part (its first 2,048 characters) and of the first 512 characters that follow
+//   it — the start of the conversation, which its every later turn repeats. Conversations under one system prompt thus
+//   have keys of their own (they spread over the endpoints), and each keeps its key from its second turn to its last,
+//   however long it grows (once the text past the system part reaches 512 characters: below that there is little
+//   history to lose).
+// The text is what JSON.parse then JSON.stringify would give, but read from the body's bytes only as far as the keys
+// need (http/json-scan.ts): at most 2,048 + 512 characters of messages are decoded and hashed, so a 100k-character
+// history, a 24 MiB image part or 15 MiB of tools cost what their first kilobytes cost, plus a quote search or a skip
+// over the rest of the messages the walk passes.
+import { fnv32, FNV_OFFSET, type PromptKey } from '../forward/targets.js';
 import {
   eachElement,
   memberOf,
@@ -21,6 +28,8 @@ import type { LlmMembers } from './llm-body.js';
 
 const BOUNDS = [2048, 1024, 512, 256, 128];
 const MAX = BOUNDS[0];
+/** Characters past the system part that make a conversation's key. */
+export const CONVERSATION_CHARS = 512;
 /**
  * Messages, and parts of a message, read at most: a message object adds at least 2 characters (":" and a new line),
  * so 1,024 of them reach MAX; past this only elements that add nothing (a string as a message, an empty text part)
@@ -31,8 +40,20 @@ const QUOTE = 0x22;
 const OPEN_BRACE = 0x7b;
 const OPEN_BRACKET = 0x5b;
 
-/** `raw`: the body, `members`: llmMembers(raw); `model`: the name the deployment serves (whichever URL it came by). */
+/** The shared key alone: `raw`: the body, `members`: llmMembers(raw); `model`: the name the deployment serves. */
 export function prefixKey(raw: Buffer, members: LlmMembers, model: string): number | undefined {
+  return keys(raw, members, model, false)?.hash;
+}
+
+/**
+ * The key that picks the endpoint: the conversation key when the history has a conversation, else the shared key.
+ * undefined: nothing to key (an embedding's input, a body that is not an object).
+ */
+export function promptKey(raw: Buffer, members: LlmMembers, model: string): PromptKey | undefined {
+  return keys(raw, members, model, true);
+}
+
+function keys(raw: Buffer, members: LlmMembers, model: string, conversation: boolean): PromptKey | undefined {
   if (!members.object) return undefined;
   const top = members.prompt;
   let text = `${model}\n`;
@@ -41,13 +62,25 @@ export function prefixKey(raw: Buffer, members: LlmMembers, model: string): numb
   const messages = top.get('messages');
   const prompt = top.get('prompt');
   let body = '';
+  /** Characters of `body` that are the system part (-1: still in it), and the conversation's first characters. */
+  let system = -1;
+  let after = '';
   if (messages && nonEmptyArray(raw, messages)) {
     // The messages before the last one, or the first when it is the only one.
     let i = 0;
     eachElement(raw, messages.start, (at, more) => {
       if (i++ > 0 && !more()) return false;
-      body += messageText(raw, at, MAX - body.length);
-      return body.length < MAX && i < MAX_ITEMS;
+      if (!conversation) {
+        body += messageText(raw, at, MAX - body.length);
+        return body.length < MAX && i < MAX_ITEMS;
+      }
+      if (system === -1 && !isSystem(raw, at)) system = body.length;
+      const room = system === -1 ? MAX - body.length : Math.max(MAX - body.length, CONVERSATION_CHARS - after.length);
+      // A system message past MAX is passed over (its role read, its text not).
+      const t = room > 0 ? messageText(raw, at, room) : '';
+      if (body.length < MAX) body += t.length > MAX - body.length ? t.slice(0, MAX - body.length) : t;
+      if (system !== -1 && after.length < CONVERSATION_CHARS) after += t.slice(0, CONVERSATION_CHARS - after.length);
+      return (body.length < MAX || system === -1 || after.length < CONVERSATION_CHARS) && i < MAX_ITEMS;
     });
   } else if (prompt && raw[prompt.start] === QUOTE) {
     body = stringPrefix(raw, prompt.start, MAX);
@@ -57,7 +90,20 @@ export function prefixKey(raw: Buffer, members: LlmMembers, model: string): numb
     return undefined;
   }
   const cut = BOUNDS.find((b) => body.length >= b) ?? body.length;
-  return hash32(text + body.slice(0, cut));
+  // FNV-1a runs left to right: the hash of the model, tools and system part is shared by both keys when it can be.
+  const head = fnv32(text, 0, text.length, FNV_OFFSET);
+  if (system === -1 || after.length === 0) return { hash: fnv32(body, 0, cut, head), rule: 'prefix' };
+  const sys = fnv32(body, 0, system, head);
+  return { hash: fnv32(after, 0, after.length, fnv32('\u0001', 0, 1, sys)), rule: 'conversation' };
+}
+
+/** A message whose role is system or developer (the part every conversation of an application shares). */
+function isSystem(raw: Buffer, at: number): boolean {
+  if (raw[at] !== OPEN_BRACE) return false;
+  const role = memberOf(raw, at, 'role');
+  if (!role || raw[role.start] !== QUOTE) return false;
+  const r = stringPrefix(raw, role.start, 10);
+  return r === 'system' || r === 'developer';
 }
 
 /** The offset of the first element of the array at `start` (its `]` when it is empty). */

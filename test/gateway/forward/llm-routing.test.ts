@@ -235,13 +235,21 @@ describe('what it shows', () => {
     const chat = all.find((d: { name: string }) => d.name === 'chat');
     expect(chat.balancing).toBe('llm');
     expect(chat.endpoints.map((e: { address: string }) => e.address)).toEqual(fleet.map((r) => r.url.slice(7)));
-    expect(chat.endpoints[2]).toEqual({ address, inflight: 0, waiting: 3, running: 1, kvCacheUsage: 0.1 });
+    expect(chat.endpoints[2]).toMatchObject({ address, inflight: 0, waiting: 3, running: 1, kvCacheUsage: 0.1 });
+    // Each endpoint's picks by this gateway since its list was made, their share, and its rendezvous weight.
+    const picks = chat.endpoints.map((e: { picks: number }) => e.picks);
+    const total = picks.reduce((a: number, b: number) => a + b, 0);
+    expect(total).toBeGreaterThan(0);
+    for (const e of chat.endpoints) {
+      expect(e.share).toBeCloseTo(e.picks / total, 9);
+      expect(e.weight).toBeGreaterThan(0);
+    }
     // The deployments page lists them too, and its live poll (/api/stats) carries the same lines.
     const page = (await send(`${gws[0].adminUrl}/`)).text;
     expect(page).toContain('Endpoints (llm)');
-    expect(page).toContain(`${address}: 0 in flight, 3 waiting, 1 running, KV 10%`);
+    expect(page).toContain(`${address}: 0 in flight, 3 waiting, 1 running, KV 10%; ${picks[2]} picked (`);
     const stats = JSON.parse((await send(`${gws[0].adminUrl}/api/stats`)).text);
-    expect(stats.endpoints['demo/chat']).toContain(`${address}: 0 in flight, 3 waiting, 1 running, KV 10%`);
+    expect(stats.endpoints['demo/chat'][2]).toMatch(`${address}: 0 in flight, 3 waiting, 1 running, KV 10%; `);
     expect(stats.endpoints['demo/primary']).toBeUndefined(); // one endpoint: nothing to pick
     expect(all.find((d: { name: string }) => d.name === 'primary')).toMatchObject({
       balancing: 'llm',

@@ -1,14 +1,14 @@
 // Endpoint picking (SPEC §12) as plain functions: the prefix hash, the policies, saturation and bounded load, and what
 // a server's metrics text says.
 import { describe, expect, test } from '@jest/globals';
-import { TargetPicker, type Target } from '../../../src/gateway/forward/targets.js';
+import { TargetPicker, type PromptKey, type Target } from '../../../src/gateway/forward/targets.js';
 import { EndpointStats, parseServerMetrics, type Scraped } from '../../../src/gateway/forward/endpoint-stats.js';
-import { prefixKey as bodyKey } from '../../../src/gateway/openai/prefix.js';
+import { promptKey as bodyKey } from '../../../src/gateway/openai/prefix.js';
 import { llmMembers } from '../../../src/gateway/openai/llm-body.js';
 import type { Balancing, Backend, Route } from '../../../src/routing/types.js';
 
-/** The prefix key of a body as JSON.stringify writes it (the gateway reads the bytes). */
-function prefixKey(doc: unknown, model: string): number | undefined {
+/** The picking key of a body as JSON.stringify writes it (the gateway reads the bytes). */
+function prefixKey(doc: unknown, model: string): PromptKey | undefined {
   const raw = Buffer.from(JSON.stringify(doc));
   const members = llmMembers(raw);
   if (members instanceof Error) throw members;
@@ -56,25 +56,32 @@ const SYS_B = 'You translate legal French into English. '.repeat(40);
 
 describe('prefixKey', () => {
   test('requests sharing a long system prompt hash alike whatever the user asks', () => {
-    expect(prefixKey(chat(SYS_A, 'one'), 'm')).toBe(prefixKey(chat(SYS_A, 'two, longer question'), 'm'));
+    expect(prefixKey(chat(SYS_A, 'one'), 'm')).toEqual(prefixKey(chat(SYS_A, 'two, longer question'), 'm'));
     expect(prefixKey(chat(SYS_A, 'one'), 'm')).not.toBe(prefixKey(chat(SYS_B, 'one'), 'm'));
   });
 
-  test('another model is another key; a conversation keeps its key once its history passes 2 KiB', () => {
+  test('another model is another key; a conversation keeps its own key from its second turn on', () => {
     expect(prefixKey(chat(SYS_A, 'x'), 'm')).not.toBe(prefixKey(chat(SYS_A, 'x'), 'n'));
-    const turn1 = chat(SYS_A, 'q1');
+    const turn1 = chat(SYS_A, 'q1 '.repeat(200));
     const turn2 = {
       ...turn1,
       messages: [...turn1.messages, { role: 'assistant', content: 'a1' }, { role: 'user', content: 'q2' }],
     };
-    expect(prefixKey(turn1, 'm')).toBe(prefixKey(turn2, 'm'));
+    const turn3 = {
+      ...turn2,
+      messages: [...turn2.messages, { role: 'assistant', content: 'a2' }, { role: 'user', content: 'q3' }],
+    };
+    expect(prefixKey(turn1, 'm')!.rule).toBe('prefix');
+    expect(prefixKey(turn2, 'm')!.rule).toBe('conversation');
+    expect(prefixKey(turn2, 'm')).toEqual(prefixKey(turn3, 'm'));
+    expect(prefixKey(turn2, 'm')).not.toEqual(prefixKey(turn1, 'm'));
   });
 
   test('a single short message is its own key; completions use the prompt; nothing to read: undefined', () => {
     expect(prefixKey({ messages: [{ role: 'user', content: 'hello' }] }, 'm')).not.toBe(
       prefixKey({ messages: [{ role: 'user', content: 'bye' }] }, 'm'),
     );
-    expect(prefixKey({ prompt: SYS_A + 'tail 1' }, 'm')).toBe(prefixKey({ prompt: SYS_A + 'tail 2' }, 'm'));
+    expect(prefixKey({ prompt: SYS_A + 'tail 1' }, 'm')).toEqual(prefixKey({ prompt: SYS_A + 'tail 2' }, 'm'));
     expect(prefixKey({ input: 'embed me' }, 'm')).toBeUndefined();
   });
 });
@@ -111,7 +118,7 @@ describe('TargetPicker, llm policy', () => {
     const home = p.choose(r, key)!.target;
     stats.figures.set(home.origin, busy(6));
     const moved = p.choose(r, key)!;
-    expect(moved.reason).toBe('load');
+    expect(moved.reason).toBe('spill');
     expect(moved.target.origin).not.toBe(home.origin);
     stats.figures.set(home.origin, busy(0, 0.95));
     expect(p.choose(r, key)!.target.origin).not.toBe(home.origin);
@@ -128,7 +135,7 @@ describe('TargetPicker, llm policy', () => {
     for (let i = 0; i < 3; i++) p.begin(home.origin);
     const next = p.choose(r, key)!;
     expect(next.target.origin).not.toBe(home.origin);
-    expect(next.reason).toBe('load');
+    expect(next.reason).toBe('spill');
     // Two in flight: a third would be 3 > max(1.25 × 0.75, 0.75 + 2); one in flight: 2 ≤ 2.5, home again.
     p.end(home.origin);
     expect(p.choose(r, key)!.target.origin).not.toBe(home.origin);
@@ -146,7 +153,7 @@ describe('TargetPicker, llm policy', () => {
   });
 
   test('one endpoint: "only"; the retry avoids the address that failed', () => {
-    expect(new TargetPicker().choose(route('llm', 1), 1)!.reason).toBe('only');
+    expect(new TargetPicker().choose(route('llm', 1), { hash: 1, rule: 'prefix' })!.reason).toBe('only');
     const r = route('llm', 2);
     const p = new TargetPicker();
     const key = prefixKey(chat(SYS_A, 'x'), 'm')!;
@@ -159,7 +166,7 @@ describe('TargetPicker, other policies', () => {
   test('round-robin takes the endpoints in turn', () => {
     const r = route('round-robin', 3);
     const p = new TargetPicker();
-    const seen = Array.from({ length: 6 }, () => port(p.choose(r, 123)!.target));
+    const seen = Array.from({ length: 6 }, () => port(p.choose(r, { hash: 123, rule: 'prefix' })!.target));
     expect(seen).toEqual([8001, 8002, 8003, 8001, 8002, 8003]);
     expect(p.choose(r)!.reason).toBe('round-robin');
   });

@@ -247,7 +247,8 @@ describe('bounded load with an endpoint that lies', () => {
   function place(stats: FixedStats, prefix?: number): { most: number; bound: number } {
     const r = route(4);
     const p = new TargetPicker(undefined, stats);
-    for (let i = 0; i < 300; i++) p.begin(p.choose(r, prefix)!.target.origin);
+    const key = prefix === undefined ? undefined : { hash: prefix, rule: 'prefix' as const };
+    for (let i = 0; i < 300; i++) p.begin(p.choose(r, key)!.target.origin);
     const most = Math.max(...urls(4).map((u) => p.inflightAt(u)));
     return { most, bound: Math.max(1.25 * (300 / 4), 300 / 4 + 2) };
   }
