@@ -4,7 +4,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Config } from './config/schema.js';
 import { adminHandler } from './admin/listener.js';
-import { createDataPlane } from './gateway/listen/data-plane.js';
+import { budgetsOf, createDataPlane } from './gateway/listen/data-plane.js';
 import { Drain } from './gateway/listen/drain.js';
 import { HoldQueues } from './gateway/forward/scale-from-zero.js';
 import { EndpointStats } from './gateway/forward/endpoint-stats.js';
@@ -12,6 +12,9 @@ import { Metrics } from './observe/metrics.js';
 import { CertificateReloader, CertificateError } from './gateway/listen/tls.js';
 import type { Tracing } from './observe/tracing.js';
 import type { LimitStore } from './limits/buckets.js';
+import { MemoryBudgetStore, type BudgetStore } from './limits/budgets.js';
+import { budgetProblems, budgetUsage } from './limits/budget-usage.js';
+import type { RedisLimitStore } from './limits/redis.js';
 import { ConfigError } from './config/load.js';
 import { silentLogger, type Logger } from './log.js';
 import { RouteStore } from './routing/store.js';
@@ -132,6 +135,14 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
     });
   }
 
+  // Budgets (SPEC §14) count where the per-minute limits do: in Redis, shared by every replica, or in this process.
+  let budgetStore: BudgetStore = new MemoryBudgetStore();
+  if (limitStore && 'command' in limitStore) {
+    const { RedisBudgetStore } = await import('./limits/budgets-redis.js');
+    budgetStore = new RedisBudgetStore(limitStore as RedisLimitStore);
+  }
+  const budgets = budgetsOf(config, budgetStore, metrics);
+
   let started = false;
   const admin = createServer(
     adminHandler({
@@ -140,7 +151,11 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
       metrics,
       isDraining: () => drain.draining,
       started: () => started,
-      problems: () => (limitStore?.problem() ? [`rate limits: ${limitStore.problem()}`] : []),
+      problems: () => [
+        ...(limitStore?.problem() ? [`rate limits: ${limitStore.problem()}`] : []),
+        ...budgetProblems(budgets, store),
+      ],
+      usage: (q) => budgetUsage(budgets, store.current(), q),
       endpointsOf: (route) => live.plane?.endpointsOf(route),
     }),
   );
@@ -180,6 +195,7 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
     endpoints: opts.endpoints,
     tracing,
     limitStore,
+    budgets,
     tls: certs && { cert: certs.current.cert, key: certs.current.key, plain: config.tls.httpPort > 0 },
   }));
   const { server, plain, servers } = plane;

@@ -18,6 +18,8 @@ export interface AdminDeps {
   problems?: () => string[];
   /** A deployment's endpoints with what is known of their load (SPEC §12); undefined when it has no endpoint list. */
   endpointsOf?: (route: Route) => EndpointView[] | undefined;
+  /** What budgets hold now (SPEC §14; `servegate usage` reads it). */
+  usage?: (q: { key?: string; project?: string }) => Promise<object>;
 }
 
 /**
@@ -53,6 +55,12 @@ export function adminHandler(deps: AdminDeps): Express {
   app.get(['/deployments', '/api/deployments'], (_req, res) => {
     res.type('application/json').send(JSON.stringify(deploymentsView(deps), null, 2));
   });
+  app.get('/budgets', (req, res, next) => {
+    if (!deps.usage) return void res.status(404).json({ error: 'no budgets here' });
+    const params = new URLSearchParams(req.url.includes('?') ? req.url.slice(req.url.indexOf('?')) : '');
+    const q = { key: params.get('key') ?? undefined, project: params.get('project') ?? undefined };
+    deps.usage(q).then((u) => void res.status('error' in u ? 503 : 200).json(u), next);
+  });
   app.get('/api/stats', (_req, res) => {
     // Endpoint lines of the deployments picked among several endpoints (the page rewrites its lists from them).
     const endpoints: Record<string, string[]> = {};
@@ -79,7 +87,7 @@ export function adminHandler(deps: AdminDeps): Express {
   });
   app.use((req, res) => {
     res.status(404).json({
-      error: `no admin page at ${req.path}; try /, /healthz, /readyz, /metrics, /deployments, /api/stats`,
+      error: `no admin page at ${req.path}; try /, /healthz, /readyz, /metrics, /deployments, /budgets, /api/stats`,
     });
   });
   app.use((err: Error, _req: Request, res: Response, _next: NextFunction) => {

@@ -1,4 +1,4 @@
-// `servegate keys create|list|revoke`: API-key Secrets in a manifests folder (FilesKeyStore), in the cluster
+// `servegate keys create|list|update|revoke`: API-key Secrets in a manifests folder (FilesKeyStore), in the cluster
 // (ClusterKeyStore), or as a manifest on stdout (-o yaml|json). The key is printed once at creation; only its SHA-256
 // is stored; list never shows the key or the hash.
 import type { Command } from 'commander';
@@ -9,9 +9,11 @@ import {
   generateKey,
   keyNameProblem,
   keySecretManifest,
+  keyFields,
   keySecretYaml,
   parseExpires,
   parseProjects,
+  type KeyFieldOptions,
   type KeySummary,
 } from '../keys/index.js';
 import { ClusterKeyStore, FilesKeyStore, type KeyStore } from '../keys/store.js';
@@ -85,14 +87,15 @@ export function keysProgram(io: CliIo): Command {
     .usage('<command> [flags]');
 
   withStoreFlags(
-    subcommand(keys, 'create', io)
-      .description('Create a key and print it ONCE (stdout). Keep it: it cannot be shown again.')
-      .requiredOption('--name <name>', "the key's name (a Secret name; sent to backends as x-servegate-key)")
-      .requiredOption('--projects <p1,p2|*>', 'the projects it grants, or "*" for every project')
-      .option('--expires <when>', 'a duration like 90m, 12h, 30d, 2w, or an RFC 3339 time')
-      .option('--rpm <n>', 'requests per minute for this key (0 = no limit; unset = the gateway default)', count)
-      .option('--tpm <n>', 'tokens per minute for this key (0 = no limit; unset = the gateway default)', count)
-      .addOption(choice('-o, --output <format>', 'print the manifest instead of storing it', ['yaml', 'json'])),
+    withFieldFlags(
+      subcommand(keys, 'create', io)
+        .description('Create a key and print it ONCE (stdout). Keep it: it cannot be shown again.')
+        .requiredOption('--name <name>', "the key's name (a Secret name; sent to backends as x-servegate-key)")
+        .requiredOption('--projects <p1,p2|*>', 'the projects it grants, or "*" for every project')
+        .option('--expires <when>', 'a duration like 90m, 12h, 30d, 2w, or an RFC 3339 time')
+        .option('--rpm <n>', 'requests per minute for this key (0 = no limit; unset = the gateway default)', count)
+        .option('--tpm <n>', 'tokens per minute for this key (0 = no limit; unset = the gateway default)', count),
+    ).addOption(choice('-o, --output <format>', 'print the manifest instead of storing it', ['yaml', 'json'])),
   ).action(
     async (
       flags: StoreFlags & {
@@ -102,7 +105,7 @@ export function keysProgram(io: CliIo): Command {
         rpm?: number;
         tpm?: number;
         output?: 'yaml' | 'json';
-      },
+      } & FieldFlags,
     ) => {
       const name = checkName(flags.name);
       const projects = parseProjects(flags.projects);
@@ -116,6 +119,7 @@ export function keysProgram(io: CliIo): Command {
       const limits = [
         flags.rpm !== undefined ? `${flags.rpm} requests/min` : '',
         flags.tpm !== undefined ? `${flags.tpm} tokens/min` : '',
+        budgetAbout(flags),
       ].filter(Boolean);
       const about = `${grant}${expiresAt ? `, expires ${keySecretManifestTime(expiresAt)}` : ', never expires'}${limits.length ? `, ${limits.join(', ')}` : ''}`;
       const manifestIn = (namespace: string | undefined) =>
@@ -128,6 +132,7 @@ export function keysProgram(io: CliIo): Command {
           expiresAt,
           rpm: flags.rpm,
           tpm: flags.tpm,
+          fields: fieldOptions(flags),
         });
 
       if (flags.output !== undefined) {
@@ -158,6 +163,29 @@ export function keysProgram(io: CliIo): Command {
   });
 
   withStoreFlags(
+    withFieldFlags(
+      subcommand(keys, 'update', io)
+        .description(
+          "Change a key's limits, budget or queueing fields (never the key itself); the gateway applies them at once.",
+        )
+        .requiredOption('--name <name>', 'the key to update')
+        .option('--rpm <n>', 'requests per minute for this key (0 = no limit)', count)
+        .option('--tpm <n>', 'tokens per minute for this key (0 = no limit)', count),
+    ),
+  ).action(async (flags: StoreFlags & { name: string; rpm?: number; tpm?: number } & FieldFlags) => {
+    const name = checkName(flags.name);
+    const fields = keyFields({ rpm: flags.rpm, tpm: flags.tpm, ...fieldOptions(flags) });
+    if (Object.keys(fields).length === 0)
+      throw new UsageError('nothing to update: give --rpm, --tpm, --budget-*, --tenant, --priority or --weight');
+    const store = await storeFor(flags, io);
+    const where = await store.update(name, fields, io.now());
+    const what = Object.entries(fields)
+      .map(([k, v]) => `${k}=${v}`)
+      .join(', ');
+    io.stderr(`updated API key "${name}" (${what}) in ${where}\n`);
+  });
+
+  withStoreFlags(
     subcommand(keys, 'revoke', io)
       .alias('delete')
       .description('Delete a key; the gateway refuses it at once.')
@@ -169,6 +197,47 @@ export function keysProgram(io: CliIo): Command {
     io.stderr(`revoked API key "${name}" (${where})\n`);
   });
   return keys;
+}
+
+interface FieldFlags {
+  budgetTokens?: number;
+  budgetCost?: string;
+  budgetPeriod?: string;
+  tenant?: string;
+  priority?: string;
+  weight?: string;
+}
+
+/** The budget (SPEC §14) and queueing flags of create and update. */
+function withFieldFlags(cmd: Command): Command {
+  return cmd
+    .option('--budget-tokens <n>', 'tokens this key may spend per budget period (0 = no budget)', count)
+    .option('--budget-cost <x>', 'cost this key may spend per period, in the currency of spec.pricing (0 = none)')
+    .option(
+      '--budget-period <p>',
+      'day or month (calendar, UTC), or a rolling window such as 12h or 7d (default month)',
+    )
+    .option('--tenant <name>', "the fair-share group of a saturated deployment's queue (default: the key itself)")
+    .option('--priority <p>', "critical, standard or sheddable (default: the deployment's spec.priority)")
+    .option('--weight <w>', "its tenant's share against others' in a saturated deployment (default 1)");
+}
+
+function fieldOptions(f: FieldFlags): KeyFieldOptions {
+  return {
+    budgetTokens: f.budgetTokens,
+    budgetCost: f.budgetCost,
+    budgetPeriod: f.budgetPeriod,
+    tenant: f.tenant,
+    priority: f.priority,
+    weight: f.weight,
+  };
+}
+
+function budgetAbout(f: FieldFlags): string {
+  const what = [f.budgetTokens ? `${f.budgetTokens} tokens` : '', f.budgetCost ? `cost ${f.budgetCost}` : '']
+    .filter(Boolean)
+    .join(' and ');
+  return what ? `budget ${what} per ${f.budgetPeriod ?? 'month'}` : '';
 }
 
 function keySecretManifestTime(d: Date): string {
@@ -191,6 +260,7 @@ function printKeys(
     row.expired = k.expired;
     if (k.rpm !== undefined) row.rpm = k.rpm;
     if (k.tpm !== undefined) row.tpm = k.tpm;
+    if (k.budget !== undefined) row.budget = k.budget;
     if (k.origin !== undefined) row.file = k.origin;
     return row;
   });
@@ -201,7 +271,7 @@ function printKeys(
   const table = keys.map((k) => {
     const expires = k.expiresAt ? `${k.expiresAt}${k.expired ? ' (expired)' : ''}` : 'never';
     const limits =
-      [k.rpm !== undefined ? `${k.rpm} rpm` : '', k.tpm !== undefined ? `${k.tpm} tpm` : '']
+      [k.rpm !== undefined ? `${k.rpm} rpm` : '', k.tpm !== undefined ? `${k.tpm} tpm` : '', k.budget ?? '']
         .filter(Boolean)
         .join(', ') || 'default';
     return [k.name, k.prefix, k.projects, expires, limits, ...(files ? [k.origin ?? ''] : [])];

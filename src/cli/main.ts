@@ -7,6 +7,7 @@ import { command, processIo, run } from './io.js';
 import { keysProgram } from './keys.js';
 import { serveProgram } from './serve.js';
 import { urlProgram } from './url.js';
+import { usageProgram } from './usage.js';
 
 const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
 
@@ -24,7 +25,8 @@ const program = command('servegate', io)
   .addCommand(serveProgram(io))
   .addCommand(demoProgram(io))
   .addCommand(keysProgram(io))
-  .addCommand(urlProgram(io));
+  .addCommand(urlProgram(io))
+  .addCommand(usageProgram(io));
 program
   .command('version')
   .description('print the version')

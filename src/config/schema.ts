@@ -1,6 +1,7 @@
 // The one configuration schema: chart values `gateway:`, `servegate serve --config FILE`, the chart's ConfigMap.
 // Every key has a default, so an empty document is a valid configuration.
 import { z } from 'zod';
+import { parseBudgetPeriod } from '../limits/budgets.js';
 
 const origin = z.string().refine((s) => s === '*' || /^https?:\/\/(\*\.)?[A-Za-z0-9.-]+(:\d{1,5})?$/.test(s), {
   message:
@@ -8,6 +9,24 @@ const origin = z.string().refine((s) => s === '*' || /^https?:\/\/(\*\.)?[A-Za-z
 });
 const positiveInt = z.number().int().positive();
 const seconds = z.number().positive();
+/** A budget period (SPEC §14): a calendar day or month (UTC), or a rolling 1h to 366d. */
+const budgetPeriod = z.string().refine((s) => typeof parseBudgetPeriod(s) !== 'string', {
+  message: 'must be "day", "month" or a rolling duration of 1h to 366d such as 12h or 7d',
+});
+const budget = z
+  .object({
+    budgetTokens: z.number().int().min(0).default(0),
+    budgetCost: z.number().min(0).default(0),
+    budgetPeriod: budgetPeriod.default('month'),
+  })
+  .strict();
+const projectBudget = z
+  .object({
+    budgetTokens: z.number().int().min(0).optional(),
+    budgetCost: z.number().min(0).optional(),
+    budgetPeriod: budgetPeriod.optional(),
+  })
+  .strict();
 
 export const configSchema = z
   .object({
@@ -84,6 +103,10 @@ export const configSchema = z
           })
           .strict()
           .default({ requestsPerMinute: 0, tokensPerMinute: 0 }),
+        /** Every project's budget (SPEC §14) unless limits.projects names it; 0 = none. */
+        perProject: budget.default({ budgetTokens: 0, budgetCost: 0, budgetPeriod: 'month' }),
+        /** Budgets of named projects (written or namespace form), over limits.perProject. */
+        projects: z.record(z.string().min(1), projectBudget).default({}),
         /** Counters shared by every replica; empty url = in-process counters (one replica). */
         redis: z
           .object({
@@ -123,6 +146,8 @@ export const configSchema = z
         rateLimitPerKey: 0,
         rateLimitBurst: 0,
         perKey: { requestsPerMinute: 0, tokensPerMinute: 0 },
+        perProject: { budgetTokens: 0, budgetCost: 0, budgetPeriod: 'month' },
+        projects: {},
         redis: { url: '', failOpen: true },
         scaleFromZeroHoldSeconds: 0,
         scaleFromZeroMaxQueue: 100,
@@ -197,6 +222,18 @@ export const configSchema = z
         maxLoadFactor: 1.25,
         maxLoadSlack: 2,
       }),
+    /** Fair, prioritized queueing in the gateway while every endpoint of an LLM deployment is saturated (SPEC §14). */
+    queueing: z
+      .object({
+        enabled: z.boolean().default(true),
+        /** A request waits at most this long, then 503 with Retry-After. */
+        maxWaitSeconds: seconds.default(30),
+        /** Requests and bytes of their bodies queued per deployment; past either, 503. */
+        maxQueued: z.number().int().min(1).default(1000),
+        maxQueuedBytes: z.number().int().min(0).default(67_108_864),
+      })
+      .strict()
+      .default({ enabled: true, maxWaitSeconds: 30, maxQueued: 1000, maxQueuedBytes: 67_108_864 }),
     /** Trust X-Forwarded-* from the client (set only behind a trusted load balancer). */
     trustForwardedHeaders: z.boolean().default(false),
     /**

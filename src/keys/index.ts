@@ -6,6 +6,7 @@ import { KeyError } from '../errors.js';
 import { formatTime, isObject, secretData } from '../kube/objects.js';
 import { isDnsSubdomain, KEY_PREFIX, KEY_SHA256, PROJECT_NAME } from '../routing/names.js';
 import { KEY_LABEL } from '../routing/types.js';
+import { parseBudgetPeriod } from '../limits/budgets.js';
 
 export const PREFIX_LENGTH = 16;
 /** 43 url-safe characters: 32 random bytes in base64url. */
@@ -104,7 +105,66 @@ export interface KeySecretManifest {
   kind: 'Secret';
   metadata: { name: string; namespace?: string; labels: Record<string, string> };
   type: 'Opaque';
-  stringData: { prefix: string; sha256: string; projects: string; expiresAt?: string; rpm?: string; tpm?: string };
+  stringData: { prefix: string; sha256: string; projects: string; expiresAt?: string } & KeyFields;
+}
+
+/** The optional fields of a key Secret that `keys create` and `keys update` set (SPEC §9, §14). */
+export type KeyFields = {
+  rpm?: string;
+  tpm?: string;
+  budgetTokens?: string;
+  budgetCost?: string;
+  budgetPeriod?: string;
+  tenant?: string;
+  priority?: string;
+  weight?: string;
+};
+
+export interface KeyFieldOptions {
+  rpm?: number;
+  tpm?: number;
+  budgetTokens?: number;
+  budgetCost?: string;
+  budgetPeriod?: string;
+  tenant?: string;
+  priority?: string;
+  weight?: string;
+}
+
+/** The optional fields as Secret strings, checked as the gateway will read them. */
+export function keyFields(o: KeyFieldOptions): KeyFields {
+  const out: KeyFields = {};
+  for (const f of ['rpm', 'tpm', 'budgetTokens'] as const) {
+    const v = o[f];
+    if (v === undefined) continue;
+    if (!Number.isSafeInteger(v) || v < 0) throw new KeyError(`${f} must be a whole number 0 or more, got ${v}`);
+    out[f] = String(v);
+  }
+  if (o.budgetCost !== undefined) {
+    if (!/^\d{1,12}(\.\d{1,6})?$/.test(o.budgetCost))
+      throw new KeyError(`--budget-cost must be a decimal 0 or more (at most 6 places), got "${o.budgetCost}"`);
+    out.budgetCost = o.budgetCost;
+  }
+  if (o.budgetPeriod !== undefined) {
+    const p = parseBudgetPeriod(o.budgetPeriod);
+    if (typeof p === 'string') throw new KeyError(p);
+    out.budgetPeriod = o.budgetPeriod;
+  }
+  if (o.tenant !== undefined) {
+    if (o.tenant.length === 0 || o.tenant.length > 253) throw new KeyError('--tenant must be 1-253 characters');
+    out.tenant = o.tenant;
+  }
+  if (o.priority !== undefined) {
+    if (!['critical', 'standard', 'sheddable'].includes(o.priority))
+      throw new KeyError(`--priority must be critical, standard or sheddable, got "${o.priority}"`);
+    out.priority = o.priority;
+  }
+  if (o.weight !== undefined) {
+    if (!/^\d{1,6}(\.\d{1,3})?$/.test(o.weight) || !(Number(o.weight) > 0))
+      throw new KeyError(`--weight must be a number above 0, got "${o.weight}"`);
+    out.weight = o.weight;
+  }
+  return out;
 }
 
 export interface KeySecretOptions {
@@ -115,7 +175,8 @@ export interface KeySecretOptions {
   sha256: string;
   projects: '*' | readonly string[];
   expiresAt?: Date;
-  /** This key's requests and tokens per minute (SPEC §9); unset: the gateway's defaults. */
+  /** This key's requests and tokens per minute (SPEC §9), budget and queueing fields (SPEC §14). */
+  fields?: KeyFieldOptions;
   rpm?: number;
   tpm?: number;
 }
@@ -135,12 +196,7 @@ export function keySecretManifest(o: KeySecretOptions): KeySecretManifest {
     projects: o.projects === '*' ? '*' : o.projects.join(','),
   };
   if (o.expiresAt) stringData.expiresAt = formatTime(o.expiresAt);
-  for (const f of ['rpm', 'tpm'] as const) {
-    const v = o[f];
-    if (v === undefined) continue;
-    if (!Number.isSafeInteger(v) || v < 0) throw new KeyError(`${f} must be a whole number 0 or more, got ${v}`);
-    stringData[f] = String(v);
-  }
+  Object.assign(stringData, keyFields({ rpm: o.rpm, tpm: o.tpm, ...o.fields }));
   return { apiVersion: 'v1', kind: 'Secret', metadata, type: 'Opaque', stringData };
 }
 
@@ -168,6 +224,8 @@ export interface KeySummary {
   /** The key's own limits (Secret fields rpm/tpm), when set. */
   rpm?: number;
   tpm?: number;
+  /** Its budget (SPEC §14), as the Secret writes it. */
+  budget?: string;
   /** Where it came from (a file in files mode). */
   origin?: string;
 }
@@ -190,8 +248,18 @@ export function summarizeKeySecret(obj: unknown, now: number = Date.now(), origi
     expired: !Number.isNaN(at) && at <= now,
     rpm: wholeNumber(fields.rpm),
     tpm: wholeNumber(fields.tpm),
+    budget: budgetText(fields),
     origin,
   };
+}
+
+function budgetText(f: Record<string, string | undefined>): string | undefined {
+  const parts = [
+    f.budgetTokens?.trim() ? `${f.budgetTokens.trim()} tokens` : '',
+    f.budgetCost?.trim() ? `cost ${f.budgetCost.trim()}` : '',
+  ];
+  const what = parts.filter(Boolean).join(', ');
+  return what ? `${what} per ${f.budgetPeriod?.trim() || 'month'}` : undefined;
 }
 
 function wholeNumber(v: string | undefined): number | undefined {

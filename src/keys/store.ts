@@ -4,14 +4,14 @@
 import { existsSync } from 'node:fs';
 import { mkdir, readFile, rename, stat, unlink, writeFile } from 'node:fs/promises';
 import { basename, join, relative } from 'node:path';
-import { parseAllDocuments } from 'yaml';
+import { isScalar, parseAllDocuments } from 'yaml';
 import type { KubeClients } from '../cli/kube.js';
 import { apiMessage } from '../cli/kube.js';
 import { CommandError } from '../errors.js';
 import { apiStatus } from '../kube/objects.js';
 import { KEY_LABEL } from '../routing/types.js';
 import { listManifestFiles } from '../sources/files/walk.js';
-import { keySecretYaml, summarizeKeySecret, type KeySecretManifest, type KeySummary } from './index.js';
+import { keySecretYaml, summarizeKeySecret, type KeyFields, type KeySecretManifest, type KeySummary } from './index.js';
 
 export interface KeyStore {
   /** Stores the Secret; returns where (a file, or Secret <ns>/<name>). Refuses a name already taken. */
@@ -20,6 +20,8 @@ export interface KeyStore {
   list(now: number): Promise<KeySummary[]>;
   /** Removes the key; returns where it was. */
   revoke(name: string, now: number): Promise<string>;
+  /** Sets fields of an existing key's Secret (never the key or its hash); returns where it is. */
+  update(name: string, fields: KeyFields, now: number): Promise<string>;
   /** Shown when there are no keys. */
   readonly describe: string;
 }
@@ -70,6 +72,36 @@ export class FilesKeyStore implements KeyStore {
         single,
       );
     return files.map((f) => relative(this.target, f) || f).join(', ');
+  }
+
+  async update(name: string, fields: KeyFields, now: number): Promise<string> {
+    const ns = this.namespace;
+    const docs = (await readKeyDocs(this.target)).filter((d) => {
+      const k = summarizeKeySecret(d.doc, now);
+      return k && k.name === name && (ns === undefined || k.namespace === undefined || k.namespace === ns);
+    });
+    if (docs.length === 0) throw new CommandError(`no API key named "${name}" in ${this.target}`, 'SG_NOT_FOUND');
+    if (docs.length > 1 || docs[0].inList)
+      throw new CommandError(`API key "${name}" is written more than once or in a List: edit ${docs[0].file} by hand`);
+    const { file, index } = docs[0];
+    const all = parseAllDocuments(await readFile(file, 'utf8'));
+    if (!Array.isArray(all)) throw new CommandError(`cannot read ${file}`);
+    const doc = all[index];
+    for (const [k, v] of Object.entries(fields)) {
+      // A field in base64 `data` would be shadowed by stringData anyway; it goes, so that one value is written.
+      if (doc.hasIn(['data', k])) doc.deleteIn(['data', k]);
+      doc.setIn(['stringData', k], doc.createNode(String(v)));
+      const node = doc.getIn(['stringData', k], true);
+      if (isScalar(node)) node.type = 'QUOTE_DOUBLE';
+    }
+    await atomicWrite(
+      file,
+      all
+        .filter((d) => d.contents !== null)
+        .map((d) => d.toString().replace(/^---[ \t]*\n/, ''))
+        .join('---\n'),
+    );
+    return relative(this.target, file) || file;
   }
 }
 
@@ -151,6 +183,43 @@ export class ClusterKeyStore implements KeyStore {
       throw new CommandError(`cannot delete Secret ${ns}/${name}: ${apiMessage(err)}`, 'SG_CLUSTER');
     }
     return `Secret ${ns}/${name} deleted`;
+  }
+
+  async update(name: string, fields: KeyFields): Promise<string> {
+    const ns = this.namespace;
+    const core = this.clients.core;
+    let secret: {
+      metadata?: { labels?: Record<string, string> };
+      data?: Record<string, string>;
+      stringData?: Record<string, string>;
+    };
+    try {
+      secret = (await core.readNamespacedSecret({ name, namespace: ns })) as typeof secret;
+    } catch (err) {
+      if (apiStatus(err) === 404)
+        throw new CommandError(`no API key named "${name}" in namespace ${ns}`, 'SG_NOT_FOUND');
+      throw new CommandError(`cannot read Secret ${ns}/${name}: ${apiMessage(err)}`, 'SG_CLUSTER');
+    }
+    if (secret.metadata?.labels?.[KEY_LABEL] !== 'true')
+      throw new CommandError(`Secret ${ns}/${name} is not an API key (it has no ${KEY_LABEL}: "true" label)`);
+    const data = { ...(secret.data ?? {}) };
+    for (const [k, v] of Object.entries(fields)) data[k] = Buffer.from(String(v)).toString('base64');
+    try {
+      // A replace with the read resourceVersion: a concurrent change is refused (409), never overwritten.
+      await core.replaceNamespacedSecret({
+        name,
+        namespace: ns,
+        body: { ...secret, data, stringData: undefined } as never,
+      });
+    } catch (err) {
+      if (apiStatus(err) === 409)
+        throw new CommandError(
+          `Secret ${ns}/${name} changed while it was updated; run the command again`,
+          'SG_CLUSTER',
+        );
+      throw new CommandError(`cannot update Secret ${ns}/${name}: ${apiMessage(err)}`, 'SG_CLUSTER');
+    }
+    return `Secret ${ns}/${name}`;
   }
 }
 

@@ -196,6 +196,29 @@ export class RedisLimitStore implements LimitStore {
     }
   }
 
+  /**
+   * One more command on this store's connection (the budgets' scripts), under the same breaker and failure counting;
+   * undefined when Redis did not answer.
+   */
+  async command<T>(send: (redis: Redis) => Promise<T>): Promise<T | undefined> {
+    if (this.openAfter !== undefined) {
+      this.shortCircuit();
+      return undefined;
+    }
+    try {
+      const reply = await send(this.redis);
+      this.answered();
+      return reply;
+    } catch (err) {
+      this.failed(err as Error);
+      return undefined;
+    }
+  }
+
+  get failOpen(): boolean {
+    return this.options.failOpen;
+  }
+
   problem(): string | undefined {
     if (this.openAfter !== undefined) {
       return `redis: circuit open after ${this.openAfter} failed commands in a row (last: ${this.lastError ?? 'none'}); answering without Redis until it replies to a PING`;

@@ -1,5 +1,5 @@
 // Prometheus metrics (prom-client), in a registry per server so that several gateways can live in one process (tests).
-import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { CompactHistogram, type HistogramSeries } from './histogram.js';
 
 /** Figures read at scrape time from the parts that hold them. */
@@ -8,6 +8,8 @@ export interface MetricSources {
   pending?: () => Iterable<{ project: string; deployment: string; count: number }>;
   /** LLM endpoints: what each last reported (fresh figures only) and its scrape errors. */
   endpoints?: () => Iterable<{ address: string; waiting?: number; kv?: number; errors: number }>;
+  /** Requests queued for saturated deployments (SPEC §14), per deployment and priority. */
+  queues?: () => Iterable<{ project: string; deployment: string; priority: string; count: number }>;
 }
 
 interface RouteCounters {
@@ -289,6 +291,45 @@ export class Metrics {
       for (const p of this.sources.pending?.() ?? [])
         this.pending.set({ project: p.project, deployment: p.deployment }, p.count);
     },
+  });
+
+  // ---- budgets and fair queueing (SPEC §14) ----------------------------------------------------------------------
+
+  readonly budgetSpentTokens = new Gauge({
+    name: 'servegate_budget_spent_tokens',
+    help: "Tokens spent in a budget's current period as this replica last charged it (the shared total with limits.redis.url), by scope (key, project) and name",
+    labelNames: ['scope', 'name'] as const,
+    registers: [this.registry],
+  });
+  readonly budgetSpentCost = new Gauge({
+    name: 'servegate_budget_spent_cost',
+    help: "Cost (tokens x spec.pricing, in the prices' currency) spent in a budget's current period as this replica last charged it, by scope (key, project) and name",
+    labelNames: ['scope', 'name'] as const,
+    registers: [this.registry],
+  });
+  readonly queueLength: Gauge = new Gauge({
+    name: 'servegate_queue_length',
+    help: 'Requests waiting in the gateway for a saturated LLM deployment, by project, deployment and priority',
+    labelNames: ['project', 'deployment', 'priority'] as const,
+    registers: [this.registry],
+    collect: (): void => {
+      this.queueLength.reset();
+      for (const q of this.sources.queues?.() ?? [])
+        this.queueLength.set({ project: q.project, deployment: q.deployment, priority: q.priority }, q.count);
+    },
+  });
+  readonly queueWait = new Histogram({
+    name: 'servegate_queue_wait_seconds',
+    help: 'Time requests waited in the gateway for a saturated LLM deployment before they were sent on or shed, by project, deployment and priority',
+    labelNames: ['project', 'deployment', 'priority'] as const,
+    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+    registers: [this.registry],
+  });
+  readonly queueShed = new Counter({
+    name: 'servegate_queue_shed_total',
+    help: 'Requests refused for a saturated LLM deployment, by project, deployment, priority and reason (sheddable, queue_full, queue_bytes, timeout)',
+    labelNames: ['project', 'deployment', 'priority', 'reason'] as const,
+    registers: [this.registry],
   });
 
   // ---- endpoint picking (SPEC §12) ----------------------------------------------------------------------------------

@@ -156,6 +156,20 @@ export interface Route {
   balancing: Balancing;
   /** spec.fallbacks: deployments tried in order when this one fails before answering, as "<project>/<deployment>". */
   fallbacks?: readonly string[];
+  /** spec.pricing: what its tokens cost, per million (SPEC §14 budgets); unset = 0. */
+  pricing?: { inputPerMillion: number; outputPerMillion: number };
+  /** spec.priority: of requests whose key names none, while the deployment is saturated (SPEC §14). */
+  priority?: Priority;
+}
+
+/** Who goes first into a saturated deployment (SPEC §14): the inference extension's criticality. */
+export type Priority = 'critical' | 'standard' | 'sheddable';
+
+/** A budget of a key Secret (SPEC §14): a limit of tokens and/or cost over a period. */
+export interface KeyBudget {
+  tokens?: number;
+  cost?: number;
+  period: { kind: 'day' } | { kind: 'month' } | { kind: 'rolling'; ms: number };
 }
 
 export type BalancingPolicy = 'llm' | 'least-request' | 'round-robin';
@@ -197,6 +211,14 @@ export interface ApiKeyRecord {
   scopeNamespace?: string;
   /** The Secret's rpm/tpm fields; a missing one falls back to limits.perKey (SPEC §9). */
   limits?: PerMinuteLimits;
+  /** The Secret's budgetTokens/budgetCost/budgetPeriod (SPEC §14). */
+  budget?: KeyBudget;
+  /** The Secret's `tenant`: keys naming one tenant share one fair share of a saturated deployment. */
+  tenant?: string;
+  /** The Secret's `priority`: else the deployment's. */
+  priority?: Priority;
+  /** The Secret's `weight` (default 1): its tenant's share against others'. */
+  weight?: number;
 }
 
 export interface RouteTable {

@@ -140,7 +140,12 @@ describe('gateway: is the configuration schema (src/config/schema.ts)', () => {
         if (want[k] !== undefined && JSON.stringify(want[k]) !== JSON.stringify(got[k]))
           diffs.push(`${path}: ${k} ${JSON.stringify(got[k])} != ${JSON.stringify(want[k])}`);
       }
-      if (want.type === 'object') {
+      if (want.type === 'object' && typeof want.additionalProperties === 'object') {
+        // A map (limits.projects): its values are checked as one object.
+        if (typeof got.additionalProperties !== 'object')
+          diffs.push(`${path}: its values must have a schema (additionalProperties)`);
+        else walk(want.additionalProperties, got.additionalProperties, `${path}.*`);
+      } else if (want.type === 'object') {
         if (got.additionalProperties !== false)
           diffs.push(`${path}: unknown keys must be refused (additionalProperties: false)`);
         const wk = Object.keys(want.properties ?? {}).sort();

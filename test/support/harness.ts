@@ -30,6 +30,8 @@ export interface DeploymentManifest {
   timeoutSeconds?: number;
   /** spec.limits (SPEC §9). */
   limits?: { requestsPerMinute?: number; tokensPerMinute?: number };
+  /** More spec fields (pricing, priority, ...). */
+  spec?: Record<string, unknown>;
 }
 
 export interface KeyManifest {
@@ -47,6 +49,8 @@ export interface KeyManifest {
   /** The Secret's rpm/tpm fields (SPEC §9). */
   rpm?: number | string;
   tpm?: number | string;
+  /** More Secret fields (budgetTokens, tenant, priority, ...: SPEC §14). */
+  fields?: Record<string, string>;
 }
 
 export interface Gateway {
@@ -78,6 +82,7 @@ export function deploymentDoc(d: DeploymentManifest): object {
   spec.backend = { url: d.url };
   if (d.timeoutSeconds !== undefined) spec.timeoutSeconds = d.timeoutSeconds;
   if (d.limits !== undefined) spec.limits = d.limits;
+  Object.assign(spec, d.spec);
   return {
     apiVersion: 'serving.servegate.dev/v1alpha1',
     kind: 'ServingDeployment',
@@ -106,6 +111,7 @@ export function keyDoc(k: KeyManifest, key: string): object {
   if (k.expiresAt) fields.expiresAt = k.expiresAt;
   if (k.rpm !== undefined) fields.rpm = String(k.rpm);
   if (k.tpm !== undefined) fields.tpm = String(k.tpm);
+  Object.assign(fields, k.fields);
   const metadata: Record<string, unknown> = { name: k.name, labels: { 'serving.servegate.dev/api-key': 'true' } };
   if (k.namespace !== null) metadata.namespace = k.namespace ?? KEYS_NAMESPACE;
   const doc: Record<string, unknown> = { apiVersion: 'v1', kind: 'Secret', metadata, type: 'Opaque' };

@@ -9,7 +9,8 @@
 //   6. throttle  past the failed-authentication limit that failure is 429 instead (a valid key is always served)
 //   7. grant     the key's projects: 403; then an unknown deployment: 404
 //   8. kind      the deployment kind's rules: suffix and verb (404/405/415), websockets only where a kind takes them
-//   9. limits    per second per key, then per minute per key and per deployment (sync in process, a promise with Redis)
+//   9. limits    per second per key, then the key's and project's budgets (SPEC §14), then per minute per key and
+//                per deployment (sync in process, a promise with Redis)
 //
 // The result is an accepted request (the headers its answer gets, the token charge) or a refusal whose metrics are
 // already counted. A request on the OpenAI base URL is accepted with its deployment still open: `admitModel` finishes
@@ -19,6 +20,7 @@ import type { AuthFailureLimiter } from '../../limits/auth-failures.js';
 import type { PerSecondLimiter } from '../../limits/per-second.js';
 import { keyCharge, type Charge, type LimitDecision, type PerMinuteLimits } from '../../limits/per-minute.js';
 import type { BucketSpec } from '../../limits/buckets.js';
+import type { BudgetCharge, BudgetDecision, Budgets } from '../../limits/budgets.js';
 import { authError, grantsProject, parseAuthorization, verifyKey, type AuthFailure } from './auth.js';
 import { ALLOWED_METHODS, preflightHeaderList, responseCorsList, type CorsPolicy } from './cors.js';
 import { checkSuffix, type BodyCheck } from './kind-rules.js';
@@ -58,6 +60,8 @@ export interface AdmitContext {
   cors: CorsPolicy;
   perSecond: PerSecondLimiter;
   perMinute: PerMinuteLimits;
+  /** Budgets per key and project (SPEC §14); unset: none. */
+  budgets?: Budgets;
   authFailures: AuthFailureLimiter;
   counters: AdmissionCounters;
 }
@@ -68,9 +72,9 @@ export interface AdmissionCounters {
 }
 
 export interface RateLimitedLabels {
-  scope: 'key' | 'deployment' | 'client';
-  kind: 'requests' | 'tokens' | 'auth_failures';
-  reason: 'per_second' | 'per_minute' | 'failed_auth';
+  scope: 'key' | 'deployment' | 'client' | 'project';
+  kind: 'requests' | 'tokens' | 'auth_failures' | 'cost';
+  reason: 'per_second' | 'per_minute' | 'failed_auth' | 'budget';
 }
 
 /** A request for one deployment, admitted. */
@@ -89,6 +93,8 @@ export interface Accepted {
   headers: string[];
   /** The token buckets passed, charged with the tokens the answer reports. */
   charge: Charge | undefined;
+  /** The budgets passed (SPEC §14), charged with the answer's tokens and their cost. */
+  budget?: BudgetCharge;
 }
 
 /** A request on the OpenAI base URL, key checked: `model` (in the body) names the deployment. */
@@ -318,9 +324,11 @@ export function admitModel(
   b: ByModel,
   route: Route,
   search: string,
-  ctx: Pick<AdmitContext, 'perMinute' | 'counters'>,
+  ctx: Pick<AdmitContext, 'perMinute' | 'counters' | 'budgets'>,
 ): Accepted | Refused | Promise<Accepted | Refused> {
-  return perMinute(byModelAccepted(b, route, search), ctx.perMinute.specs(route, undefined), ctx);
+  return andThen(budgets(byModelAccepted(b, route, search), ctx), (a) =>
+    perMinute(a, ctx.perMinute.specs(route, undefined), ctx),
+  );
 }
 
 /**
@@ -431,7 +439,7 @@ function throttle(client: string, ctx: Pick<AdmitContext, 'authFailures' | 'coun
 /** Step 9: the per-second bucket of the key, then the per-minute buckets. */
 function limit(
   a: Accepted,
-  ctx: Pick<AdmitContext, 'perSecond' | 'perMinute' | 'counters'>,
+  ctx: Pick<AdmitContext, 'perSecond' | 'perMinute' | 'counters' | 'budgets'>,
   now: number,
 ): Accepted | Refused | Promise<Accepted | Refused> {
   const error = ctx.perSecond.take(a.key, now);
@@ -448,7 +456,52 @@ function limit(
       headers: a.headers,
     };
   }
-  return perMinute(a, ctx.perMinute.specs(a.route, a.key), ctx);
+  return andThen(budgets(a, ctx), (x) => perMinute(x, ctx.perMinute.specs(x.route, x.key), ctx));
+}
+
+/** `f` of an accepted request, now or when `a` settles; a refusal goes through as it is. */
+function andThen(
+  a: Accepted | Refused | Promise<Accepted | Refused>,
+  f: (a: Accepted) => Accepted | Refused | Promise<Accepted | Refused>,
+): Accepted | Refused | Promise<Accepted | Refused> {
+  if (a instanceof Promise) return a.then((x) => (x.ok ? f(x) : x));
+  return a.ok ? f(a) : a;
+}
+
+/**
+ * Step 9, budgets (SPEC §14): the key's and the project's, checked before the body is forwarded (what was spent must
+ * be below each budget); refused: 429 insufficient_quota with the x-servegate-budget-* headers. Checked before the
+ * per-minute windows, so that a request refused for its budget takes no request from them.
+ */
+function budgets(
+  a: Accepted,
+  ctx: Pick<AdmitContext, 'budgets' | 'counters'>,
+): Accepted | Refused | Promise<Accepted | Refused> {
+  const specs = ctx.budgets?.specs(a.route.project, a.key);
+  if (!specs || specs.length === 0) return a;
+  const apply = (d: BudgetDecision): Accepted | Refused => {
+    if (!d.ok) {
+      for (const s of d.refusing) {
+        const kind = (s.limit.tokens ?? 0) > 0 ? ('tokens' as const) : ('cost' as const);
+        ctx.counters.rateLimited({ scope: s.scope, kind, reason: 'budget' });
+      }
+      return {
+        ok: false,
+        kind: 'refused',
+        error: d.error,
+        dialect: a.dialect,
+        route: a.route,
+        key: a.key,
+        close: false,
+        headers: a.headers,
+      };
+    }
+    const headers = a.headers.slice();
+    for (const [k, v] of Object.entries(d.headers)) headers.push(k, v);
+    return withFields(a, { headers, budget: d.charge });
+  };
+  const d = ctx.budgets!.decide(specs);
+  return d instanceof Promise ? d.then(apply) : apply(d);
 }
 
 /**

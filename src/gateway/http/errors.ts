@@ -20,6 +20,8 @@ export type ErrorCode =
   | 'method_not_allowed'
   | 'body_too_large'
   | 'rate_limit_exceeded'
+  | 'insufficient_quota'
+  | 'overloaded'
   | 'limits_unavailable'
   | 'server_busy'
   | 'unsupported_media_type'
@@ -50,6 +52,8 @@ const STATUS: Record<ErrorCode, number> = {
   method_not_allowed: 405,
   body_too_large: 413,
   rate_limit_exceeded: 429,
+  insufficient_quota: 429,
+  overloaded: 503,
   limits_unavailable: 503,
   server_busy: 503,
   unsupported_media_type: 415,
@@ -79,6 +83,9 @@ const OPENAI_TYPE: Record<number, string> = {
   501: 'invalid_request_error',
 };
 
+/** Codes whose OpenAI `type` is the code itself, as OpenAI answers them (an exhausted quota). */
+const OPENAI_OWN_TYPE: ReadonlySet<ErrorCode> = new Set(['insufficient_quota']);
+
 export class GatewayError extends Error {
   readonly status: number;
   constructor(
@@ -86,20 +93,29 @@ export class GatewayError extends Error {
     message: string,
     /** Extra response headers (WWW-Authenticate, Retry-After, Allow). */
     readonly headers: Record<string, string> = {},
+    /** Another status than the code's (`overloaded`: 429 for a sheddable request, 503 past a queue's bounds). */
+    status?: number,
   ) {
     super(message);
-    this.status = STATUS[code];
+    this.status = status ?? STATUS[code];
   }
 }
 
-export function gatewayError(code: ErrorCode, message: string, headers?: Record<string, string>): GatewayError {
-  return new GatewayError(code, message, headers);
+export function gatewayError(
+  code: ErrorCode,
+  message: string,
+  headers?: Record<string, string>,
+  status?: number,
+): GatewayError {
+  return new GatewayError(code, message, headers, status);
 }
 
 /** The JSON body of an error in the dialect of the route. */
 export function renderError(err: GatewayError, dialect: Dialect): string {
   if (dialect === 'openai') {
-    const type = OPENAI_TYPE[err.status] ?? (err.status >= 500 ? 'api_error' : 'invalid_request_error');
+    const type = OPENAI_OWN_TYPE.has(err.code)
+      ? err.code
+      : (OPENAI_TYPE[err.status] ?? (err.status >= 500 ? 'api_error' : 'invalid_request_error'));
     return JSON.stringify({ error: { message: err.message, type, code: err.code, param: null } });
   }
   return JSON.stringify({ error: err.message });

@@ -33,6 +33,7 @@ import { AuthFailureLimiter } from '../../limits/auth-failures.js';
 import type { LimitStore } from '../../limits/buckets.js';
 import { MemoryLimitStore } from '../../limits/memory.js';
 import { PerMinuteLimits } from '../../limits/per-minute.js';
+import { Budgets, MemoryBudgetStore, type BudgetStore } from '../../limits/budgets.js';
 import { UpgradeJob } from '../forward/websocket.js';
 import type { HoldQueues } from '../forward/scale-from-zero.js';
 import type { EndpointStats, ScrapeTarget } from '../forward/endpoint-stats.js';
@@ -58,6 +59,8 @@ export interface DataPlaneDeps {
   tracing?: Tracing;
   /** Where per-minute limits count (Redis with limits.redis.url); default in process. */
   limitStore?: LimitStore;
+  /** Budgets per key and project (SPEC §14); default: from the configuration, counted in process. */
+  budgets?: Budgets;
   /** The certificate pair: the main listener speaks https (and `plain` is the optional extra http one). */
   tls?: { cert: Buffer; key: Buffer; plain: boolean };
 }
@@ -97,6 +100,21 @@ function originOf(packet: Buffer): string | undefined {
 const ORIGIN_LINE = /\r\norigin:[ \t]*([^\r\n]{1,2048})/i;
 const REQUEST_LINE = /^[A-Z]{1,20} (\/[^\s]{0,8000}) HTTP\/1\.[01]\r?\n/;
 
+/** The budgets of a configuration, counted in `store`, their spend in the budget gauges. */
+export function budgetsOf(config: Config, store: BudgetStore, metrics: Metrics): Budgets {
+  return new Budgets(
+    store,
+    { perProject: config.limits.perProject, projects: config.limits.projects },
+    {
+      failOpen: config.limits.redis.failOpen,
+      onSpent: (spec, spent) => {
+        metrics.budgetSpentTokens.set({ scope: spec.scope, name: spec.name }, spent.tokens);
+        metrics.budgetSpentCost.set({ scope: spec.scope, name: spec.name }, spent.costMicros / 1e6);
+      },
+    },
+  );
+}
+
 export function createDataPlane(deps: DataPlaneDeps): DataPlane {
   const { config, drain, logger, store, metrics, holds } = deps;
   const limits = config.limits;
@@ -118,6 +136,7 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
       cors,
       perSecond: new PerSecondLimiter(limits.rateLimitPerKey, limits.rateLimitBurst),
       perMinute,
+      budgets: deps.budgets ?? budgetsOf(config, new MemoryBudgetStore(), metrics),
       authFailures: new AuthFailureLimiter(config.auth.failureLimit),
       counters: {
         authFailure: (reason) => metrics.authFailures.inc({ reason }),

@@ -2,7 +2,8 @@
 // Secret skipped), indexed by prefix. Bad keys never affect other keys or routes.
 import { createHash } from 'node:crypto';
 import { KEY_PREFIX, KEY_SHA256, PROJECT_NAME, projectNamespaceForm } from '../names.js';
-import type { ApiKeyRecord, KeyProblem, KeySecretResource, PerMinuteLimits } from '../types.js';
+import type { ApiKeyRecord, KeyBudget, KeyProblem, KeySecretResource, PerMinuteLimits, Priority } from '../types.js';
+import { parseBudgetPeriod } from '../../limits/budgets.js';
 import { BuildCache, type ParsedKey } from '../cache.js';
 import { cmp } from './order.js';
 
@@ -68,6 +69,10 @@ function buildKeysWithDigests(
                   value.expiresAt ?? null,
                   value.scopeNamespace ?? null,
                   value.limits ?? null,
+                  value.budget ?? null,
+                  value.tenant ?? null,
+                  value.priority ?? null,
+                  value.weight ?? null,
                 ]),
               )
               .digest('base64');
@@ -137,6 +142,10 @@ function parseKeySecret(
       return `${field} must be a whole number 0 or more (per minute), got "${d[field]}"`;
     limits[name] = Number(raw);
   }
+  const budget = parseKeyBudget(d);
+  if (typeof budget === 'string') return budget;
+  const fair = parseFairFields(d);
+  if (typeof fair === 'string') return fair;
   return {
     // Unique among keys: a Secret outside the keys namespace is named with its namespace (see ApiKeyRecord.name).
     name: scoped ? `${s.metadata.namespace}/${s.metadata.name}` : s.metadata.name,
@@ -148,5 +157,57 @@ function parseKeySecret(
     expiresAt,
     scopeNamespace: scoped ? s.metadata.namespace : undefined,
     ...(Object.keys(limits).length ? { limits } : {}),
+    ...(budget ? { budget } : {}),
+    ...fair,
   };
+}
+
+/** budgetTokens (whole number), budgetCost (decimal), budgetPeriod (default month); undefined when neither limit. */
+function parseKeyBudget(d: Record<string, string | undefined>): KeyBudget | undefined | string {
+  const tokensRaw = d.budgetTokens?.trim();
+  const costRaw = d.budgetCost?.trim();
+  const periodRaw = d.budgetPeriod?.trim();
+  const budget: KeyBudget = { period: { kind: 'month' } };
+  if (tokensRaw) {
+    if (!/^\d+$/.test(tokensRaw) || !Number.isSafeInteger(Number(tokensRaw)))
+      return `budgetTokens must be a whole number 0 or more, got "${d.budgetTokens}"`;
+    if (Number(tokensRaw) > 0) budget.tokens = Number(tokensRaw);
+  }
+  if (costRaw) {
+    if (!/^\d{1,12}(\.\d{1,6})?$/.test(costRaw))
+      return `budgetCost must be a decimal 0 or more (at most 6 places), got "${d.budgetCost}"`;
+    if (Number(costRaw) > 0) budget.cost = Number(costRaw);
+  }
+  if (periodRaw) {
+    const period = parseBudgetPeriod(periodRaw);
+    if (typeof period === 'string') return period;
+    budget.period = period;
+  }
+  return budget.tokens !== undefined || budget.cost !== undefined ? budget : undefined;
+}
+
+/** tenant, priority and weight: a key's place in a saturated deployment's queue (SPEC §14). */
+function parseFairFields(
+  d: Record<string, string | undefined>,
+): { tenant?: string; priority?: Priority; weight?: number } | string {
+  const out: { tenant?: string; priority?: Priority; weight?: number } = {};
+  const tenant = d.tenant?.trim();
+  if (tenant) {
+    if (tenant.length > 253) return 'tenant must be at most 253 characters';
+    out.tenant = tenant;
+  }
+  const priority = d.priority?.trim();
+  if (priority) {
+    if (priority !== 'critical' && priority !== 'standard' && priority !== 'sheddable')
+      return `priority must be critical, standard or sheddable, got "${d.priority}"`;
+    out.priority = priority;
+  }
+  const weight = d.weight?.trim();
+  if (weight) {
+    const w = Number(weight);
+    if (!/^\d{1,6}(\.\d{1,3})?$/.test(weight) || !(w > 0))
+      return `weight must be a number above 0 (default 1), got "${d.weight}"`;
+    out.weight = w;
+  }
+  return out;
 }

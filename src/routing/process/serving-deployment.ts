@@ -15,6 +15,7 @@ import type {
   ModelServer,
   PerMinuteLimits,
   PredictProtocol,
+  Priority,
   ServiceResource,
   ServingDeploymentResource,
   Snapshot,
@@ -127,6 +128,14 @@ export function servingDeploymentRoute(
   if ('reason' in balancing) return balancing;
   const fallbacks = parseFallbacks(spec.fallbacks, project, name);
   if (fallbacks !== undefined && 'reason' in fallbacks) return fallbacks;
+  const pricing = parsePricing(spec.pricing);
+  if (pricing !== undefined && 'reason' in pricing) return pricing;
+  let priority: Priority | undefined;
+  if (spec.priority !== undefined && spec.priority !== null) {
+    if (spec.priority !== 'critical' && spec.priority !== 'standard' && spec.priority !== 'sheddable')
+      return invalid(`spec.priority must be critical, standard or sheddable, got ${JSON.stringify(spec.priority)}`);
+    priority = spec.priority;
+  }
   return {
     id: `${namespace}/${name}`,
     namespace,
@@ -147,7 +156,25 @@ export function servingDeploymentRoute(
     ...(canary ? { canary } : {}),
     balancing,
     ...(fallbacks ? { fallbacks } : {}),
+    ...(pricing ? { pricing } : {}),
+    ...(priority ? { priority } : {}),
   };
+}
+
+/** spec.pricing: {inputPerMillion, outputPerMillion}, each a number 0 or more (a missing one is 0). */
+function parsePricing(raw: unknown): { inputPerMillion: number; outputPerMillion: number } | Refusal | undefined {
+  if (raw === undefined || raw === null) return undefined;
+  if (!isObject(raw)) return invalid('spec.pricing must be an object: {inputPerMillion, outputPerMillion}');
+  const out = { inputPerMillion: 0, outputPerMillion: 0 };
+  for (const k of Object.keys(raw)) {
+    if (k !== 'inputPerMillion' && k !== 'outputPerMillion')
+      return invalid(`spec.pricing.${k} is not a field: spec.pricing takes inputPerMillion and outputPerMillion`);
+    const v = raw[k];
+    if (typeof v !== 'number' || !Number.isFinite(v) || v < 0 || v > 1e9)
+      return invalid(`spec.pricing.${k} must be a number 0 or more (per million tokens), got ${JSON.stringify(v)}`);
+    out[k] = v;
+  }
+  return out.inputPerMillion > 0 || out.outputPerMillion > 0 ? out : undefined;
 }
 
 /** spec.scaleFromZero.holdSeconds in ms (0 = off), the configured default when the field is absent. */
