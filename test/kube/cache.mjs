@@ -1,6 +1,6 @@
 // Where scripts/build-kube.mjs puts the tests' control plane, shared by that script and test/support/kube.
-// The folder is keyed by a hash of this Go module (go.mod, go.sum, its commands) and of this file: a change to any
-// of them builds anew; anything else reuses the cache.
+// The folder is keyed by a hash of this Go module (go.mod, go.sum, its commands) and of OTHER_CRDS: a change to any
+// of them builds anew; anything else (formatting included) reuses the cache.
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { homedir } from 'node:os';
@@ -46,12 +46,13 @@ export function kubeModuleDir() {
 /** The cache folder for this module's build: $SERVEGATE_KUBE_CACHE, else ~/.cache/servegate/kube, then the hash. */
 export function kubeCacheDir() {
   const h = createHash('sha256');
-  for (const f of ['go.mod', 'go.sum', 'cmd/kube-apiserver/main.go', 'cmd/etcd/main.go', 'cache.mjs']) {
+  const files = ['go.mod', 'go.sum', 'cmd/kube-apiserver/main.go', 'cmd/etcd/main.go', 'cmd/kubectl/main.go'];
+  for (const f of files)
     h.update(f)
       .update('\0')
       .update(readFileSync(join(here, f)))
       .update('\0');
-  }
+  h.update(JSON.stringify(OTHER_CRDS));
   const base = process.env.SERVEGATE_KUBE_CACHE || join(homedir(), '.cache', 'servegate', 'kube');
   return join(base, h.digest('hex').slice(0, 16));
 }

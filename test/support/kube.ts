@@ -31,7 +31,7 @@ export interface KubeState {
 /** Where the binaries are; undefined until `npm run kube:build` has run for the current test/kube module. */
 export function kubeBinDir(): string | undefined {
   const dir = join(kubeCacheDir(), 'bin');
-  return existsSync(join(dir, 'kube-apiserver')) && existsSync(join(dir, 'etcd')) ? dir : undefined;
+  return ['kube-apiserver', 'etcd', 'kubectl'].every((b) => existsSync(join(dir, b))) ? dir : undefined;
 }
 
 /** The other projects' CRDs that the build took from their Go modules (KServe, Gateway API, Prometheus operator). */
@@ -106,16 +106,20 @@ export class KubeCluster {
     return tr.status.token;
   }
 
-  /** kubectl against this cluster as the admin (or with the kubeconfig given). */
+  /** kubectl (built with the API server, at its version) against this cluster as the admin (or the kubeconfig given). */
   kubectl(
     args: readonly string[],
     opts: { input?: string; kubeconfig?: string; timeoutMs?: number } = {},
   ): Promise<RunResult> {
-    return runProcess('kubectl', ['--kubeconfig', opts.kubeconfig ?? this.kubeconfigPath, ...args], {
-      timeoutMs: opts.timeoutMs ?? 60_000,
-      input: opts.input,
-      cwd: repoRoot,
-    });
+    return runProcess(
+      join(kubeBinDir() ?? NOT_BUILT, 'kubectl'),
+      ['--kubeconfig', opts.kubeconfig ?? this.kubeconfigPath, ...args],
+      {
+        timeoutMs: opts.timeoutMs ?? 60_000,
+        input: opts.input,
+        cwd: repoRoot,
+      },
+    );
   }
 
   /** GET on the API server as the admin: status and body. */
