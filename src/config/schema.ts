@@ -88,6 +88,14 @@ export const configSchema = z
          * above): a few hundred compressed bytes cannot become tens of megabytes of JSON.
          */
         maxDecodedBodyBytes: positiveInt.default(8_388_608),
+        /**
+         * Request-body bytes the gateway holds in memory at once (bodies read whole to be checked, their decoded and
+         * edited copies, bodies kept for fallbacks or held for scale from zero): a body past it waits up to
+         * bufferedBodyWaitSeconds for room, then 503. One body alone always fits. Default: two 32 MiB bodies, or one
+         * and its edited copy, within the chart's 512 Mi beside a 384 MiB heap (docs/install.md, "Memory").
+         */
+        maxBufferedBodyBytes: positiveInt.default(67_108_864),
+        bufferedBodyWaitSeconds: z.number().min(0).max(300).default(10),
         /** Bodies decoded at once; more wait their turn (up to 64 waiting, then 503). */
         decodeConcurrency: z.number().int().min(1).max(64).default(2),
         /** More header lines than this: 431 (Apache's LimitRequestFields default). */
@@ -141,6 +149,8 @@ export const configSchema = z
         requestBodyIdleTimeoutSeconds: 30,
         requestBodyMinBytesPerSecond: 1024,
         maxDecodedBodyBytes: 8_388_608,
+        maxBufferedBodyBytes: 67_108_864,
+        bufferedBodyWaitSeconds: 10,
         decodeConcurrency: 2,
         maxRequestHeaders: 100,
         rateLimitPerKey: 0,

@@ -11,6 +11,7 @@ import type { CorsPolicy } from '../admit/cors.js';
 import type { DecodeBudget } from '../http/body-encoding.js';
 import type { HeadOptions } from '../http/request-head.js';
 import type { Drain } from '../listen/drain.js';
+import type { BodyBudget } from './body-budget.js';
 import type { Pools } from './pools.js';
 import type { HoldQueues } from './scale-from-zero.js';
 import type { TargetPicker } from './targets.js';
@@ -35,6 +36,8 @@ export interface PlaneContext {
   maxDecoded: number;
   /** Compressed bodies are decoded a few at a time. */
   decoder: DecodeBudget;
+  /** Request-body bytes held in memory, gateway-wide (limits.maxBufferedBodyBytes). */
+  bodies: BodyBudget;
   /** Slowest average body rate over 10 s (bytes/s; 0 = off). */
   bodyMinRate: number;
   maxHeaders: number;

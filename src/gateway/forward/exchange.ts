@@ -30,6 +30,7 @@ import {
 } from '../admit/pipeline.js';
 import { isBinaryContentType, validateBody } from '../admit/kind-rules.js';
 import { BODY_RATE_WINDOW_MS, BodyClock } from '../http/body-clock.js';
+import { collectBody } from '../http/body-collect.js';
 import { gatewayError, GatewayError, type Dialect } from '../http/errors.js';
 import { clientRequestId, upstreamHeaders } from '../http/headers.js';
 import { pathOf } from '../http/path.js';
@@ -46,6 +47,7 @@ import { RETRY, shouldRetry } from './retry.js';
 import { readWhileHeld, type Held } from './scale-from-zero.js';
 import type { Chosen, PromptKey, Variant } from './targets.js';
 import { bodyForUndici, Diverted, UpstreamCall, type CallOwner } from './upstream-call.js';
+import { bodyBudgetFull, type Reservation } from './body-budget.js';
 import { bodyFor, Fallbacks, type FallbackReason, type LlmRequest } from './fallback.js';
 import { BODY_TOO_LARGE, ClientGone, mapUpstreamError, tooLarge, unavailable } from './upstream-errors.js';
 import { withFields } from '../../shape.js';
@@ -90,6 +92,12 @@ export class Exchange implements Job, Held, CallOwner {
   private fallbacks: Fallbacks | undefined;
   private body: Buffer | Readable | null = null;
   private bodyLength: number | undefined;
+  /** Bytes of request body held in memory, in the gateway-wide budget (forward/body-budget.ts). */
+  private room: Reservation | undefined;
+  /** Stops reading a body being read whole. */
+  private stopBody: (() => void) | undefined;
+  /** The body was written whole to the backend and let go (no fallback could need it): it cannot be sent again. */
+  private bodySent = false;
   private chosen: Chosen | undefined;
   private variant: Variant | undefined;
   /** The backend call of the current try. */
@@ -136,6 +144,26 @@ export class Exchange implements Job, Held, CallOwner {
     if (this.held) this.ctx.holds.remove(this);
     this.ended = 'over';
     this.release();
+  }
+
+  /** The body is let go: what it held goes back to the budget. */
+  private letGoOfBody(): void {
+    this.stopBody?.();
+    this.stopBody = undefined;
+    this.room?.release();
+    this.room = undefined;
+  }
+
+  /**
+   * Once the body is checked and edited: the reservation shrinks to the buffers this exchange still holds. A body kept
+   * for a fallback keeps what was reserved (the fallback's edit is a copy).
+   */
+  private settleRoom(): void {
+    const room = this.room;
+    if (!room || this.llm) return;
+    const body = this.body;
+    const held = Buffer.isBuffer(body) ? body.buffer.byteLength : 0;
+    if (held < room.bytes) room.resize(held);
   }
 
   tick(now: number): void {
@@ -299,37 +327,48 @@ export class Exchange implements Job, Held, CallOwner {
     const head = this.head!;
     const declared = head.contentLength;
     if (declared !== undefined && declared > ctx.maxBody) return this.refuse(tooLarge(ctx.maxBody), true);
-    if (this.continueRequested) res.writeContinue();
     const hasBody = head.chunked || (declared !== undefined && declared > 0);
     if (stream) {
+      if (this.continueRequested) res.writeContinue();
       this.body = !hasBody ? null : declared !== undefined ? req : limitStream(req, ctx.maxBody);
       this.bodyLength = hasBody ? declared : undefined;
       return this.pickPhase(undefined);
     }
-    if (!hasBody) return this.bodyRead(Buffer.alloc(0), b);
-    const max = ctx.maxBody;
-    const chunks: Buffer[] = [];
-    let size = 0;
-    const onData = (c: Buffer): void => {
-      size += c.length;
-      if (size > max) {
-        req.off('data', onData);
-        req.off('end', onEnd);
-        this.refuse(tooLarge(max), true);
-        return;
-      }
-      chunks.push(c);
+    if (!hasBody) {
+      if (this.continueRequested) res.writeContinue();
+      return this.bodyRead(Buffer.alloc(0), b);
+    }
+    // Read whole into one buffer, within the budget of buffered bodies: room for the most this request may hold (the
+    // body, its decoded form, an edited copy), reserved before a byte is read (grown with a chunked body).
+    const room = (this.room = ctx.bodies.reservation());
+    const coding = head.contentEncoding;
+    const decoded = coding !== undefined && coding !== 'identity' ? ctx.maxDecoded : 0;
+    const edited = b !== undefined || (this.d?.route.kind === 'llm' && this.d.route.fallbacks !== undefined);
+    const most = (wire: number): number => wire + decoded + (edited ? decoded || wire : 0);
+    const busy = (): void => {
+      ctx.metrics.upstreamErrors.inc({ cause: 'body_budget_full' });
+      this.refuse(bodyBudgetFull(ctx.bodies), true);
     };
-    const onEnd = (): void => {
-      // The request object lives as long as the answer (a stream: minutes): nothing of the reading stays on it.
-      req.off('data', onData);
-      req.off('end', onEnd);
-      const body = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size);
-      chunks.length = 0;
-      this.bodyRead(body, b);
+    const read = (): void => {
+      if (this.continueRequested) res.writeContinue();
+      this.stopBody = collectBody(
+        req,
+        declared,
+        ctx.maxBody,
+        (capacity, go) => room.acquire(most(capacity), go),
+        (end) => {
+          this.stopBody = undefined;
+          if ('body' in end) return this.bodyRead(end.body, b);
+          if (end.problem === 'no_room') return busy();
+          this.refuse(tooLarge(ctx.maxBody), true);
+        },
+      );
     };
-    req.on('data', onData);
-    req.on('end', onEnd);
+    if (declared === undefined) return read();
+    room.acquire(most(declared), (ok) => {
+      if (this.ended) return;
+      this.guarded(ok ? read : busy);
+    });
   }
 
   /** The whole body is in: decoded for the check when it has a Content-Encoding. */
@@ -355,6 +394,7 @@ export class Exchange implements Job, Held, CallOwner {
     // Checked decoded, forwarded as sent: the backend gets the client's bytes and their Content-Encoding.
     this.body = wire;
     this.bodyLength = wire.length;
+    this.settleRoom();
     this.pickPhase(undefined);
   }
 
@@ -382,6 +422,7 @@ export class Exchange implements Job, Held, CallOwner {
     }
     this.body = wire;
     this.bodyLength = wire.length;
+    this.settleRoom();
     this.pickPhase(undefined);
   }
 
@@ -399,6 +440,7 @@ export class Exchange implements Job, Held, CallOwner {
     }
     this.body = wire;
     this.bodyLength = wire.length;
+    this.settleRoom();
     this.pickPhase(undefined);
   }
 
@@ -446,6 +488,7 @@ export class Exchange implements Job, Held, CallOwner {
     if (decoded) this.head!.forward = withoutHeader(this.head!.forward, 'content-encoding');
     this.body = body;
     this.bodyLength = body.length;
+    this.settleRoom();
     const a = admitModel(b, route, b.search, this.ctx.admission);
     this.settled(a, (x) => {
       if (this.ended) return;
@@ -511,9 +554,10 @@ export class Exchange implements Job, Held, CallOwner {
     this.held = true;
     this.heldSince = performance.now();
     if (body && !Buffer.isBuffer(body)) {
+      const room = (this.room ??= this.ctx.bodies.reservation());
       this.unhold = readWhileHeld(
         body,
-        (n) => this.ctx.holds.grow(this, n),
+        (n) => this.ctx.holds.grow(this, n) && room.resize(room.bytes + n),
         () => {
           this.ctx.metrics.upstreamErrors.inc({ cause: 'hold_queue_full' });
           this.refuse(unavailable(route, 'hold_full'));
@@ -605,7 +649,7 @@ export class Exchange implements Job, Held, CallOwner {
           path: target.basePath + (route.pathPrefix ?? '') + d.upstreamPath,
           method: req.method as Dispatcher.HttpMethod,
           headers,
-          body: bodyForUndici(this.body),
+          body: bodyForUndici(this.body, route.fallbacks ? undefined : () => this.bodyWritten(call)),
           headersTimeout: this.headersTimeout(route),
           bodyTimeout: ctx.streamIdleMs,
           idempotent: false,
@@ -615,6 +659,18 @@ export class Exchange implements Job, Held, CallOwner {
     } catch (err) {
       call.onError(err as Error);
     }
+  }
+
+  /**
+   * The body was written whole to the backend of a deployment without fallbacks: nothing can send it again (a retry
+   * is only for a connection that failed), so it is let go now, not when the answer comes (a non-streamed answer may
+   * take minutes).
+   */
+  private bodyWritten(call: UpstreamCall): void {
+    if (call !== this.call || !Buffer.isBuffer(this.body)) return;
+    this.body = null;
+    this.bodySent = true;
+    this.letGoOfBody();
   }
 
   // ---- answer ------------------------------------------------------------------------------------------------------
@@ -639,6 +695,7 @@ export class Exchange implements Job, Held, CallOwner {
     this.llm = undefined;
     this.unhold = undefined;
     this.extra = [];
+    this.letGoOfBody();
   }
 
   callEnded(_call: UpstreamCall, cut: string | undefined): void {
@@ -662,7 +719,8 @@ export class Exchange implements Job, Held, CallOwner {
    */
   private nextFallback(): Route | undefined {
     const d = this.d;
-    if (!d || this.res.headersSent || !(this.body === null || Buffer.isBuffer(this.body))) return undefined;
+    if (!d || this.res.headersSent || this.bodySent || !(this.body === null || Buffer.isBuffer(this.body)))
+      return undefined;
     if (!d.route.fallbacks && !this.fallbacks) return undefined;
     if (this.deadlineAt && performance.now() >= this.deadlineAt) return undefined;
     return (this.fallbacks ??= new Fallbacks()).peek(this.ctx.store.current(), d.route, d.key);
@@ -683,6 +741,8 @@ export class Exchange implements Job, Held, CallOwner {
     );
     const llm = this.llm;
     if (llm && Buffer.isBuffer(this.body)) {
+      // The edit of the deployment before goes first: one edited copy at a time (within what was reserved).
+      this.body = null;
       const edited = bodyFor(llm, to);
       if (llm.encoded) this.head!.forward = withoutHeader(this.head!.forward, 'content-encoding');
       this.body = edited.body;
@@ -732,7 +792,7 @@ export class Exchange implements Job, Held, CallOwner {
     const { ctx, d } = this;
     const route = d!.route;
     const code = (err as { code?: string }).code ?? '';
-    const replayable = this.body === null || Buffer.isBuffer(this.body);
+    const replayable = !this.bodySent && (this.body === null || Buffer.isBuffer(this.body));
     if (shouldRetry({ code, answerStarted: this.res.headersSent, replayable, attempts: this.attempts })) {
       // Nothing reached the backend: another try, on another address when there is one.
       const avoid = this.chosen?.target.origin.slice(7) ?? '';
@@ -819,6 +879,7 @@ export class Exchange implements Job, Held, CallOwner {
       this.req.resume();
     }
     this.error = err.message;
+    this.letGoOfBody();
     sendError(res, err, this.dialect, this.extra, closing);
   }
 
@@ -906,6 +967,7 @@ export class Exchange implements Job, Held, CallOwner {
   /** The call lets go of this exchange: undici may keep a finished handler queued for a while. */
   private release(): void {
     this.call?.release();
+    this.letGoOfBody();
   }
 }
 

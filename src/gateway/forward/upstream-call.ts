@@ -268,7 +268,10 @@ export const LET_GO_MIN = 4096;
  * and a connection whose backend answered before the body was all written is closed instead of reused.
  */
 class SentOnce implements Iterable<Buffer> {
-  constructor(private body: Buffer | null) {}
+  constructor(
+    private body: Buffer | null,
+    private readonly written?: () => void,
+  ) {}
 
   *[Symbol.iterator](): Iterator<Buffer> {
     const body = this.body;
@@ -276,16 +279,22 @@ class SentOnce implements Iterable<Buffer> {
     if (!body) throw new Error('request body already sent');
     this.body = null;
     yield body;
+    // undici asks for the next chunk once this one is written to the socket (and drained).
+    this.written?.();
   }
 }
 
 /**
  * The body as undici gets it: Buffers of LET_GO_MIN bytes or more as a `SentOnce`, anything else unchanged. undici
  * takes any iterable as a body (its request checks for one), though its type of the option does not list it.
+ * `written`: called once such a body is written whole to the backend's socket.
  */
-export function bodyForUndici(body: Buffer | Readable | null): Dispatcher.DispatchOptions['body'] {
+export function bodyForUndici(
+  body: Buffer | Readable | null,
+  written?: () => void,
+): Dispatcher.DispatchOptions['body'] {
   if (Buffer.isBuffer(body) && body.length >= LET_GO_MIN)
-    return new SentOnce(body) as unknown as Dispatcher.DispatchOptions['body'];
+    return new SentOnce(body, written) as unknown as Dispatcher.DispatchOptions['body'];
   return body;
 }
 

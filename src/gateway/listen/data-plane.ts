@@ -35,6 +35,7 @@ import { MemoryLimitStore } from '../../limits/memory.js';
 import { PerMinuteLimits } from '../../limits/per-minute.js';
 import { Budgets, MemoryBudgetStore, type BudgetStore } from '../../limits/budgets.js';
 import { UpgradeJob } from '../forward/websocket.js';
+import { BodyBudget } from '../forward/body-budget.js';
 import type { HoldQueues } from '../forward/scale-from-zero.js';
 import type { EndpointStats, ScrapeTarget } from '../forward/endpoint-stats.js';
 import { Pools } from '../forward/pools.js';
@@ -157,6 +158,7 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
     maxBody: limits.maxRequestBodyBytes,
     maxDecoded: Math.min(limits.maxDecodedBodyBytes, limits.maxRequestBodyBytes),
     decoder: new DecodeBudget(limits.decodeConcurrency),
+    bodies: new BodyBudget(limits.maxBufferedBodyBytes, limits.bufferedBodyWaitSeconds * 1000),
     bodyMinRate: limits.requestBodyMinBytesPerSecond,
     maxHeaders: limits.maxRequestHeaders,
     streamIdleMs: limits.streamIdleTimeoutSeconds * 1000,

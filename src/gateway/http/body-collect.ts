@@ -1,0 +1,66 @@
+// A request body read whole, into one buffer: sized from Content-Length, or grown by doubling for a chunked body. Each
+// chunk is copied in as it comes and let go, so a body costs its own size (a chunked one at most twice, while it
+// grows) — not its chunks, then their join, at once.
+import type { IncomingMessage } from 'node:http';
+
+/** The first buffer of a chunked body. */
+const FIRST = 65_536;
+
+export type CollectEnd = { body: Buffer } | { problem: 'too_large' | 'no_room' };
+
+/**
+ * Reads `req` to its end. `declared`: its Content-Length (room for it already granted). A chunked body asks `grow`
+ * for room before each doubling (reading pauses until it answers; `false`: no room). `max`: a body past it ends the
+ * read with 'too_large'. `done` is called once; the listeners are removed first. Returns what stops the read without
+ * an end (the request was answered otherwise): what was read is let go.
+ */
+export function collectBody(
+  req: IncomingMessage,
+  declared: number | undefined,
+  max: number,
+  grow: (capacity: number, go: (ok: boolean) => void) => void,
+  done: (end: CollectEnd) => void,
+): () => void {
+  let buf: Buffer | undefined = declared !== undefined ? Buffer.allocUnsafeSlow(declared) : undefined;
+  let size = 0;
+  let stopped = false;
+  const stop = (): void => {
+    stopped = true;
+    // The request object lives as long as the answer (a stream: minutes): nothing of the reading stays on it.
+    req.off('data', onData);
+    req.off('end', onEnd);
+    buf = undefined;
+  };
+  const finish = (end: CollectEnd): void => {
+    stop();
+    done(end);
+  };
+  const copy = (c: Buffer): void => {
+    c.copy(buf!, size);
+    size += c.length;
+  };
+  const onData = (c: Buffer): void => {
+    if (size + c.length > max) return finish({ problem: 'too_large' });
+    if (buf && size + c.length <= buf.length) return copy(c);
+    // Node's parser never passes more than Content-Length: only a chunked body grows.
+    if (declared !== undefined) return finish({ problem: 'too_large' });
+    const capacity = Math.min(max, Math.max(size + c.length, (buf?.length ?? 0) * 2, FIRST));
+    req.pause();
+    grow(capacity, (ok) => {
+      if (stopped) return;
+      if (!ok) return finish({ problem: 'no_room' });
+      const next = Buffer.allocUnsafeSlow(capacity);
+      if (buf) buf.copy(next, 0, 0, size);
+      buf = next;
+      copy(c);
+      req.resume();
+    });
+  };
+  const onEnd = (): void => {
+    const body = buf ? buf.subarray(0, size) : Buffer.alloc(0);
+    finish({ body });
+  };
+  req.on('data', onData);
+  req.on('end', onEnd);
+  return stop;
+}
