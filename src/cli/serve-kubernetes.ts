@@ -2,7 +2,7 @@
 import { KubeConfig } from '@kubernetes/client-node';
 import { ownNamespace } from '../config/load.js';
 import type { Config } from '../config/schema.js';
-import { registerControllerMetrics, startStatusController } from '../controller/index.js';
+import { registerControllerMetrics, startStatusController, type ControllerHandle } from '../controller/index.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { Logger } from '../log.js';
 import { startServegate, type Servegate } from '../server.js';
@@ -50,12 +50,14 @@ export async function startKubernetesWith(
   opts: KubernetesServeOptions,
 ): Promise<Servegate> {
   let metrics: Metrics | undefined;
+  let controller: ControllerHandle | undefined;
   const source = new KubernetesSource(
     kc,
     kubernetesSourceOptions(config, {
       logger: opts.logger,
       backoff: opts.backoff,
       onWatchRestart: (kind, reason) => metrics?.watchRestarts.inc({ kind, reason }),
+      onStatusChange: (deployment) => controller?.controller.statusChanged(deployment),
     }),
   );
   return startServegate({
@@ -79,6 +81,7 @@ export async function startKubernetesWith(
         logger,
       });
       registerControllerMetrics(m.registry, ctl);
+      controller = ctl;
       return ctl;
     },
   });

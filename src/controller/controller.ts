@@ -150,6 +150,23 @@ export class StatusController {
     for (const key of this.latest.keys()) this.enqueue(key);
   }
 
+  /**
+   * Call when a ServingDeployment changed in its status only (the source rebuilds nothing for that): the object is
+   * compared with what the latest build says, and written again when another writer changed its status.
+   */
+  statusChanged(resource: ServingDeploymentResource): void {
+    if (this.stopped) return;
+    const key = `${resource.metadata.namespace}/${resource.metadata.name}`;
+    const e = this.latest.get(key);
+    if (!e || e.resource.metadata.uid !== resource.metadata.uid) return;
+    const entry = { resource, status: e.status };
+    this.latest.set(key, entry);
+    if (!this.leadership.isLeader() || this.retryTimers.has(key)) return;
+    const current = this.currentStatus(key, resource);
+    if (statusNeedsWrite(desiredStatus(e.status, current, this.now(), { project: projectOf(entry) }), current))
+      this.enqueue(key);
+  }
+
   /** Call when this process stopped leading: queued work and pending retries are dropped. */
   stoppedLeading(): void {
     this.clearQueue();

@@ -41,12 +41,17 @@ export interface KubernetesSourceOptions {
   pageSize?: number;
   /** Called on every watch (re)start that was not the first: for servegate_watch_restarts_total{kind,reason}. */
   onWatchRestart?: (kind: string, reason: RestartReason) => void;
+  /**
+   * A ServingDeployment changed in its status only (which rebuilds nothing): the status controller checks that one
+   * object, so a status another writer changed is put back.
+   */
+  onStatusChange?: (deployment: ServingDeploymentResource) => void;
 }
 
 /** The source options that follow from the configuration (`kubernetes:` and `auth:` keys). */
 export function kubernetesSourceOptions(
   config: Pick<Config, 'auth' | 'kubernetes'>,
-  extra: Pick<KubernetesSourceOptions, 'logger' | 'onWatchRestart' | 'backoff' | 'pageSize'> = {},
+  extra: Pick<KubernetesSourceOptions, 'logger' | 'onWatchRestart' | 'onStatusChange' | 'backoff' | 'pageSize'> = {},
 ): KubernetesSourceOptions {
   return {
     keysNamespace: config.auth.keysNamespace,
@@ -304,8 +309,10 @@ export class KubernetesSource implements RouteSource, EndpointResolver {
           onlyStatusChanged(before as unknown as ServingDeploymentResource, res as unknown as ServingDeploymentResource)
         ) {
           // A status write (ours, mostly) changes nothing that routes: keep the fresh object for the next snapshot,
-          // but do not rebuild for it — at 10k deployments a rebuild per status write would grow with n².
+          // but do not rebuild for it — at 10k deployments a rebuild per status write would grow with n². The
+          // status controller looks at this one object instead (another writer's status is put back).
           delete this.arrays[part];
+          this.statusChanged(res as unknown as ServingDeploymentResource);
           return;
         }
         this.changed(part);
@@ -370,6 +377,14 @@ export class KubernetesSource implements RouteSource, EndpointResolver {
       this.opts.onWatchRestart?.(kind, reason);
     } catch {
       // a metrics callback must not break the watch loop
+    }
+  }
+
+  private statusChanged(d: ServingDeploymentResource): void {
+    try {
+      this.opts.onStatusChange?.(d);
+    } catch (err) {
+      this.logger.error({ err }, 'a status-change listener threw');
     }
   }
 
