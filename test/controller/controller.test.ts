@@ -159,6 +159,26 @@ describe('status controller', () => {
     });
   });
 
+  test('a status another writer changed (a status-only change, which rebuilds nothing) is put back; our own read-back costs no PATCH', async () => {
+    fake.create(svcObj('fraud-detection', 'fraud-predictor', 8080));
+    fake.create(sdepObj('fraud-detection', 'fraud', sklearn()));
+    const { store, c } = controller();
+    store.apply(snapshotNow());
+    await c.idle();
+    const right = sdepStatus('fraud-detection', 'fraud');
+    const readBack = snapshotNow().deployments[0]!;
+    c.statusChanged(readBack); // our own write, delivered by the watch
+    await c.idle();
+    expect(statusWrites()).toHaveLength(1);
+    // Someone else writes the status; the source hands the object over without a build.
+    const obj = fake.get(API_VERSION, 'ServingDeployment', 'fraud-detection', 'fraud')!;
+    fake.update({ ...obj, status: { url: 'https://elsewhere.example.com/', observedGeneration: 0 } });
+    c.statusChanged(snapshotNow().deployments[0]!);
+    await c.idle();
+    expect(statusWrites()).toHaveLength(2);
+    expect(sdepStatus('fraud-detection', 'fraud')).toEqual(right);
+  });
+
   test('a spec change is reflected with the new observedGeneration', async () => {
     fake.create(svcObj('demo', 'chat', 8000));
     fake.create(

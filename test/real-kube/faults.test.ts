@@ -17,7 +17,7 @@ import {
 } from '@kubernetes/client-node';
 import { startKubernetesWith } from '../../src/cli/serve-kubernetes.js';
 import { parseConfig } from '../../src/config/load.js';
-import { createLogger, silentLogger } from '../../src/log.js';
+import { silentLogger } from '../../src/log.js';
 import type { Servegate } from '../../src/server.js';
 import { KubernetesSource } from '../../src/sources/kubernetes/index.js';
 import type { Snapshot } from '../../src/routing/types.js';
@@ -115,7 +115,7 @@ async function gateway(o: GatewayOptions): Promise<Servegate> {
     port: 0,
     adminPort: 0,
     host: '127.0.0.1',
-    logger: process.env.FAULTS_LOG ? createLogger('debug') : silentLogger,
+    logger: silentLogger,
     namespace: 'servegate',
     identity: o.identity ?? 'faults',
     processMetrics: false,
