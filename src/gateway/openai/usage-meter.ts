@@ -20,6 +20,7 @@ import {
   skipSpace,
   skipValue,
 } from './json-members.js';
+import { memberOf, nameFilter, objectMembers, scanJson, type MemberSpan } from '../http/json-scan.js';
 
 export interface TokenUsage {
   prompt: number;
@@ -279,6 +280,53 @@ export function nullUsageSpan(buf: Buffer, s: number, stop: number): [number, nu
   return undefined;
 }
 
+/** Top-level members of a data line read for usage. */
+const LINE_NAMES = nameFilter(
+  ['usage', 'response', 'choices'],
+  (n) => n === 'usage' || n === 'response' || n === 'choices',
+);
+
+/** The usage object at `m` (a valid value), read when it is small enough to be one. */
+function usageAt(b: Buffer, m: MemberSpan | undefined): TokenUsage | undefined {
+  if (!m || b[m.start] !== OPEN_BRACE || m.end - m.start > MAX_USAGE_VALUE) return undefined;
+  return readUsage(JSON.parse(b.toString('utf8', m.start, m.end)));
+}
+
+/**
+ * The valid JSON object `b` (closing brace at `close`) without its top-level members named `name` (every one, as
+ * `delete` takes what JSON.parse kept): the other members' bytes as they came, joined by commas.
+ */
+function withoutMembers(b: Buffer, close: number, name: string): Buffer {
+  const open = skipSpace(b, 0);
+  const kept: Buffer[] = [b.subarray(0, open + 1)];
+  let first = true;
+  const { members } = objectMembers(b, open, () => true, Infinity);
+  for (const m of members) {
+    if (m.name === name) continue;
+    // The member's name starts at the quote before the one that ends it (a name that decodes to a member the gateway
+    // reads has no quote in it; any other is kept whole from its own opening quote, found the same way).
+    let q = m.start - 1;
+    while (b[q] !== COLON) q--;
+    q--;
+    while (b[q] !== QUOTE) q--;
+    let open2 = q - 1;
+    for (;;) {
+      while (b[open2] !== QUOTE) open2--;
+      let k = open2 - 1;
+      while (b[k] === BACKSLASH) k--;
+      if ((open2 - 1 - k) % 2 === 0) break;
+      open2--;
+    }
+    if (!first) kept.push(COMMA_BYTE);
+    first = false;
+    kept.push(b.subarray(open2, m.end));
+  }
+  kept.push(b.subarray(close));
+  return Buffer.concat(kept);
+}
+
+const COMMA_BYTE = Buffer.from(',');
+
 type Piece = Buffer | [number, number];
 
 const NOTHING = Object.freeze([]) as unknown as never[];
@@ -490,27 +538,32 @@ export class SseUsageMeter implements UsageMeter {
       if (!this.strip || this.passing) return undefined;
       return Buffer.concat([buf.subarray(start, cut[0]), buf.subarray(cut[1], end)]);
     }
-    let doc: unknown;
-    try {
-      doc = JSON.parse(buf.toString('utf8', s, stop));
-    } catch {
-      return undefined;
-    }
-    if (typeof doc !== 'object' || doc === null) return undefined;
-    const o = doc as Record<string, unknown>;
-    const response = o.response as Record<string, unknown> | undefined;
-    const u =
-      readUsage(o.usage) ?? (typeof response === 'object' && response !== null ? readUsage(response.usage) : undefined);
+    // Scanned, not parsed (http/json-scan.ts): a backend's line of up to MAX_LINE could cost 20 times that as a tree.
+    const line = buf.subarray(s, stop);
+    const doc = scanJson(line, LINE_NAMES);
+    if (doc instanceof Error || doc.first !== OPEN_BRACE) return undefined;
+    const usages = doc.members.filter((m) => m.name === 'usage');
+    const last = (name: string): MemberSpan | undefined => doc.members.findLast((m) => m.name === name);
+    const usage = usages[usages.length - 1];
+    const response = last('response');
+    const inner = response && line[response.start] === OPEN_BRACE ? memberOf(line, response.start, 'usage') : undefined;
+    const u = usageAt(line, usage) ?? usageAt(line, inner);
     if (u) this.usage = u;
-    if (!this.strip || this.passing || !('usage' in o)) return undefined;
+    if (!this.strip || this.passing || !usage) return undefined;
     // The client did not ask for usage: the event goes when it carries nothing else, else loses its `usage` (OpenAI
     // sends `"usage": null` in every chunk once usage is asked for).
-    if (o.usage !== null && Array.isArray(o.choices) && o.choices.length === 0) {
+    const choices = last('choices');
+    const isNull = usage.end - usage.start === 4 && line[usage.start] === 0x6e;
+    if (
+      !isNull &&
+      choices &&
+      line[choices.start] === OPEN_BRACKET &&
+      skipSpace(line, choices.start + 1) === choices.end - 1
+    ) {
       this.drop = true;
       return undefined;
     }
-    delete o.usage;
-    return Buffer.concat([DATA, Buffer.from(` ${JSON.stringify(o)}`), buf.subarray(stop, end)]);
+    return Buffer.concat([DATA, Buffer.from(' '), withoutMembers(line, doc.close, 'usage'), buf.subarray(stop, end)]);
   }
 }
 
