@@ -206,8 +206,14 @@ describe('a watch from before an etcd compaction', () => {
     await deploy('compacted', 'c');
     const compactedAt = await cluster.compactEtcd();
     expect(compactedAt).toBeGreaterThan(Number(watchedFrom));
-    // The API server's watch cache still held those events in memory (it answers a watch from them, see
-    // docs/kubernetes-source.md); a restarted one starts after the compaction, as a real control-plane upgrade does.
+    // The API server's watch cache still holds those events: a watch from before the compaction is answered, not 410.
+    const replay = await cluster.raw(
+      `${SDEP}/namespaces/compacted/servingdeployments?watch=true&resourceVersion=${watchedFrom}&timeoutSeconds=1`,
+    );
+    expect(replay.status).toBe(200);
+    expect(replay.body).toContain('"type":"DELETED"');
+    expect(replay.body).not.toContain('"code":410');
+    // A restarted API server's cache starts after the compaction, as after a control-plane upgrade.
     await cluster.killApiServer();
     await cluster.restartApiServer();
     const listsBefore = sdepRequests(proxy, 'compacted', false).length;
@@ -239,7 +245,7 @@ describe('bookmarks', () => {
     // The watch cache sends a bookmark shortly before a watch's timeoutSeconds runs out (and about once a minute);
     // the proxy shortens servegate's 5-10 minutes to 10 s so that one comes soon.
     proxy.setWatchTimeoutSeconds(10);
-    await gateway({ namespaces: ['bookmarks'], kc });
+    const gw = await gateway({ namespaces: ['bookmarks'], kc });
     const first = await waitFor(() => sdepRequests(proxy, 'bookmarks', true)[0] ?? false, 'the watch');
     // servegate's own status write is the last event this watch gets.
     const written = await waitFor(
@@ -260,6 +266,7 @@ describe('bookmarks', () => {
     expect(next.query.get('resourceVersion')).toBe(bookmark.resourceVersion);
     expect(next.query.get('allowWatchBookmarks')).toBe('true');
     expect(sdepRequests(proxy, 'bookmarks', false)).toHaveLength(1);
+    expect(await restarts(gw, 'servingdeployments', 'closed')).toBeGreaterThanOrEqual(1);
   }, 60_000);
 });
 
