@@ -4,13 +4,7 @@
 // usage JSON.parse reads at the top level, never a nested one.
 import { describe, expect, test } from '@jest/globals';
 import fc from 'fast-check';
-import {
-  carriesText,
-  JsonUsageMeter,
-  nullUsageSpan,
-  readUsage,
-  SseUsageMeter,
-} from '../../../src/gateway/openai/usage-meter.js';
+import { carriesText, JsonUsageMeter, nullUsageSpan, SseUsageMeter } from '../../../src/gateway/openai/usage-meter.js';
 import { feed as run } from '../../support/meter.js';
 
 const RUNS = 200;
@@ -119,6 +113,188 @@ describe('SseUsageMeter over any stream, cut anywhere, split anywhere', () => {
   });
 });
 
+// ---- event streams as OpenAI-compatible backends send them -----------------------------------------------------------
+//
+// The hot path: `"usage": null` on every chunk (OpenAI once include_usage is asked for), `event:` and `id:` fields,
+// usage riding on a content chunk (vLLM's continuous usage stats), a chunk's JSON written over several `data:` lines.
+// The oracle is the client's view, written here from the SSE specification (WHATWG HTML §9.2.6) and docs/llm.md, not
+// from the meter: the events a client dispatches, each data parsed as JSON. Not stripping, the bytes pass unchanged.
+// Stripping, an event whose choices are empty and that carries usage is gone whole, and every other event's JSON has
+// no `usage` member; every field line (event, id) and comment of a kept event is kept.
+//
+// Not generated: a `usage` member in a chunk whose JSON spans several data lines. The meter reads one line at a time,
+// so such a usage is neither read nor stripped (no backend we know of writes JSON over several lines; reported as a
+// finding with issue 32).
+
+interface HotEvent {
+  event?: string;
+  id?: string;
+  /** A `: comment` line before the fields. */
+  ping: boolean;
+  /** The chunk's JSON, and whether it is written over two data lines (split after its first member). */
+  doc: Record<string, unknown>;
+  multiline: boolean;
+  /** The events that count as generated text: a content delta with at least one character. */
+  content: boolean;
+}
+
+const usageOf = fc.record({ prompt_tokens: fc.nat(100_000), completion_tokens: fc.nat(100_000) });
+
+const hotCase = fc
+  .record({
+    eol: fc.constantFrom('\n', '\r\n'),
+    space: fc.boolean(),
+    /** OpenAI's `"usage": null` on every chunk (include_usage asked for). */
+    nullUsage: fc.boolean(),
+    chunks: fc.array(
+      fc.record({
+        text,
+        event: fc.option(fc.constantFrom('message', 'completion.chunk', 'delta'), { nil: undefined }),
+        id: fc.option(fc.nat(1000).map(String), { nil: undefined }),
+        ping: fc.boolean(),
+        multiline: fc.boolean(),
+        /** Usage on this content chunk (continuous usage stats); never on a multi-line one (see above). */
+        usage: fc.option(usageOf, { nil: undefined, freq: 3 }),
+      }),
+      { maxLength: 6 },
+    ),
+    final: fc.option(
+      fc.record({ usage: usageOf, event: fc.option(fc.constant('message'), { nil: undefined }), id: fc.boolean() }),
+      { nil: undefined },
+    ),
+    done: fc.boolean(),
+    /** Events that arrive (the stream may end early, at an event's end): all of them, a quarter of the cases. */
+    upTo: fc.option(fc.nat(), { freq: 4 }),
+    splits: fc.array(fc.nat(), { maxLength: 10 }),
+  })
+  .map((c) => {
+    const events: HotEvent[] = [];
+    for (const x of c.chunks) {
+      const doc: Record<string, unknown> = {
+        id: 'chatcmpl-1',
+        object: 'chat.completion.chunk',
+        choices: [{ index: 0, delta: { content: x.text }, finish_reason: null }],
+      };
+      if (!x.multiline) {
+        if (x.usage) doc.usage = { ...x.usage, total_tokens: x.usage.prompt_tokens + x.usage.completion_tokens };
+        else if (c.nullUsage) doc.usage = null;
+      }
+      events.push({ event: x.event, id: x.id, ping: x.ping, doc, multiline: x.multiline, content: x.text !== '' });
+    }
+    if (c.final) {
+      const u = c.final.usage;
+      events.push({
+        event: c.final.event,
+        id: c.final.id ? 'last' : undefined,
+        ping: false,
+        doc: {
+          id: 'chatcmpl-1',
+          object: 'chat.completion.chunk',
+          choices: [],
+          usage: { ...u, total_tokens: u.prompt_tokens + u.completion_tokens },
+        },
+        multiline: false,
+        content: false,
+      });
+    }
+    const arrived = c.upTo === null ? events.length : c.upTo % (events.length + 1);
+    const sentEvents = events.slice(0, arrived);
+    const done = c.done && arrived === events.length;
+    const data = (s: string) => `data:${c.space ? ' ' : ''}${s}${c.eol}`;
+    const wire = sentEvents.map((e) => {
+      let s = e.ping ? `: keep-alive${c.eol}` : '';
+      if (e.event !== undefined) s += `event: ${e.event}${c.eol}`;
+      if (e.id !== undefined) s += `id: ${e.id}${c.eol}`;
+      const json = JSON.stringify(e.doc);
+      if (e.multiline) {
+        const cut = json.indexOf(',') + 1; // after the first member: the text stays on one line
+        s += data(json.slice(0, cut)) + data(json.slice(cut));
+      } else s += data(json);
+      return s + c.eol;
+    });
+    if (done) wire.push(data('[DONE]') + c.eol);
+    const whole = Buffer.from(wire.join(''));
+    return { whole, events: sentEvents, done, splits: cutsWithin(c.splits, whole.length) };
+  });
+
+/** A client's view of an event stream (WHATWG HTML §9.2.6): the events it dispatches, data parsed when it is JSON. */
+function dispatched(stream: Buffer): Array<{ event: string; id: string; data: unknown }> {
+  const out: Array<{ event: string; id: string; data: unknown }> = [];
+  let event = '';
+  let data: string[] = [];
+  let id = '';
+  for (const line of stream.toString('utf8').split(/\r\n|\r|\n/)) {
+    if (line === '') {
+      if (data.length) {
+        const d = data.join('\n');
+        let parsed: unknown = d;
+        try {
+          parsed = JSON.parse(d);
+        } catch {
+          /* not JSON: compared as text */
+        }
+        out.push({ event: event || 'message', id, data: parsed });
+      }
+      event = '';
+      data = [];
+      continue;
+    }
+    if (line.startsWith(':')) continue;
+    const colon = line.indexOf(':');
+    const field = colon === -1 ? line : line.slice(0, colon);
+    let value = colon === -1 ? '' : line.slice(colon + 1);
+    if (value.startsWith(' ')) value = value.slice(1);
+    if (field === 'event') event = value;
+    else if (field === 'data') data.push(value);
+    else if (field === 'id') id = value;
+  }
+  return out;
+}
+
+describe('SseUsageMeter on the streams OpenAI-compatible backends send', () => {
+  test('null usage on every chunk, event and id fields, usage on a content chunk, multi-line data: counted, read and stripped as a client sees it', () => {
+    fc.assert(
+      fc.property(hotCase, ({ whole, events, done, splits }) => {
+        // What the meter must find: one generated event per content delta with text; the last usage reported (a
+        // content chunk's or the final event's), in the meter's own terms.
+        const reported = events.filter((e) => e.doc.usage != null).map((e) => e.doc.usage as Record<string, number>);
+        const last = reported.at(-1);
+        const expectedUsage = last && { prompt: last.prompt_tokens, completion: last.completion_tokens };
+        const expectedGenerated = events.filter((e) => e.content).length;
+        // Stripped, what the client dispatches: usage-only events gone whole (their id with them), `usage` out of
+        // every other chunk, event types and ids as sent.
+        const expectedView: Array<{ event: string; id: string; data: unknown }> = [];
+        let lastId = '';
+        for (const e of events) {
+          const choices = e.doc.choices as unknown[];
+          if (choices.length === 0 && e.doc.usage != null) continue;
+          if (e.id !== undefined) lastId = e.id;
+          const { usage: _gone, ...data } = e.doc;
+          expectedView.push({ event: e.event ?? 'message', id: lastId, data });
+        }
+        if (done) expectedView.push({ event: 'message', id: lastId, data: '[DONE]' });
+        const pings = events.filter((e) => e.ping).length;
+
+        for (const strip of [false, true]) {
+          const m = new SseUsageMeter(strip);
+          const out = run(m, whole, splits);
+          expect(m.generated).toBe(expectedGenerated);
+          expect(m.usage).toEqual(expectedUsage);
+          if (!strip) {
+            expect(out.equals(whole)).toBe(true);
+            continue;
+          }
+          expect(dispatched(out)).toEqual(expectedView);
+          expect(out.includes('"usage":')).toBe(false);
+          // Comments pass too (a client ignores them; a proxy's keep-alive must still flow).
+          expect(out.toString('utf8').split(': keep-alive').length - 1).toBe(pings);
+        }
+      }),
+      { numRuns: RUNS },
+    );
+  });
+});
+
 // ---- JSON answers -------------------------------------------------------------------------------------------------
 
 const tokens = fc.oneof(
@@ -168,12 +344,29 @@ const answerCase = fc
     return { s, buf, splits: cutsWithin(c.splits, buf.length) };
   });
 
+/**
+ * The usage an answer reports, read as docs/llm.md says (written here, not taken from the meter): an object with
+ * `prompt_tokens`/`completion_tokens` or the Responses API's `input_tokens`/`output_tokens` (the first that is a
+ * number), a missing one of the two counted 0; anything else reports none.
+ */
+function reportedUsage(u: unknown): { prompt: number; completion: number } | undefined {
+  if (typeof u !== 'object' || u === null) return undefined;
+  const count = (o: object, a: string, b: string): number | undefined => {
+    const v = [a, b].map((k) => (o as Record<string, unknown>)[k]).find((x) => typeof x === 'number');
+    return v as number | undefined;
+  };
+  const prompt = count(u, 'prompt_tokens', 'input_tokens');
+  const completion = count(u, 'completion_tokens', 'output_tokens');
+  if (prompt === undefined && completion === undefined) return undefined;
+  return { prompt: prompt ?? 0, completion: completion ?? 0 };
+}
+
 describe('JsonUsageMeter agrees with JSON.parse', () => {
   test('the usage of the top-level member only, however the answer is split', () => {
     fc.assert(
       fc.property(answerCase, ({ s, buf, splits }) => {
         const doc: unknown = JSON.parse(s);
-        const expected = Array.isArray(doc) ? undefined : readUsage((doc as Record<string, unknown>).usage);
+        const expected = Array.isArray(doc) ? undefined : reportedUsage((doc as Record<string, unknown>).usage);
         const m = new JsonUsageMeter();
         expect(run(m, buf, splits).equals(buf)).toBe(true);
         expect(m.usage).toEqual(expected);
