@@ -75,6 +75,7 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
   const endpointStats = new EndpointStats(config.balancing);
   const metrics = new Metrics(opts.processMetrics ?? true, {
     pending: () => holds.pending(store.current().routes),
+    queues: () => live.plane?.ctx.queues?.lengths() ?? [],
     endpoints: () =>
       endpointStats.snapshot().map((e) => {
         const fresh = endpointStats.fresh(e.origin);
@@ -157,6 +158,7 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
       ],
       usage: (q) => budgetUsage(budgets, store.current(), q),
       endpointsOf: (route) => live.plane?.endpointsOf(route),
+      queueOf: (route) => live.plane?.ctx.queues?.view(route),
     }),
   );
   await listen(admin, opts.adminPort, opts.adminHost ?? ADMIN_HOST);

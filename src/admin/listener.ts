@@ -3,7 +3,7 @@ import express, { type Express, type NextFunction, type Request, type Response }
 import type { RouteStore } from '../routing/store.js';
 import type { DeploymentStatus, Route } from '../routing/types.js';
 import type { RouteSource } from '../sources/types.js';
-import { deploymentsPage, endpointLine, type EndpointView } from './page.js';
+import { deploymentsPage, endpointLine, type EndpointView, type QueueView } from './page.js';
 import { LiveStats } from './live-stats.js';
 import type { Metrics } from '../observe/metrics.js';
 
@@ -18,6 +18,8 @@ export interface AdminDeps {
   problems?: () => string[];
   /** A deployment's endpoints with what is known of their load (SPEC §12); undefined when it has no endpoint list. */
   endpointsOf?: (route: Route) => EndpointView[] | undefined;
+  /** A saturated deployment's fair queue (SPEC §14); undefined when it never queued. */
+  queueOf?: (route: Route) => QueueView | undefined;
   /** What budgets hold now (SPEC §14; `servegate usage` reads it). */
   usage?: (q: { key?: string; project?: string }) => Promise<object>;
 }
@@ -82,6 +84,7 @@ export function adminHandler(deps: AdminDeps): Express {
       problems: h.problems,
       keyProblems: deps.store.keyProblems(),
       endpointsOf: deps.endpointsOf,
+      queueOf: deps.queueOf,
     });
     res.type('text/html; charset=utf-8').send(page);
   });
@@ -144,6 +147,7 @@ function deploymentsView(deps: AdminDeps) {
         balancing: r?.balancing.policy,
         fallbacks: r?.fallbacks,
         endpoints: r ? deps.endpointsOf?.(r) : undefined,
+        queue: r ? deps.queueOf?.(r) : undefined,
         scaleFromZeroHoldSeconds: r?.holdMs ? r.holdMs / 1000 : undefined,
         ready: s.ready,
         reason: s.reason,

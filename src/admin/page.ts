@@ -120,6 +120,23 @@ export interface PageInput {
   keyProblems?: readonly KeyProblem[];
   /** A deployment's endpoints with their load (SPEC §12); undefined when it has no endpoint list. */
   endpointsOf?: (route: Route) => EndpointView[] | undefined;
+  /** A saturated deployment's fair queue (SPEC §14); undefined when it never queued. */
+  queueOf?: (route: Route) => QueueView | undefined;
+}
+
+export interface QueueView {
+  queued: number;
+  bytes: number;
+  byPriority: Record<string, number>;
+  saturated: boolean;
+}
+
+/** A deployment's queue as a line of text: how many wait, by priority, and whether it is saturated now. */
+export function queueLine(q: QueueView): string {
+  const parts = Object.entries(q.byPriority)
+    .filter(([, n]) => n > 0)
+    .map(([p, n]) => `${n} ${p}`);
+  return `${q.queued} waiting${parts.length ? ` (${parts.join(', ')})` : ''}; ${q.saturated ? 'saturated' : 'has room'}`;
 }
 
 /** One endpoint as a line of text: address, in flight here, and what it last reported. */
@@ -163,6 +180,8 @@ export function deploymentsPage(input: PageInput): string {
             eps.map((e) => `<li><code>${esc(endpointLine(e))}</code></li>`).join('') +
             '</ul></div>'
           : '';
+      const q = r ? input.queueOf?.(r) : undefined;
+      const queue = q ? `<div class="eps"><span class="k">Queue</span> <code>${esc(queueLine(q))}</code></div>` : '';
       const sn = r && s.ready ? snippets(r, s) : undefined;
       const details = sn
         ? `<details><summary>Call it</summary>${block('curl', sn.curl)}${block('Python', sn.python)}${sn.openai ? block('OpenAI SDK (Python)', sn.openai) : ''}</details>`
@@ -173,7 +192,7 @@ export function deploymentsPage(input: PageInput): string {
         `<tr data-search="${esc(search)}"><td>${esc(project)}</td><td>${esc(s.name)}<div class="k">${esc(s.namespace)}</div></td>` +
         `<td>${esc(s.resourceKind)}</td><td>${esc(server)}</td>` +
         `<td class="${s.ready ? 'ok' : 'bad'}">${s.ready ? 'Ready' : `<b>${esc(s.reason)}</b> ${esc(s.message)}`}</td>` +
-        `<td>${urls}${endpoints}${details}</td>` +
+        `<td>${urls}${endpoints}${queue}${details}</td>` +
         `<td class="num" data-live="${esc(live)}" data-f="rps">–</td><td class="num" data-live="${esc(live)}" data-f="err">–</td>` +
         `<td class="num" data-live="${esc(live)}" data-f="p99">–</td></tr>`
       );

@@ -14,6 +14,7 @@ import type { Drain } from '../listen/drain.js';
 import type { BodyBudget } from './body-budget.js';
 import type { Pools } from './pools.js';
 import type { HoldQueues } from './scale-from-zero.js';
+import type { FairQueues } from './fair-queue.js';
 import type { TargetPicker } from './targets.js';
 import type { TunnelCounts } from './tunnels.js';
 
@@ -51,4 +52,6 @@ export interface PlaneContext {
   tracing?: Tracing;
   /** Requests waiting for a first ready endpoint (scale from zero). */
   holds: HoldQueues;
+  /** Requests waiting for room in a saturated LLM deployment (SPEC §14); unset: none wait. */
+  queues?: FairQueues;
 }

@@ -45,6 +45,7 @@ import { formModel, isFormData, withFormModel, type FormModel } from '../openai/
 import type { PlaneContext } from './context.js';
 import { RETRY, shouldRetry } from './retry.js';
 import { readWhileHeld, type Held } from './scale-from-zero.js';
+import type { Queued } from './fair-queue.js';
 import type { Chosen, PromptKey, Variant } from './targets.js';
 import { bodyForUndici, Diverted, UpstreamCall, type CallOwner } from './upstream-call.js';
 import { bodyBudgetFull, type Reservation } from './body-budget.js';
@@ -63,7 +64,7 @@ class EndedByGateway extends Error {
  */
 type Ended = 'answered' | 'gone' | 'over';
 
-export class Exchange implements Job, Held, CallOwner {
+export class Exchange implements Job, Held, CallOwner, Queued {
   private readonly started = performance.now();
   private ended: Ended | undefined;
   private requestId = '';
@@ -112,6 +113,11 @@ export class Exchange implements Job, Held, CallOwner {
   private heldSince = 0;
   /** Waiting in the scale-from-zero queue for a first ready endpoint. */
   private held = false;
+  /** Waiting in a saturated deployment's fair queue (fair-queue.ts), since `queuedSince`. */
+  private queued = false;
+  private queuedSince = 0;
+  /** The route whose queue this request has passed (it does not queue again for it). */
+  private dequeued: string | undefined;
   /** Held with its body still coming: stops reading it and gives the body to forward. */
   private unhold: (() => Buffer | Readable) | undefined;
   private closeAfter = false;
@@ -142,6 +148,7 @@ export class Exchange implements Job, Held, CallOwner {
 
   drop(): void {
     if (this.held) this.ctx.holds.remove(this);
+    if (this.queued) this.ctx.queues?.remove(this);
     this.ended = 'over';
     this.release();
   }
@@ -528,6 +535,7 @@ export class Exchange implements Job, Held, CallOwner {
       const target = ctx.picker.pick(route, this.chosen.backend, avoid, this.prefix);
       chosen = target && withFields(this.chosen, { target });
     } else if (!route.notReady) {
+      if (this.dequeued !== route.id && this.waitTurn(route)) return;
       chosen = ctx.picker.choose(route, this.prefix);
       if (chosen?.reason) ctx.metrics.endpointPick(route.project, route.deployment, chosen.reason, route);
     }
@@ -536,6 +544,42 @@ export class Exchange implements Job, Held, CallOwner {
     ctx.metrics.upstreamErrors.inc({ cause: route.notReady ? 'not_ready' : 'no_ready_endpoint' });
     if (this.fallback('no_endpoint')) return;
     this.refuse(unavailable(route));
+  }
+
+  /**
+   * Fair queueing (SPEC §14): true when the request waits its turn in its saturated deployment's queue (dispatch goes
+   * on), or was refused there (shed answers). Only a body held whole waits (LLM bodies are).
+   */
+  private waitTurn(route: Route): boolean {
+    const queues = this.ctx.queues;
+    if (!queues || route.kind !== 'llm' || !(this.body === null || Buffer.isBuffer(this.body))) return false;
+    const key = this.d!.key;
+    const at = queues.enter(route, this, {
+      priority: key.priority ?? route.priority ?? 'standard',
+      tenant: key.tenant ?? `${key.namespace}/${key.secretName ?? key.name}`,
+      weight: key.weight ?? 1,
+      bytes: Buffer.isBuffer(this.body) ? this.body.length : 0,
+    });
+    if (at === 'queued') {
+      this.queued = true;
+      this.queuedSince = performance.now();
+    }
+    return at !== undefined;
+  }
+
+  /** Its turn in the fair queue: on to pick an endpoint (the wait does not count against the deadline). */
+  dispatch(): void {
+    if (!this.queued) return;
+    this.queued = false;
+    this.dequeued = this.d?.route.id;
+    if (this.deadlineAt) this.deadlineAt += performance.now() - this.queuedSince;
+    this.guarded(() => this.pickPhase(undefined));
+  }
+
+  /** Refused by the fair queue: 429 or 503 `overloaded`. */
+  shed(err: GatewayError): void {
+    this.queued = false;
+    this.guarded(() => this.refuse(err));
   }
 
   /**
@@ -865,6 +909,10 @@ export class Exchange implements Job, Held, CallOwner {
       this.held = false;
       this.ctx.holds.remove(this);
     }
+    if (this.queued) {
+      this.queued = false;
+      this.ctx.queues?.remove(this);
+    }
     // A body not read (or not yet sent, waiting for 100-continue) must not be taken for the next request.
     const unread = !this.req.complete && (this.head?.chunked || (this.head?.contentLength ?? 0) > 0);
     const closing = close || unread || this.ctx.drain.draining;
@@ -911,6 +959,10 @@ export class Exchange implements Job, Held, CallOwner {
     if (this.held) {
       this.held = false;
       this.ctx.holds.remove(this);
+    }
+    if (this.queued) {
+      this.queued = false;
+      this.ctx.queues?.remove(this);
     }
     if (!res.writableFinished) {
       this.ended = 'gone';

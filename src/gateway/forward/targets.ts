@@ -134,15 +134,20 @@ export class TargetPicker {
     return this.chosen(route, backend, prefix, avoid)?.target;
   }
 
+  /** Told of every request that starts and ends at an endpoint (the fair queues: fair-queue.ts). */
+  watcher: { begun(origin: string): void; ended(origin: string): void } | undefined;
+
   /** A request to `origin` starts / ends: the in-flight counts least-request and the bounded load read. */
   begin(origin: string): void {
     this.inflight.set(origin, (this.inflight.get(origin) ?? 0) + 1);
+    this.watcher?.begun(origin);
   }
 
   end(origin: string): void {
     const n = (this.inflight.get(origin) ?? 1) - 1;
     if (n <= 0) this.inflight.delete(origin);
     else this.inflight.set(origin, n);
+    this.watcher?.ended(origin);
   }
 
   inflightAt(origin: string): number {

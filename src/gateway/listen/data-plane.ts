@@ -40,6 +40,7 @@ import type { HoldQueues } from '../forward/scale-from-zero.js';
 import type { EndpointStats, ScrapeTarget } from '../forward/endpoint-stats.js';
 import { Pools } from '../forward/pools.js';
 import { TargetPicker } from '../forward/targets.js';
+import { FairQueues } from '../forward/fair-queue.js';
 import { TunnelCounts } from '../forward/tunnels.js';
 import { withFields } from '../../shape.js';
 import { capIdleParsers } from './parser-pool.js';
@@ -122,8 +123,26 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
   const cors = corsPolicy(config.cors);
   const perMinute = new PerMinuteLimits(deps.limitStore ?? new MemoryLimitStore(), limits.perKey);
   const picker = new TargetPicker(deps.endpoints, deps.endpointStats, config.balancing);
+  // Fair, prioritized queueing of saturated LLM deployments (SPEC §14): told of every request at every endpoint.
+  const q = config.queueing;
+  const queues = new FairQueues(
+    {
+      enabled: q.enabled,
+      maxWaitSeconds: q.maxWaitSeconds,
+      maxQueued: q.maxQueued,
+      maxQueuedBytes: q.maxQueuedBytes,
+      maxWaiting: config.balancing.maxWaiting,
+      maxKvCache: config.balancing.maxKvCache,
+    },
+    picker,
+    deps.endpointStats,
+    metrics,
+  );
+  picker.watcher = queues;
   // The endpoints of every deployment picked by its servers' load: their metrics are scraped in the background.
-  deps.endpointStats?.start(() => scrapeTargets(llmRoutes(store.current()), picker));
+  // With fair queueing on, a deployment of one endpoint is scraped too: its saturation decides whether requests queue.
+  const scrapeFrom = config.queueing.enabled ? 1 : 2;
+  deps.endpointStats?.start(() => scrapeTargets(llmRoutes(store.current()), picker, scrapeFrom));
   const ctx: PlaneContext = {
     store,
     metrics,
@@ -155,6 +174,7 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
     },
     tracing: deps.tracing,
     holds,
+    queues,
     maxBody: limits.maxRequestBodyBytes,
     maxDecoded: Math.min(limits.maxDecodedBodyBytes, limits.maxRequestBodyBytes),
     decoder: new DecodeBudget(limits.decodeConcurrency),
@@ -322,6 +342,7 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
       clearInterval(sweep);
       for (const u of unsubscribe) u?.();
       holds.close();
+      queues.close();
       await deps.endpointStats?.close();
       ctx.access?.flush();
       await ctx.pools.close();
@@ -341,13 +362,16 @@ function llmRoutes(table: RouteTable): Route[] {
   return list;
 }
 
-/** Where the metrics of each endpoint of an llm-policy deployment are (its serving port, or balancing.metricsPort). */
-function* scrapeTargets(routes: Iterable<Route>, picker: TargetPicker): Iterable<ScrapeTarget> {
+/**
+ * Where the metrics of each endpoint of an llm-policy deployment are (its serving port, or balancing.metricsPort), for
+ * deployments of at least `from` endpoints.
+ */
+function* scrapeTargets(routes: Iterable<Route>, picker: TargetPicker, from = 2): Iterable<ScrapeTarget> {
   for (const r of routes) {
     if (r.balancing.policy !== 'llm') continue;
     for (const backend of r.canary ? [r.backend, r.canary.backend] : [r.backend]) {
       const list = picker.targets(backend);
-      if (!list || list.length < 2) continue;
+      if (!list || list.length < from) continue;
       for (const t of list) {
         const u = new URL(t.origin);
         if (r.balancing.metricsPort) u.port = String(r.balancing.metricsPort);

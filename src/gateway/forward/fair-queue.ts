@@ -1,0 +1,375 @@
+// Fair, prioritized queueing (SPEC §14): while every ready endpoint of an LLM deployment is saturated, new requests
+// wait here rather than in the backends' FIFO queues, and go on as endpoints free up (a request of this gateway
+// ending, or a scrape showing room): `critical` before `standard`; within a priority, fair shares across tenants by
+// start-time fair queueing (each request is tagged max(virtual time, its tenant's last tag) + 1/weight, the smallest
+// tag goes first), so a tenant sending ten times as much gets no more than its share while others wait. `sheddable`
+// requests are refused at once while saturated. Bounded per deployment in requests, bytes and time.
+//
+// Saturation is judged from what the endpoints report, which every replica reads alike, plus this replica's own
+// traffic since: an endpoint has room while its waiting requests (scraped, plus what this replica sent there since
+// the scrape less what ended, scaled up by this replica's share of the endpoint's requests, so that N replicas
+// together add about what one would) stay within balancing.maxWaiting and its KV-cache use within maxKvCache. The
+// running capacity of an endpoint is learnt from its reports (its running count whenever it also has waiting ones):
+// before it is known, only the scraped figures count. docs/llm.md, "Fair queueing", gives the design and its measures.
+import type { Priority, Route } from '../../routing/types.js';
+import { gatewayError, type GatewayError } from '../http/errors.js';
+import { withFields } from '../../shape.js';
+import type { Metrics } from '../../observe/metrics.js';
+import type { EndpointStats, Scraped } from './endpoint-stats.js';
+import type { Target, TargetPicker } from './targets.js';
+
+/** A queued request, as the queue sees it (the Exchange). */
+export interface Queued {
+  /** Its turn: it goes on to pick an endpoint now. */
+  dispatch(): void;
+  /** Refused (sheddable while saturated, past a bound, waited too long). */
+  shed(err: GatewayError): void;
+}
+
+/** Who a request is, for the queue: priority, fair-share group and its weight, and the bytes its body holds. */
+export interface Ticket {
+  priority: Priority;
+  tenant: string;
+  weight: number;
+  bytes: number;
+}
+
+export interface QueueSettings {
+  enabled: boolean;
+  maxWaitSeconds: number;
+  maxQueued: number;
+  maxQueuedBytes: number;
+  maxWaiting: number;
+  maxKvCache: number;
+}
+
+export const PRIORITIES: readonly Priority[] = ['critical', 'standard', 'sheddable'];
+
+interface Entry {
+  q: Queued;
+  t: Ticket;
+  tag: number;
+  at: number;
+  timer: NodeJS.Timeout;
+  level: Level;
+  tenant: TenantQueue;
+  dq: DeploymentQueue;
+}
+
+interface TenantQueue {
+  name: string;
+  entries: Entry[];
+  /** The tag of its last request queued (its next starts after it). */
+  last: number;
+}
+
+interface Level {
+  priority: Priority;
+  tenants: Map<string, TenantQueue>;
+  /** Virtual time: the tag of the last request sent on. */
+  vtime: number;
+  count: number;
+}
+
+interface DeploymentQueue {
+  route: Route;
+  levels: Level[];
+  count: number;
+  bytes: number;
+}
+
+/** What this replica did at an endpoint since its last scrape, and what the endpoint's reports taught. */
+interface Since {
+  sample: Scraped | undefined;
+  sent: number;
+  done: number;
+  /** Running sequences at once when it also had waiting ones: its capacity (max seen); 0 = not known yet. */
+  capacity: number;
+}
+
+export class FairQueues {
+  private readonly queues = new Map<string, DeploymentQueue>();
+  private readonly where = new Map<Queued, Entry>();
+  private readonly since = new Map<string, Since>();
+  private pumpScheduled = false;
+  private ticker: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly settings: QueueSettings,
+    private readonly picker: TargetPicker,
+    private readonly stats: EndpointStats | undefined,
+    private readonly metrics: Metrics,
+  ) {}
+
+  /**
+   * A request about to pick an endpoint of `route`: undefined when it goes on now; else it was queued or refused (its
+   * `dispatch` or `shed` is called later, or `shed` was called already).
+   */
+  enter(route: Route, q: Queued, t: Ticket): 'queued' | 'shed' | undefined {
+    if (!this.settings.enabled || route.kind !== 'llm' || !this.stats) return undefined;
+    const dq = this.queues.get(route.id);
+    // Nothing waits and there is room: straight on (the common case costs one look at the endpoints' figures).
+    if ((!dq || dq.count === 0) && !this.saturated(route)) return undefined;
+    const labels = { project: route.project, deployment: route.deployment, priority: t.priority };
+    if (t.priority === 'sheddable') {
+      this.metrics.queueShed.inc(withFields(labels, { reason: 'sheddable' }));
+      q.shed(overloaded(route, 'sheddable', this.retryAfter()));
+      return 'shed';
+    }
+    const queue = dq ?? this.queueOf(route);
+    queue.route = route;
+    const full =
+      queue.count >= this.settings.maxQueued
+        ? 'queue_full'
+        : queue.bytes + t.bytes > this.settings.maxQueuedBytes
+          ? 'queue_bytes'
+          : undefined;
+    if (full && !this.evictBelow(queue, t, full)) {
+      this.metrics.queueShed.inc(withFields(labels, { reason: full }));
+      q.shed(overloaded(route, full, this.retryAfter()));
+      return 'shed';
+    }
+    this.push(queue, q, t);
+    this.tick();
+    return 'queued';
+  }
+
+  /** A queued request whose client went away (or that was answered otherwise): out of the queue at once. */
+  remove(q: Queued): boolean {
+    const e = this.where.get(q);
+    if (!e) return false;
+    this.take(e);
+    return true;
+  }
+
+  /** This replica sends a request to / ends one at `origin` (the picker's begin and end). */
+  begun(origin: string): void {
+    const s = this.sinceOf(origin);
+    s.sent++;
+  }
+
+  ended(origin: string): void {
+    const s = this.sinceOf(origin);
+    s.done++;
+    if (this.where.size > 0) this.schedulePump();
+  }
+
+  /** Requests queued per deployment and priority (servegate_queue_length). */
+  *lengths(): Iterable<{ project: string; deployment: string; priority: string; count: number }> {
+    for (const dq of this.queues.values())
+      for (const l of dq.levels)
+        yield { project: dq.route.project, deployment: dq.route.deployment, priority: l.priority, count: l.count };
+  }
+
+  /** One deployment's queue for /deployments and the page; undefined when it never queued. */
+  view(
+    route: Route,
+  ): { queued: number; bytes: number; byPriority: Record<string, number>; saturated: boolean } | undefined {
+    const dq = this.queues.get(route.id);
+    if (!dq) return undefined;
+    const byPriority: Record<string, number> = {};
+    for (const l of dq.levels) byPriority[l.priority] = l.count;
+    return { queued: dq.count, bytes: dq.bytes, byPriority, saturated: this.saturated(route) };
+  }
+
+  close(): void {
+    clearInterval(this.ticker);
+    this.ticker = undefined;
+    for (const e of [...this.where.values()]) clearTimeout(e.timer);
+  }
+
+  /** Every ready endpoint of the route's backend is saturated (no figures: not, as the picker judges it then). */
+  saturated(route: Route): boolean {
+    const list = this.picker.targets(route.backend);
+    if (!list || list.length === 0) return false;
+    const now = Date.now();
+    for (const t of list) if (this.hasRoom(t, now)) return false;
+    return true;
+  }
+
+  private hasRoom(t: Target, now: number): boolean {
+    const s = this.stats?.fresh(t.origin, now);
+    if (!s) return true;
+    if (s.kv !== undefined && s.kv > this.settings.maxKvCache) return false;
+    const since = this.sinceOf(t.origin, s);
+    const own = this.picker.inflightAt(t.origin);
+    const fleet = s.running + s.waiting;
+    // This replica's share of the endpoint's requests: its own additions stand for every replica's alike.
+    const share = fleet > 0 ? Math.min(1, Math.max(0.05, own / fleet)) : 1;
+    const added = (since.sent - since.done) / share;
+    // Added requests fill free running slots first (when the capacity is known), then the waiting queue.
+    const free = since.capacity > 0 ? Math.max(0, since.capacity - s.running) : 0;
+    const waiting = since.capacity > 0 ? s.waiting + Math.max(0, added - free) : s.waiting;
+    return waiting <= this.settings.maxWaiting;
+  }
+
+  /** The counts since `origin`'s last scrape (reset when a new one arrives). */
+  private sinceOf(origin: string, sample = this.stats?.fresh(origin)): Since {
+    let s = this.since.get(origin);
+    if (!s) this.since.set(origin, (s = { sample, sent: 0, done: 0, capacity: 0 }));
+    if (sample && sample !== s.sample) {
+      s.sample = sample;
+      s.sent = 0;
+      s.done = 0;
+      if (sample.waiting > 0 && sample.running > s.capacity) s.capacity = sample.running;
+    }
+    return s;
+  }
+
+  private queueOf(route: Route): DeploymentQueue {
+    const dq: DeploymentQueue = {
+      route,
+      levels: PRIORITIES.filter((p) => p !== 'sheddable').map((priority) => ({
+        priority,
+        tenants: new Map(),
+        vtime: 0,
+        count: 0,
+      })),
+      count: 0,
+      bytes: 0,
+    };
+    this.queues.set(route.id, dq);
+    return dq;
+  }
+
+  private push(dq: DeploymentQueue, q: Queued, t: Ticket): void {
+    const level = dq.levels.find((l) => l.priority === t.priority)!;
+    let tenant = level.tenants.get(t.tenant);
+    if (!tenant) level.tenants.set(t.tenant, (tenant = { name: t.tenant, entries: [], last: 0 }));
+    const tag = Math.max(level.vtime, tenant.last) + 1 / (t.weight > 0 ? t.weight : 1);
+    tenant.last = tag;
+    const timer = setTimeout(() => {
+      if (!this.where.has(q)) return;
+      this.take(entry);
+      const route = dq.route;
+      this.metrics.queueShed.inc({
+        project: route.project,
+        deployment: route.deployment,
+        priority: t.priority,
+        reason: 'timeout',
+      });
+      this.observeWait(dq, entry);
+      q.shed(overloaded(route, 'timeout', this.retryAfter()));
+    }, this.settings.maxWaitSeconds * 1000);
+    const entry: Entry = { q, t, tag, at: performance.now(), timer, level, tenant, dq };
+    tenant.entries.push(entry);
+    level.count++;
+    dq.count++;
+    dq.bytes += t.bytes;
+    this.where.set(q, entry);
+  }
+
+  /** Takes `e` out of its queue (sent on, shed, or gone). */
+  private take(e: Entry): void {
+    clearTimeout(e.timer);
+    this.where.delete(e.q);
+    const i = e.tenant.entries.indexOf(e);
+    if (i !== -1) e.tenant.entries.splice(i, 1);
+    if (e.tenant.entries.length === 0) e.level.tenants.delete(e.tenant.name);
+    e.level.count--;
+    const dq = e.dq;
+    dq.count--;
+    dq.bytes -= e.t.bytes;
+    if (dq.count === 0 && this.queues.get(dq.route.id) === dq) this.queues.delete(dq.route.id);
+  }
+
+  /** A full queue makes room for `t` by refusing the newest request of a lower priority; false when there is none. */
+  private evictBelow(dq: DeploymentQueue, t: Ticket, reason: 'queue_full' | 'queue_bytes'): boolean {
+    const rank = PRIORITIES.indexOf(t.priority);
+    for (let i = dq.levels.length - 1; i >= 0; i--) {
+      const l = dq.levels[i];
+      if (PRIORITIES.indexOf(l.priority) <= rank || l.count === 0) continue;
+      let newest: Entry | undefined;
+      for (const tq of l.tenants.values()) {
+        const e = tq.entries[tq.entries.length - 1];
+        if (e && (!newest || e.at > newest.at)) newest = e;
+      }
+      if (!newest) continue;
+      if (reason === 'queue_bytes' && dq.bytes - newest.t.bytes + t.bytes > this.settings.maxQueuedBytes) return false;
+      this.take(newest);
+      this.metrics.queueShed.inc({
+        project: dq.route.project,
+        deployment: dq.route.deployment,
+        priority: l.priority,
+        reason,
+      });
+      this.observeWait(dq, newest);
+      newest.q.shed(overloaded(dq.route, reason, this.retryAfter()));
+      return true;
+    }
+    return false;
+  }
+
+  /** The next request of a queue: the highest priority, then the smallest tag among its tenants' first requests. */
+  private next(dq: DeploymentQueue): Entry | undefined {
+    for (const l of dq.levels) {
+      if (l.count === 0) continue;
+      let best: Entry | undefined;
+      for (const tq of l.tenants.values()) {
+        const e = tq.entries[0];
+        if (e && (!best || e.tag < best.tag)) best = e;
+      }
+      if (best) return best;
+    }
+    return undefined;
+  }
+
+  /** Sends on, from every queue, while its deployment has room. */
+  private pump(): void {
+    this.pumpScheduled = false;
+    for (const dq of [...this.queues.values()]) {
+      // Bounded: each turn takes one request out of the queue.
+      for (let n = dq.count; n > 0 && dq.count > 0 && !this.saturated(dq.route); n--) {
+        const e = this.next(dq);
+        if (!e) break;
+        e.level.vtime = Math.max(e.level.vtime, e.tag);
+        this.take(e);
+        this.observeWait(dq, e);
+        e.q.dispatch();
+      }
+    }
+    if (this.where.size === 0) {
+      clearInterval(this.ticker);
+      this.ticker = undefined;
+    }
+  }
+
+  private observeWait(dq: DeploymentQueue, e: Entry): void {
+    const labels = { project: dq.route.project, deployment: dq.route.deployment, priority: e.t.priority };
+    this.metrics.queueWait.observe(labels, (performance.now() - e.at) / 1000);
+  }
+
+  private schedulePump(): void {
+    if (this.pumpScheduled) return;
+    this.pumpScheduled = true;
+    setImmediate(() => this.pump());
+  }
+
+  /** While anything waits, a look every 10 ms catches what a scrape changed (a request ending pumps at once). */
+  private tick(): void {
+    if (this.ticker) return;
+    this.ticker = setInterval(() => this.schedulePump(), 10);
+    this.ticker.unref();
+  }
+
+  private retryAfter(): string {
+    return String(Math.max(1, Math.min(5, Math.ceil(this.settings.maxWaitSeconds))));
+  }
+}
+
+const WHY: Record<string, string> = {
+  sheddable: 'sheddable requests are refused while it is saturated',
+  queue_full: 'its queue in the gateway is full',
+  queue_bytes: 'its queue in the gateway holds too many bytes',
+  timeout: 'the request waited in its queue for the longest time allowed',
+};
+
+/** 429 (sheddable) or 503 with Retry-After, OpenAI code `overloaded`. */
+export function overloaded(route: Route, reason: string, retryAfter: string): GatewayError {
+  return gatewayError(
+    'overloaded',
+    `deployment ${route.project}/${route.deployment} is saturated: ${WHY[reason] ?? reason}; retry after ${retryAfter} s`,
+    { 'retry-after': retryAfter },
+    reason === 'sheddable' ? 429 : 503,
+  );
+}

@@ -1,0 +1,227 @@
+// Fair, prioritized queueing of a saturated LLM deployment (SPEC §14), with real sockets against a simulated vLLM
+// replica (examples/backends/vllm-sim.mjs: one running sequence at a time, vLLM's /metrics): a queue that fills,
+// sheds with 503 overloaded and drains; critical before standard; a quiet tenant's requests between a noisy one's;
+// sheddable refused at once with 429; a client that leaves is out of the queue at once and never reaches the backend;
+// a request that waits too long gets 503; streams and /openai/v1 queue like the rest.
+import type { Socket } from 'node:net';
+import { connect } from 'node:net';
+import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
+import { send, startGateway, type Gateway, type Reply } from '../../support/harness.js';
+import { metricValue } from '../../support/metrics.js';
+import { waitFor } from '../../support/wait.js';
+
+type Replica = {
+  url: string;
+  stats(): { served: number; aborted: number; waiting: number; running: number };
+  close(): Promise<void>;
+};
+const sim = (): Promise<{ startReplica(port: number, options?: object): Promise<Replica> }> =>
+  import(new URL('../../../examples/backends/vllm-sim.mjs', import.meta.url).href) as never;
+
+let replica: Replica;
+let gw: Gateway;
+/** One answer of `max_tokens` takes about max_tokens × 10 ms. */
+const chat = (content: string, maxTokens = 10, extra: object = {}) => ({
+  model: 'chat',
+  max_tokens: maxTokens,
+  messages: [{ role: 'user', content }],
+  ...extra,
+});
+
+beforeAll(async () => {
+  replica = await (await sim()).startReplica(0, { maxRunning: 1, decodeMsPerToken: 10, prefillMsPerBlock: 0 });
+  gw = await startGateway({
+    config: {
+      balancing: { maxWaiting: 0, scrapeIntervalMs: 10, staleAfterMs: 5000 },
+      queueing: { maxQueued: 4, maxWaitSeconds: 3 },
+    },
+    deployments: [{ namespace: 'demo', name: 'chat', modelServer: 'llm', url: replica.url }],
+    keys: [
+      { name: 'apikey-std', projects: 'demo' },
+      { name: 'apikey-crit', projects: 'demo', fields: { priority: 'critical' } },
+      { name: 'apikey-shed', projects: 'demo', fields: { priority: 'sheddable' } },
+      { name: 'apikey-noisy1', projects: 'demo', fields: { tenant: 'noisy' } },
+      { name: 'apikey-noisy2', projects: 'demo', fields: { tenant: 'noisy' } },
+      { name: 'apikey-quiet', projects: 'demo' },
+    ],
+  });
+});
+
+afterAll(async () => {
+  await gw?.close();
+  await replica?.close();
+});
+
+const post = (key: string, body: object, path = '/v1/demo/chat/v1/chat/completions') =>
+  send(`${gw.url}${path}`, { method: 'POST', headers: { authorization: `ApiKey ${gw.keys[key]}` }, body });
+const metrics = async () => (await send(`${gw.adminUrl}/metrics`)).text;
+const queued = async () => {
+  const text = await metrics();
+  return ['critical', 'standard'].reduce(
+    (n, priority) =>
+      n + (metricValue(text, 'servegate_queue_length', { project: 'demo', deployment: 'chat', priority }) ?? 0),
+    0,
+  );
+};
+
+/**
+ * Fills the replica (one running, one waiting) with two long requests and waits until the gateway reads it as
+ * saturated; returns their answers, which end after `ms` or so.
+ */
+async function saturate(ms = 1500): Promise<Promise<Reply>[]> {
+  const long = [post('apikey-std', chat('long one', ms / 20)), post('apikey-std', chat('long two', ms / 20))];
+  await waitFor(() => replica.stats().waiting === 1, 'the replica to have one waiting');
+  await waitFor(async () => {
+    const d = JSON.parse((await send(`${gw.adminUrl}/deployments`)).text);
+    return d.deployments.find((x: { name: string }) => x.name === 'chat').endpoints?.[0]?.waiting === 1;
+  }, 'the gateway to read it');
+  return long;
+}
+
+/** Sends `n` requests one after another, each once the one before is queued (their order in the queue is known). */
+async function enqueue(
+  list: Array<() => Promise<Reply>>,
+  finished: string[],
+  names: string[],
+): Promise<Promise<Reply>[]> {
+  const out: Promise<Reply>[] = [];
+  for (let i = 0; i < list.length; i++) {
+    const before = await queued();
+    out.push(list[i]().then((r) => (finished.push(names[i]), r)));
+    await waitFor(async () => (await queued()) === before + 1, `${names[i]} to be queued`);
+  }
+  return out;
+}
+
+describe('a saturated deployment', () => {
+  test('requests queue in the gateway; past maxQueued 503 overloaded with Retry-After; the queue drains', async () => {
+    const long = await saturate();
+    const finished: string[] = [];
+    const waiting = await enqueue(
+      [1, 2, 3, 4].map((i) => () => post('apikey-std', chat(`q${i}`, 2))),
+      finished,
+      ['q1', 'q2', 'q3', 'q4'],
+    );
+    expect(replica.stats().waiting + replica.stats().running).toBe(2); // nothing more reached the replica
+    const refused = await post('apikey-std', chat('one too many', 2));
+    expect(refused.status).toBe(503);
+    expect(refused.headers['retry-after']).toBe('3');
+    expect(refused.json().error).toMatchObject({ code: 'overloaded', type: 'api_error' });
+    expect(refused.json().error.message).toMatch(
+      /deployment demo\/chat is saturated: its queue in the gateway is full/,
+    );
+    const page = await send(`${gw.adminUrl}/`);
+    expect(page.text).toContain('4 waiting (4 standard); saturated');
+    const d = JSON.parse((await send(`${gw.adminUrl}/deployments`)).text);
+    expect(d.deployments.find((x: { name: string }) => x.name === 'chat').queue).toMatchObject({
+      queued: 4,
+      byPriority: { critical: 0, standard: 4 },
+      saturated: true,
+    });
+
+    const answers = await Promise.all([...long, ...waiting]);
+    expect(answers.map((a) => a.status)).toEqual([200, 200, 200, 200, 200, 200]);
+    expect(finished).toEqual(['q1', 'q2', 'q3', 'q4']); // first in, first out within a tenant
+    expect(await queued()).toBe(0);
+    const text = await metrics();
+    const labels = { project: 'demo', deployment: 'chat', priority: 'standard' };
+    expect(metricValue(text, 'servegate_queue_shed_total', { ...labels, reason: 'queue_full' })).toBe(1);
+    expect(metricValue(text, 'servegate_queue_wait_seconds_count', labels)).toBeGreaterThanOrEqual(4);
+  });
+
+  test('critical goes before standard; sheddable is refused at once with 429 overloaded', async () => {
+    const long = await saturate();
+    const finished: string[] = [];
+    const waiting = await enqueue(
+      [
+        () => post('apikey-std', chat('s1', 2)),
+        () => post('apikey-std', chat('s2', 2)),
+        () => post('apikey-crit', chat('c1', 2)),
+      ],
+      finished,
+      ['s1', 's2', 'c1'],
+    );
+    const shed = await post('apikey-shed', chat('shed me', 2));
+    expect(shed.status).toBe(429);
+    expect(shed.json().error).toMatchObject({ code: 'overloaded', type: 'rate_limit_error' });
+    expect(shed.json().error.message).toMatch(/sheddable requests are refused while it is saturated/);
+    expect(shed.headers['retry-after']).toBe('3');
+    await Promise.all([...long, ...waiting]);
+    expect(finished).toEqual(['c1', 's1', 's2']);
+    // Once there is room, a sheddable request goes through.
+    await waitFor(() => replica.stats().running + replica.stats().waiting === 0, 'the replica to be idle');
+    await waitFor(async () => (await post('apikey-shed', chat('room now', 1))).status === 200, 'sheddable served');
+  });
+
+  test("a quiet tenant's requests go between a noisy tenant's (two keys of one tenant share one share)", async () => {
+    const long = await saturate();
+    const finished: string[] = [];
+    const noisy = ['n1', 'n2', 'n3'].map((n, i) => () => post(i % 2 ? 'apikey-noisy2' : 'apikey-noisy1', chat(n, 2)));
+    const waiting = await enqueue([...noisy, () => post('apikey-quiet', chat('k1', 2))], finished, [
+      'n1',
+      'n2',
+      'n3',
+      'k1',
+    ]);
+    await Promise.all([...long, ...waiting]);
+    // Arrived last, served second: its tag starts where the noisy tenant's first does.
+    expect(finished.indexOf('k1')).toBeLessThanOrEqual(1);
+  });
+
+  test('a streamed request on /openai/v1 queues too; a client that leaves is out of the queue at once', async () => {
+    const long = await saturate();
+    const finished: string[] = [];
+    const [stream] = await enqueue(
+      [
+        () =>
+          post('apikey-std', chat('streamed', 2, { model: 'demo/chat', stream: true }), '/openai/v1/chat/completions'),
+      ],
+      finished,
+      ['stream'],
+    );
+    const served = replica.stats().served;
+    const socket = await rawPost(chat('leaving', 2));
+    await waitFor(async () => (await queued()) === 2, 'the raw request to be queued');
+    socket.destroy();
+    await waitFor(async () => (await queued()) === 1, 'the queue to drop it');
+    await Promise.all(long);
+    const s = await stream;
+    expect(s.status).toBe(200);
+    expect(s.text.trimEnd().endsWith('data: [DONE]')).toBe(true);
+    await waitFor(() => replica.stats().running + replica.stats().waiting === 0, 'the replica to be idle');
+    expect(replica.stats().served).toBe(served + 3); // the two long ones and the stream, not the one that left
+  });
+});
+
+describe('waiting too long', () => {
+  test('a request queued past maxWaitSeconds gets 503 overloaded', async () => {
+    const long = await saturate(7000);
+    const r = await post('apikey-std', chat('too late', 2));
+    expect(r.status).toBe(503);
+    expect(r.json().error.message).toMatch(/waited in its queue for the longest time allowed/);
+    expect(
+      metricValue(await metrics(), 'servegate_queue_shed_total', {
+        project: 'demo',
+        deployment: 'chat',
+        priority: 'standard',
+        reason: 'timeout',
+      }),
+    ).toBe(1);
+    await Promise.all(long);
+  }, 20_000);
+});
+
+/** A POST on a raw socket (to hang up while it waits). */
+function rawPost(body: object): Promise<Socket> {
+  const text = JSON.stringify(body);
+  return new Promise((resolve) => {
+    const s = connect(gw.port, '127.0.0.1', () => {
+      s.write(
+        `POST /v1/demo/chat/v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: ApiKey ${gw.keys['apikey-std']}\r\n` +
+          `content-type: application/json\r\ncontent-length: ${Buffer.byteLength(text)}\r\n\r\n${text}`,
+      );
+      resolve(s);
+    });
+    s.on('error', () => undefined);
+  });
+}
