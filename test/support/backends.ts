@@ -5,6 +5,7 @@ import http, { type IncomingHttpHeaders, type IncomingMessage, type ServerRespon
 import type { AddressInfo, Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { WebSocketServer } from 'ws';
+import { SCRAPER_USER_AGENT } from '../../src/gateway/forward/endpoint-stats.js';
 import { sleep } from './wait.js';
 
 export interface RecordedRequest {
@@ -43,6 +44,8 @@ export interface UpgradeRecord {
 export class RecordingBackend {
   readonly server: http.Server;
   readonly requests: RecordedRequest[] = [];
+  /** The gateway's scrapes of this backend's metrics (kept out of `requests`). */
+  readonly scrapes: RecordedRequest[] = [];
   readonly upgrades: UpgradeRecord[] = [];
   port = 0;
   /** TCP connections accepted. */
@@ -90,7 +93,9 @@ export class RecordingBackend {
       sent: [],
       closed: new Promise<void>((r) => (resolveClosed = r)),
     };
-    this.requests.push(rec);
+    // The gateway's scrapes of an LLM endpoint's /metrics (SPEC §12) are not the traffic a test sends.
+    if (req.headers['user-agent'] === SCRAPER_USER_AGENT) this.scrapes.push(rec);
+    else this.requests.push(rec);
     res.on('close', () => {
       if (!res.writableFinished) rec.aborted = true;
       rec.closedAt = performance.now();

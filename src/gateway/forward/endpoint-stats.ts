@@ -37,6 +37,10 @@ export interface ScrapeSettings {
 const BACKOFF_MIN_MS = 1000;
 const BACKOFF_MAX_MS = 30_000;
 
+/** What a scrape says it is (as Prometheus's scraper does): backends and their logs can tell it from traffic. */
+export const SCRAPER_USER_AGENT = 'servegate-endpoint-scraper';
+const SCRAPE_HEADERS = { 'user-agent': SCRAPER_USER_AGENT, accept: 'text/plain' };
+
 export class EndpointStats {
   private readonly byOrigin = new Map<string, Scraped & { address: string }>();
   /** The scrape in flight per endpoint: aborted when the endpoint leaves the list, or at close. */
@@ -126,7 +130,15 @@ export class EndpointStats {
     // reaches it.
     const deadline = setTimeout(() => c.abort(), this.timeoutMs);
     try {
-      const r = await request(t.metricsUrl, { dispatcher: this.agent, method: 'GET', signal: c.signal });
+      const r = await request(t.metricsUrl, {
+        dispatcher: this.agent,
+        method: 'GET',
+        headers: SCRAPE_HEADERS,
+        signal: c.signal,
+      });
+      // Destroyed before its end (below, or by an abort), undici's body emits RequestAbortedError: with no listener
+      // that error would take the process down. Whatever it says, the catch below has already seen why.
+      r.body.on('error', () => undefined);
       try {
         if (r.statusCode !== 200) throw new Error(`status ${r.statusCode}`);
         const reader = new MetricsReader(this.maxBytes);

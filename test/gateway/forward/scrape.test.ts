@@ -5,7 +5,12 @@ import { createServer, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { afterEach, describe, expect, test } from '@jest/globals';
-import { EndpointStats, parseServerMetrics, type Scraped } from '../../../src/gateway/forward/endpoint-stats.js';
+import {
+  EndpointStats,
+  parseServerMetrics,
+  SCRAPER_USER_AGENT,
+  type Scraped,
+} from '../../../src/gateway/forward/endpoint-stats.js';
 import { MetricsReader, ScrapeBoundError } from '../../../src/gateway/forward/metrics-text.js';
 import { TargetPicker } from '../../../src/gateway/forward/targets.js';
 import type { Backend, Route } from '../../../src/routing/types.js';
@@ -185,6 +190,36 @@ describe('scrapes over loopback', () => {
     const open = () => servers.reduce((n, f) => n + f.open.size, 0);
     await waitFor(() => open() === 0 && s.inFlight() === 0, 'every scrape to be aborted', 5000);
     expect(servers.map((f) => s.errorsAt(f.origin))).toEqual([0, 0, 0, 0, 0, 0]);
+  });
+
+  test('an endpoint whose /metrics is not there (an error status with a body, not vLLM) is an error, and the process goes on', async () => {
+    // undici's body, destroyed before its end, emits an error: without a listener that took the gateway down at the
+    // first scrape of any LLM endpoint that answers its /metrics with anything but 200 (jest reports it as the
+    // suite's unhandled error).
+    const f = await fake((res) => {
+      res.writeHead(500, { 'content-type': 'application/json' });
+      res.end('{"error":"no such route"}');
+    });
+    const s = stats();
+    s.start(() => [target(f)]);
+    await waitFor(() => s.errorsAt(f.origin) >= 3, 'three scrapes to fail');
+    await new Promise((r) => setImmediate(r));
+    expect(s.fresh(f.origin)).toBeUndefined();
+  });
+
+  test('a scrape says who it is, so that backends tell it from traffic', async () => {
+    const agents: Array<string | undefined> = [];
+    const f = await fake((res) => {
+      res.writeHead(200, { 'content-type': 'text/plain' });
+      res.end(FIGURES);
+    });
+    f.server.prependListener('request', (req: { headers: { 'user-agent'?: string } }) =>
+      agents.push(req.headers['user-agent']),
+    );
+    const s = stats();
+    s.start(() => [target(f)]);
+    await waitFor(() => s.fresh(f.origin) !== undefined, 'a scrape');
+    expect(agents[0]).toBe(SCRAPER_USER_AGENT);
   });
 
   test('close aborts the scrapes in flight', async () => {
