@@ -36,7 +36,7 @@ mkdirSync(join(work, 'bin'), { recursive: true });
 const env = { ...process.env, CGO_ENABLED: '0', GOFLAGS: '-mod=mod -buildvcs=false' };
 const mod = kubeModuleDir();
 console.log(
-  `build-kube: ${go.stdout.trim()}; building kube-apiserver and etcd (first build: 10-20 minutes on 2 cores)`,
+  `build-kube: ${go.stdout.trim()}; building kube-apiserver, kubectl and etcd (first build: about 5 minutes on 2 idle cores, 20 or more on busy ones)`,
 );
 // The version the binaries report (GET /version, `kubectl version`) is stamped at link time, as Kubernetes' own build
 // does (hack/lib/version.sh): without it kube-apiserver says v0.0.0-master+$Format:%H$, and `helm install` refuses

@@ -40,7 +40,7 @@ export function otherCrdsDir(): string {
 }
 
 const NOT_BUILT =
-  'the real control plane is not built: run `npm run kube:build` (Go 1.26 or newer; the first build takes 10-20 min)';
+  'the real control plane is not built: run `npm run kube:build` (Go 1.26 or newer; the first build takes about 5 min on 2 idle cores)';
 
 export class KubeCluster {
   private constructor(
