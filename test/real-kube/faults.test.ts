@@ -499,6 +499,14 @@ describe('two servegate processes and a real Lease', () => {
       mergePatch,
     );
     await waitFor(async () => (await read()).status?.observedGeneration === 2, 'the status of generation 2', 10_000);
+
+    // SIGTERM: the leader releases the Lease (no holder, a 1 s lease) instead of leaving it to expire.
+    const stopped = new Promise((resolve) => procs.get(other)!.once('exit', resolve));
+    procs.get(other)!.kill('SIGTERM');
+    await stopped;
+    const released = await lease();
+    expect(released.spec?.holderIdentity).toBeUndefined();
+    expect(released.spec?.leaseDurationSeconds).toBe(1);
   }, 90_000);
 });
 

@@ -213,6 +213,7 @@ export class KubeFaultProxy {
           upRes.pipe(res);
           return;
         }
+        res.flushHeaders(); // as the API server does: a watch is open (and a hung one looks open) before its first event
         const entry = { res, upstream: upRes, rec };
         this.watches.add(entry);
         const done = () => this.watches.delete(entry);
