@@ -200,15 +200,15 @@ export function editLlmBody(raw: Buffer, members: LlmMembers, path: string, serv
 
 /**
  * A flag as pydantic's lax mode reads it (vLLM's and LiteLLM's request models): booleans, 0 and 1, and the strings
- * "true"/"false", "1"/"0", "yes"/"no", "on"/"off", "t"/"f", "y"/"n" in any case. undefined: absent or not a flag
- * (the server refuses it; the gateway leaves it alone).
+ * "true"/"false", "1"/"0", "yes"/"no", "on"/"off", "t"/"f", "y"/"n" in any case, with nothing around them
+ * (pydantic refuses " true "). undefined: absent or not a flag (the server refuses it; the gateway leaves it alone).
  */
 export function coerceBool(v: unknown): boolean | undefined {
   if (typeof v === 'boolean') return v;
   if (v === 1) return true;
   if (v === 0) return false;
   if (typeof v !== 'string') return undefined;
-  const s = v.trim().toLowerCase();
+  const s = v.toLowerCase();
   if (s === 'true' || s === '1' || s === 'yes' || s === 'on' || s === 't' || s === 'y') return true;
   if (s === 'false' || s === '0' || s === 'no' || s === 'off' || s === 'f' || s === 'n') return false;
   return undefined;

@@ -5,7 +5,7 @@
 import { describe, expect, test } from '@jest/globals';
 import fc from 'fast-check';
 import { memberSpan, objectLayout } from '../../../src/gateway/openai/json-members.js';
-import { coerceBool, editLlmBody, llmMembers, USAGE_OPTION_ROUTES } from '../../../src/gateway/openai/llm-body.js';
+import { editLlmBody, llmMembers } from '../../../src/gateway/openai/llm-body.js';
 
 const RUNS = 200;
 
@@ -123,6 +123,10 @@ const flags = fc.constantFrom<Value>(
 const streamOptions = fc.oneof(
   fc.record({ include_usage: flags }, { requiredKeys: [] }) as fc.Arbitrary<Value>,
   fc.record({ include_usage: flags, continuous_usage_stats: flags }) as fc.Arbitrary<Value>,
+  // Spellings Go's decoder reads as include_usage (case, the long s), and one it does not.
+  fc
+    .tuple(fc.constantFrom('INCLUDE_USAGE', 'include_uſage', 'Include_Usage', 'include-usage'), flags)
+    .map(([k, v]) => ({ [k]: v }) as Value),
   json,
 );
 const value = fc.oneof(json, json, raws, flags, fc.string({ unit: 'binary', maxLength: 6 }));
@@ -135,6 +139,9 @@ const name = fc.oneof(
       'MODEL',
       'Stream',
       'stream_Options',
+      'ſtream',
+      'STREAM_OPTIONſ',
+      'modeI',
       '__proto__',
       'modèle',
       '模型',
@@ -165,6 +172,37 @@ const own = (o: Record<string, unknown>, k: string): unknown => (Object.hasOwn(o
 const parse = (b: Buffer): unknown => JSON.parse(b.toString('utf8'));
 const isPlain = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 const READ = ['model', 'stream', 'stream_options'];
+
+// ---- the oracles, written from docs/llm.md (not taken from src) --------------------------------------------------------
+
+/** `stream` as vLLM's request models read it: booleans, 1/0, and the flag words in any case. */
+function streamFlag(v: unknown): boolean | undefined {
+  if (v === true || v === 1) return true;
+  if (v === false || v === 0) return false;
+  if (typeof v !== 'string') return undefined;
+  // Exactly the word: pydantic refuses " true " (a value that is no flag is left for the server to refuse).
+  const word = v.toLowerCase();
+  if (['true', '1', 'yes', 'on', 't', 'y'].includes(word)) return true;
+  if (['false', '0', 'no', 'off', 'f', 'n'].includes(word)) return false;
+  return undefined;
+}
+
+/** The routes whose streams the gateway asks for usage: chat completions and completions, on the base URL. */
+const ASKS_USAGE = ['/v1/chat/completions', '/v1/completions'];
+
+/**
+ * Whether Go's JSON decoder takes member name `n` for `target` (an ASCII lower-case name): the same length, each
+ * character equal under Unicode simple case folding, where besides upper case only the long s (ſ) folds to s and the
+ * Kelvin sign to k.
+ */
+function goReadsAs(n: string, target: string): boolean {
+  const chars = [...n];
+  if (chars.length !== target.length) return false;
+  return chars.every((c, i) => {
+    const t = target[i];
+    return c === t || c === t.toUpperCase() || (t === 's' && c === '\u017f') || (t === 'k' && c === '\u212a');
+  });
+}
 const others = (o: Record<string, unknown>) => Object.fromEntries(Object.entries(o).filter(([k]) => !READ.includes(k)));
 
 describe('objectLayout agrees with JSON.parse', () => {
@@ -207,11 +245,10 @@ describe('llmMembers and editLlmBody', () => {
       fc.property(body, paths, served, ({ raw, names }, path, servedModel) => {
         const doc = parse(raw) as Record<string, unknown>;
         const members = llmMembers(raw);
-        // Names as Go's decoder folds them (case, and the long s): a variant or a repeat of a read member is refused,
-        // at the top level and for include_usage inside the one stream_options object.
-        const fold = (n: string) => n.toLowerCase().replace(/\u017f/g, 's');
+        // Names as Go's decoder reads them: a variant or a repeat of a read member is refused, at the top level and
+        // for include_usage inside the one stream_options object.
         const variant = (list: string[], read: string[]) =>
-          list.some((n) => read.includes(fold(n)) && n !== fold(n)) ||
+          list.some((n) => read.some((r) => n !== r && goReadsAs(n, r))) ||
           read.some((r) => list.filter((n) => n === r).length > 1);
         let ambiguous = variant(names, READ);
         if (!ambiguous) {
@@ -233,7 +270,7 @@ describe('llmMembers and editLlmBody', () => {
         if (servedModel !== undefined) expect(edited.model).toBe(servedModel);
         else expect(own(edited, 'model')).toEqual(own(doc, 'model'));
 
-        const stream = coerceBool(own(doc, 'stream'));
+        const stream = streamFlag(own(doc, 'stream'));
         if (stream !== undefined) expect(edited.stream).toBe(stream);
         else expect(own(edited, 'stream')).toEqual(own(doc, 'stream'));
         expect(out.stream).toBe(stream === true);
@@ -241,9 +278,9 @@ describe('llmMembers and editLlmBody', () => {
         const so = own(doc, 'stream_options');
         const ask =
           stream === true &&
-          USAGE_OPTION_ROUTES.has(path) &&
+          ASKS_USAGE.includes(path) &&
           (so === undefined || so === null || isPlain(so)) &&
-          coerceBool(isPlain(so) ? own(so, 'include_usage') : undefined) !== true;
+          streamFlag(isPlain(so) ? own(so, 'include_usage') : undefined) !== true;
         expect(out.stripUsage).toBe(ask);
         if (ask) {
           const eso = edited.stream_options as Record<string, unknown>;
@@ -263,5 +300,39 @@ describe('llmMembers and editLlmBody', () => {
       }),
       { numRuns: RUNS },
     );
+  });
+});
+
+describe('the stream flag, word by word', () => {
+  // Every flag the generator draws from, and more, each alone in a body: what the property meets only now and then.
+  const values: unknown[] = [
+    ...['true', 'false', 'yes', 'no', 'on', 'off', 't', 'f', 'y', 'n', '1', '0'].flatMap((w) => [w, w.toUpperCase()]),
+    'On',
+    'Yes',
+    ' TRUE ',
+    ' true',
+    'false ',
+    '\ttrue',
+    'maybe',
+    '',
+    true,
+    false,
+    1,
+    0,
+    2,
+    null,
+    [],
+    {},
+  ];
+  test.each(values.map((v) => [JSON.stringify(v), v]))('"stream": %s', (_shown, v) => {
+    const raw = Buffer.from(JSON.stringify({ model: 'm', stream: v }));
+    const members = llmMembers(raw);
+    expect(members instanceof Error).toBe(false);
+    if (members instanceof Error) return;
+    const out = editLlmBody(raw, members, '/v1/chat/completions', undefined);
+    const flag = streamFlag(v);
+    expect(out.stream).toBe(flag === true);
+    // A flag is written back as a JSON boolean; what is no flag reaches the server as sent, for it to refuse.
+    expect((parse(out.body) as Record<string, unknown>).stream).toEqual(flag ?? v);
   });
 });
