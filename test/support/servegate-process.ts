@@ -1,8 +1,8 @@
 // `servegate serve --kubernetes` as a process of its own, as the chart's pod runs it: the built CLI (dist/, which
 // `npm test` builds first; SERVEGATE_TEST_DIST points at another build, e.g. one made with
 // `npx tsc -p tsconfig.json --outDir .bench-tmp/<you>/dist` while dist/ is stale), a configuration file, KUBECONFIG,
-// POD_NAMESPACE and POD_NAME. It listens on free ports (read back from its "servegate listening" line) and lives at
-// most maxSeconds (`timeout`), so nothing is left if jest dies.
+// POD_NAMESPACE and POD_NAME. It listens on free ports (read back from its "servegate listening" line), lives at
+// most maxSeconds (`timeout`) and is killed by a watchdog as soon as the jest worker is gone.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { ROOT } from './paths.js';
@@ -55,6 +55,15 @@ export async function startServegateProcess(opts: ServegateProcessOptions): Prom
       detached: true, // its own process group: stop() kills `timeout` and servegate together
     },
   );
+  // Gone with the jest worker: a detached shell kills the group as soon as this process is gone.
+  spawn(
+    'sh',
+    [
+      '-c',
+      `while kill -0 ${process.pid} 2>/dev/null && kill -0 ${child.pid} 2>/dev/null; do sleep 1; done; kill -9 -${child.pid} 2>/dev/null; exit 0`,
+    ],
+    { detached: true, stdio: 'ignore' },
+  ).unref();
   let out = '';
   child.stdout?.setEncoding('utf8').on('data', (d: string) => (out += d));
   child.stderr?.setEncoding('utf8').on('data', (d: string) => (out += d));
