@@ -85,9 +85,11 @@ describe('a project the key is not granted: the same answer whether the deployme
     expect(existing.status).toBe(404);
     expect(missing.status).toBe(404);
     expect(bodyOf(missing)).toEqual(bodyOf(existing));
-    // A granted project's deployment is still found by its path behind such a Host.
+    // A granted project's deployment is still found by its path behind such a Host: served by its backend.
+    const before = backend.requests.length;
     const granted = await ask('POST', '/v1/demo/chat/v1/chat/completions', 'nope.demo.serving.local');
-    expect(granted.status).not.toBe(404);
+    expect(granted.status).toBe(200);
+    expect(backend.requests.slice(before).map((q) => q.url)).toEqual(['/v1/chat/completions']);
   });
 
   test('the dialect follows the path: an OpenAI path gets an OpenAI error object, a predictive one KServe form', async () => {

@@ -325,7 +325,6 @@ describe('streams', () => {
     );
     const rec = llm.last();
     await waitFor(() => rec.closedAt !== undefined, 'the upstream stream to be closed', 3000);
-    expect(rec.closedAt).toBeDefined();
     expect(rec.aborted).toBe(true);
   });
 
@@ -395,7 +394,6 @@ describe('hang-ups', () => {
     const rec = slow.last();
     req.destroy();
     await waitFor(() => rec.closedAt !== undefined, 'the upstream request to be closed', 1500);
-    expect(rec.closedAt).toBeDefined();
     expect(rec.aborted).toBe(true);
   });
 });

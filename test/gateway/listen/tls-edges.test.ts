@@ -201,17 +201,19 @@ describe('a TLS handshake that never finishes is bounded by limits.headersTimeou
   });
 
   test('a client that completes the handshake in time is served', async () => {
-    const r = await new Promise<number>((resolve, reject) => {
+    const r = await new Promise<string>((resolve, reject) => {
       const s = tlsConnect({ host: '127.0.0.1', port: gw.port, rejectUnauthorized: false }, () =>
         s.end('GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n'),
       );
       let text = '';
       s.setEncoding('utf8');
       s.on('data', (d: string) => (text += d));
-      s.on('end', () => resolve(Number(text.split(' ')[1])));
+      s.on('end', () => resolve(text));
       s.on('error', reject);
     });
-    expect(r).toBeGreaterThanOrEqual(200);
+    // The gateway's own answer for a request without a key: it parsed the request and answered it.
+    expect(r).toMatch(/^HTTP\/1\.1 401 /);
+    expect(r).toContain('"error"');
   });
 });
 
