@@ -367,9 +367,19 @@ function platformSplit(results) {
   return { servegate, bare, own: servegate - bare, net: cpu('net'), fastify: cpu('fastify'), nginx: cpu('nginx') };
 }
 
-/** A measurement with failed requests is not a figure: no ratio or goal is computed from it. */
+/**
+ * A measurement with failed requests, or one that served nothing (a ratio against 0 requests/s is Infinity, and would
+ * meet any goal), is not a figure: no ratio or goal is computed from it.
+ */
 function usable(r) {
-  return r && !r.errors && !r.non2xx ? r : undefined;
+  return r && !r.errors && !r.non2xx && r.rps > 0 && Number.isFinite(r.rps) ? r : undefined;
+}
+
+/** Why `r` (the run of `name`) is not usable, for the line of a skipped goal. */
+function unusable(name, r) {
+  if (!r) return `${name} not run`;
+  if (r.errors || r.non2xx) return `${name}: ${(r.errors ?? 0) + (r.non2xx ?? 0)} failed requests`;
+  return `${name}: ${rps(r.rps)}`;
 }
 
 /** Says once, loudly, that the gateway process (or with `key` 'baselineDied', the baseline's) died, with the tail of its output. */
@@ -873,6 +883,9 @@ async function sseCheck(ctx, sse, gateway, baselineGw) {
   return out;
 }
 
+/** Chunks after the warm-up below which the RSS goal is skipped, not judged. */
+const RSS_MIN_CHUNKS = 3;
+
 /**
  * RSS of the gateway over `ctx.rssRequests` requests: closed loop in chunks of about a tenth each (exact counts from
  * the load tool), RSS sampled every 250 ms. The first chunk is the warm-up. Each later chunk gives its mean RSS (the
@@ -917,7 +930,10 @@ async function rssOverRequests(ctx, gateway, startRps) {
   const last = after.at(-1)?.meanRss;
   const max = Math.max(...after.map((c) => c.maxRss));
   const complete = done >= total && chunks.every((c) => !c.errors) && after.length > 0;
-  const flat = complete ? Math.abs(last / first - 1) <= 0.1 : undefined;
+  // A trend needs chunks to compare: with fewer than three after the warm-up, "last within 10 % of first" is the same
+  // chunk or two neighbours, and says nothing about growth over the run.
+  const enough = after.length >= RSS_MIN_CHUNKS;
+  const flat = complete && enough ? Math.abs(last / first - 1) <= 0.1 : undefined;
   return {
     requests: done,
     step,
@@ -926,6 +942,11 @@ async function rssOverRequests(ctx, gateway, startRps) {
     last,
     max,
     flat,
+    why: !complete
+      ? 'failed requests or too few made'
+      : enough
+        ? undefined
+        : `${after.length} chunk${after.length === 1 ? '' : 's'} after the warm-up, ${RSS_MIN_CHUNKS} needed`,
     lastOverFirst: last / first - 1,
     maxOverFirst: max / first - 1,
   };
@@ -964,7 +985,12 @@ function judge(ctx, results) {
   const t = v?.throughput;
   const figure = v
     ? `${ratio(t)} (${rps(v.gw.rps)} vs ${rps(v.ng.rps)})${fallback}`
-    : 'n/a (no usable nginx and servegate runs)';
+    : `n/a (${[
+        usable(results.modes.off?.servegate) ? undefined : unusable('servegate', results.modes.off?.servegate),
+        usable(results.modes.off?.nginx) ? undefined : unusable('nginx', results.modes.off?.nginx),
+      ]
+        .filter(Boolean)
+        .join('; ')})`;
   results.goals.throughput = goal(texts.throughput, figure, t === undefined ? undefined : t >= 0.35, 'A');
   results.goals.stretch = goal(texts.stretch, ratio(t), t === undefined ? undefined : t >= 0.48, 'A');
   const a = results.added?.p99Ms;
@@ -985,7 +1011,9 @@ function judge(ctx, results) {
   );
   const r = results.rss;
   const pm = (v) => `${v >= 0 ? '+' : '−'}${Math.abs(v * 100).toFixed(1)} %`;
-  const rssFigure = r?.first ? `${mb(r.first)} → ${mb(r.last)} (${pm(r.lastOverFirst)}), max ${mb(r.max)}` : 'n/a';
+  const rssFigure = r?.first
+    ? `${mb(r.first)} → ${mb(r.last)} (${pm(r.lastOverFirst)}), max ${mb(r.max)}${r.why ? ` [no verdict: ${r.why}]` : ''}`
+    : 'n/a';
   results.goals.rss = goal(texts.rss, rssFigure, r?.flat, 'A');
   const s = results.sse;
   const sseFigure = s ? `gap ${ms(s.servegate.medianGapMs)} (direct ${ms(s.direct.medianGapMs)})` : 'n/a';
