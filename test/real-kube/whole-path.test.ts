@@ -373,4 +373,15 @@ describe('the whole path: helm install, examples/cluster/demo.yaml, backends in 
     if (process.env.SERVEGATE_TEST_FIGURES) console.log({ created, rotated, deleted });
     expect(Math.max(created, rotated, deleted)).toBeLessThan(LATENCY_MS);
   }, 60_000);
+
+  test('all of it on the chart ServiceAccount: the Lease held, no refusal by the API server in the log', async () => {
+    const lease = await kubectl(['get', 'lease', 'servegate-controller', '-n', 'servegate', '-o', 'json']);
+    expect((JSON.parse(lease) as { spec: { holderIdentity: string } }).spec.holderIdentity).toBe(rel.podName);
+    const refused = sg!
+      .log()
+      .split('\n')
+      .filter((l) => !l.includes('"msg":"request"')) // the access log: the test's own 401s and 404s
+      .filter((l) => /forbidden|\b403\b|unauthori[sz]ed|\b401\b/i.test(l));
+    expect(refused).toEqual([]);
+  });
 });
