@@ -39,7 +39,8 @@ export interface PromptKey {
 
 /**
  * prefix / conversation: the first endpoint of that key's rendezvous order; spill: a later one, the earlier being
- * saturated; load: the least loaded (no key, or every endpoint saturated); only: one endpoint; round-robin.
+ * saturated; load: the least loaded (no key, or every endpoint saturated); only: one endpoint; round-robin: in turn
+ * (that policy, or under llm a shared prefix seen for the first time lately).
  */
 export type PickReason = 'prefix' | 'conversation' | 'spill' | 'load' | 'only' | 'round-robin';
 
@@ -77,6 +78,8 @@ const WEIGHT_LIMIT = 2;
 const WEIGHT_STEPS = 8;
 /** Below this mean load (running + waiting per endpoint) the figures say too little to move a weight. */
 const WEIGHT_MIN_LOAD = 0.5;
+/** Shared-prefix keys this gateway remembers having picked for (a first sighting goes to the least loaded). */
+const SEEN_KEYS = 16_384;
 
 /** Per list of endpoints: the rendezvous weights, the smoothed loads they follow, and the picks made. */
 interface Balance {
@@ -101,6 +104,9 @@ export class TargetPicker {
   /** Requests this gateway has in flight per endpoint origin. */
   private readonly inflight = new Map<string, number>();
   private readonly balance = new WeakMap<readonly Target[], Balance>();
+  /** Shared-prefix keys picked for lately, with the pick count when last refreshed (bounded; oldest dropped first). */
+  private readonly seen = new Map<number, number>();
+  private seenAt = 0;
 
   constructor(
     private readonly endpoints?: EndpointResolver,
@@ -266,7 +272,7 @@ export class TargetPicker {
   private byPrefix(list: readonly Target[], b: Balance, backend: Backend, key: PromptKey, avoid?: string): Chosen {
     const now = Date.now();
     if (now - b.at >= WEIGHT_STEP_MS) this.reweigh(list, b, now);
-    const { maxWaiting, maxKvCache, maxLoadFactor, maxLoadSlack } = this.limits;
+    const { maxLoadFactor, maxLoadSlack } = this.limits;
     let total = 1; // the request being placed
     for (const t of list) total += this.inflightAt(t.origin);
     const mean = total / list.length;
@@ -276,6 +282,18 @@ export class TargetPicker {
     let best: Target | undefined;
     let bestScore = -1;
     const prefix = key.hash;
+    // A shared prefix this gateway has not picked for lately is likely cached nowhere (a one-off prompt): it goes to
+    // the next endpoint in turn that is not saturated, as round robin would send it (which spreads prompts that share
+    // nothing better than the load figures can: a request in flight says nothing of whether it still holds the
+    // server's prefill); from its next request on, to its rendezvous choice.
+    if (key.rule === 'prefix' && !this.sawKey(prefix)) {
+      const start = this.next(list);
+      for (let k = 0; k < list.length; k++) {
+        const t = list[(start + k) % list.length];
+        if (t.address !== avoid && !this.saturated(t, bound)) return { target: t, backend, reason: 'round-robin' };
+      }
+      return { target: this.leastLoaded(list, avoid, true), backend, reason: 'load' };
+    }
     for (let i = 0; i < list.length; i++) {
       const t = list[i];
       if (t.address === avoid) continue;
@@ -284,15 +302,32 @@ export class TargetPicker {
         topScore = score;
         top = t;
       }
-      if (score <= bestScore) continue;
-      if (this.inflightAt(t.origin) + 1 > bound) continue;
-      const s = this.stats?.fresh(t.origin);
-      if (s && (s.waiting > maxWaiting || (s.kv !== undefined && s.kv > maxKvCache))) continue;
+      if (score <= bestScore || this.saturated(t, bound)) continue;
       bestScore = score;
       best = t;
     }
     if (best) return { target: best, backend, reason: best === top ? key.rule : 'spill' };
     return { target: this.leastLoaded(list, avoid, true), backend, reason: 'load' };
+  }
+
+  /** Over the bounded load `bound` with one more request, or over the scraped bounds. */
+  private saturated(t: Target, bound: number): boolean {
+    if (this.inflightAt(t.origin) + 1 > bound) return true;
+    const s = this.stats?.fresh(t.origin);
+    return (
+      s !== undefined && (s.waiting > this.limits.maxWaiting || (s.kv !== undefined && s.kv > this.limits.maxKvCache))
+    );
+  }
+
+  /** Whether `key` was picked for lately; remembers it either way (refreshed once it is half the bound old). */
+  private sawKey(key: number): boolean {
+    const n = ++this.seenAt;
+    const at = this.seen.get(key);
+    if (at !== undefined && n - at < SEEN_KEYS / 2) return true;
+    if (at !== undefined) this.seen.delete(key);
+    else if (this.seen.size >= SEEN_KEYS) this.seen.delete(this.seen.keys().next().value!);
+    this.seen.set(key, n);
+    return at !== undefined;
   }
 
   /**
@@ -402,9 +437,12 @@ export function hash32(s: string): number {
   return fnv32(s, 0, s.length, FNV_OFFSET);
 }
 
-/** FNV-1a over s[from, to), carried on from `h` (hash32(a + b) = fnv32(b, 0, b.length, hash32(a))). */
-export function fnv32(s: string, from: number, to: number, h: number): number {
-  for (let i = from; i < to; i++) {
+/**
+ * FNV-1a over s[from, to) (every `step`-th character), carried on from `h`: hash32(a + b) = fnv32(b, 0, b.length,
+ * hash32(a)).
+ */
+export function fnv32(s: string, from: number, to: number, h: number, step = 1): number {
+  for (let i = from; i < to; i += step) {
     h ^= s.charCodeAt(i);
     h = Math.imul(h, 0x01000193);
   }

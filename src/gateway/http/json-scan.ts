@@ -353,17 +353,32 @@ const SHORT_ESCAPES: Record<number, string> = {
   0x74: '\t',
 };
 
-/** The first `max` UTF-16 units of the valid string at `i` (a quote), decoded as JSON.parse decodes it. */
+/**
+ * The first `max` UTF-16 units of the valid string at `i` (a quote), decoded as JSON.parse decodes it. Reads about
+ * `max` bytes of a plain ASCII string (a native search for the closing quote or a backslash within them, one decode),
+ * and a few more rounds of the same when the text has longer characters or escapes: never the rest of the string.
+ */
 export function stringPrefix(b: Buffer, i: number, max: number): string {
   let out = '';
   let j = i + 1;
   while (out.length < max) {
-    // A run without escapes, at most 3 bytes a unit still wanted: enough whole characters, whatever the text.
-    const limit = Math.min(b.length, j + (max - out.length) * 3 + 3);
-    let k = j;
-    while (k < limit && b[k] !== QUOTE && b[k] !== BACKSLASH) k++;
+    // A run without escapes: each unit still wanted takes at least one byte, so this many bytes hold enough of them
+    // or end in the middle of the text (then cut at a character's first byte, and read on).
+    const limit = Math.min(b.length, j + (max - out.length) + 3);
+    const run = b.subarray(j, limit);
+    let k = run.indexOf(QUOTE);
+    const bs = k === -1 ? run.indexOf(BACKSLASH) : run.subarray(0, k).indexOf(BACKSLASH);
+    if (bs !== -1) k = bs;
+    if (k === -1) {
+      k = limit;
+      if (k < b.length) while (k > j && (b[k] & 0xc0) === 0x80) k--;
+    } else k += j;
     out += b.toString('utf8', j, k);
-    if (k === limit || b[k] === QUOTE) break;
+    if (b[k] === QUOTE || k >= b.length) break;
+    if (b[k] !== BACKSLASH) {
+      j = k;
+      continue;
+    }
     const e = b[k + 1];
     if (e === 0x75) {
       out += String.fromCharCode(parseInt(b.toString('latin1', k + 2, k + 6), 16));

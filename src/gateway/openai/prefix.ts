@@ -36,6 +36,9 @@ export const CONVERSATION_CHARS = 512;
  * could follow, and a body of millions of them is not walked for its key.
  */
 const MAX_ITEMS = 1024;
+/** A message's text is read at least this far: its role ("developer:" is the longest that matters). */
+const ROLE_ROOM = 10;
+const STRIDE = 4;
 const QUOTE = 0x22;
 const OPEN_BRACE = 0x7b;
 const OPEN_BRACKET = 0x5b;
@@ -74,10 +77,10 @@ function keys(raw: Buffer, members: LlmMembers, model: string, conversation: boo
         body += messageText(raw, at, MAX - body.length);
         return body.length < MAX && i < MAX_ITEMS;
       }
-      if (system === -1 && !isSystem(raw, at)) system = body.length;
       const room = system === -1 ? MAX - body.length : Math.max(MAX - body.length, CONVERSATION_CHARS - after.length);
-      // A system message past MAX is passed over (its role read, its text not).
-      const t = room > 0 ? messageText(raw, at, room) : '';
+      // At least the role is read (a system message past MAX is passed over: its role read, its text not).
+      const t = messageText(raw, at, Math.max(room, ROLE_ROOM));
+      if (system === -1 && !t.startsWith('system:') && !t.startsWith('developer:')) system = body.length;
       if (body.length < MAX) body += t.length > MAX - body.length ? t.slice(0, MAX - body.length) : t;
       if (system !== -1 && after.length < CONVERSATION_CHARS) after += t.slice(0, CONVERSATION_CHARS - after.length);
       return (body.length < MAX || system === -1 || after.length < CONVERSATION_CHARS) && i < MAX_ITEMS;
@@ -90,20 +93,19 @@ function keys(raw: Buffer, members: LlmMembers, model: string, conversation: boo
     return undefined;
   }
   const cut = BOUNDS.find((b) => body.length >= b) ?? body.length;
-  // FNV-1a runs left to right: the hash of the model, tools and system part is shared by both keys when it can be.
-  const head = fnv32(text, 0, text.length, FNV_OFFSET);
-  if (system === -1 || after.length === 0) return { hash: fnv32(body, 0, cut, head), rule: 'prefix' };
-  const sys = fnv32(body, 0, system, head);
-  return { hash: fnv32(after, 0, after.length, fnv32('\u0001', 0, 1, sys)), rule: 'conversation' };
+  // The hash runs left to right: that of the model, tools and system part is shared by both keys.
+  const head = fold(text, 0, text.length, FNV_OFFSET);
+  if (system === -1 || after.length === 0) return { hash: fold(body, 0, cut, head), rule: 'prefix' };
+  return { hash: fold(after, 0, after.length, fold(body, 0, system, head) ^ 1), rule: 'conversation' };
 }
 
-/** A message whose role is system or developer (the part every conversation of an application shares). */
-function isSystem(raw: Buffer, at: number): boolean {
-  if (raw[at] !== OPEN_BRACE) return false;
-  const role = memberOf(raw, at, 'role');
-  if (!role || raw[role.start] !== QUOTE) return false;
-  const r = stringPrefix(raw, role.start, 10);
-  return r === 'system' || r === 'developer';
+/**
+ * FNV-1a over every STRIDE-th character of s[from, to), carried on from `h`: all the text is read (decoded), a
+ * quarter of it hashed. Texts that agree on those characters over 2 KiB share most of their prefix anyway; what
+ * matters is that unrelated prompts do not meet, and a quarter of 2,000 characters is plenty for that.
+ */
+export function fold(s: string, from: number, to: number, h: number): number {
+  return fnv32(s, from, to, h, STRIDE);
 }
 
 /** The offset of the first element of the array at `start` (its `]` when it is empty). */

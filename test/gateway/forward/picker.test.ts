@@ -92,9 +92,12 @@ describe('TargetPicker, llm policy', () => {
     const a = new TargetPicker();
     const b = new TargetPicker();
     const key = prefixKey(chat(SYS_A, 'x'), 'm')!;
+    // Seen for the first time: in turn (a one-off prompt is cached nowhere); from then on, its rendezvous choice.
+    expect(a.choose(r, key)!.reason).toBe('round-robin');
     const first = a.choose(r, key)!;
     expect(first.reason).toBe('prefix');
     for (let i = 0; i < 20; i++) expect(a.choose(r, key)!.target.origin).toBe(first.target.origin);
+    b.choose(r, key);
     expect(b.choose(r, key)!.target.origin).toBe(first.target.origin);
   });
 
@@ -115,6 +118,7 @@ describe('TargetPicker, llm policy', () => {
     const stats = new FixedStats();
     const p = new TargetPicker(undefined, stats);
     const key = prefixKey(chat(SYS_A, 'x'), 'm')!;
+    p.choose(r, key);
     const home = p.choose(r, key)!.target;
     stats.figures.set(home.origin, busy(6));
     const moved = p.choose(r, key)!;
@@ -130,6 +134,7 @@ describe('TargetPicker, llm policy', () => {
     const r = route('llm');
     const p = new TargetPicker();
     const key = prefixKey(chat(SYS_A, 'x'), 'm')!;
+    p.choose(r, key);
     const home = p.choose(r, key)!.target;
     // Three in flight at home, none elsewhere: mean (3 + 1) / 4 = 1, bound max(1.25, 3) = 3; a fourth would be 4.
     for (let i = 0; i < 3; i++) p.begin(home.origin);

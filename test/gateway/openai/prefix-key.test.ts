@@ -4,9 +4,9 @@
 // parsed whole (SPEC §12: a pick costs a few microseconds).
 import { afterEach, describe, expect, jest, test } from '@jest/globals';
 import fc from 'fast-check';
-import { hash32 } from '../../../src/gateway/forward/targets.js';
+import { FNV_OFFSET } from '../../../src/gateway/forward/targets.js';
 import { llmMembers } from '../../../src/gateway/openai/llm-body.js';
-import { prefixKey } from '../../../src/gateway/openai/prefix.js';
+import { fold, prefixKey } from '../../../src/gateway/openai/prefix.js';
 
 /** The prefix key as computed from JSON.parse's tree until the body was read as bytes. */
 function referenceKey(doc: Record<string, unknown>, model: string): number | undefined {
@@ -43,7 +43,7 @@ function referenceKey(doc: Record<string, unknown>, model: string): number | und
     return undefined;
   }
   const cut = BOUNDS.find((b) => body.length >= b) ?? body.length;
-  return hash32(text + body.slice(0, cut));
+  return fold(body, 0, cut, fold(text, 0, text.length, FNV_OFFSET));
 }
 
 function keyOf(raw: Buffer, model = 'm'): number | undefined {
