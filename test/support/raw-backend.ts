@@ -5,6 +5,7 @@ import net, { type AddressInfo } from 'node:net';
 import { expect } from './expect.js';
 import type { RecordingBackend } from './backends.js';
 import { send } from './harness.js';
+import { SCRAPER_USER_AGENT } from '../../src/gateway/forward/endpoint-stats.js';
 
 export interface RawRequest {
   /** 1, 2, 3... in arrival order. */
@@ -65,6 +66,11 @@ export class RawBackend {
           const parsed = parseRequest(buf);
           if (!parsed) return;
           buf = buf.subarray(parsed.used);
+          // The gateway's scrapes of an LLM endpoint's /metrics (SPEC §12) are not what a test scripts: not found.
+          if (parsed.req.headers.some(([n, v]) => n.toLowerCase() === 'user-agent' && v === SCRAPER_USER_AGENT)) {
+            s.write('HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n');
+            continue;
+          }
           const req: RawRequest = { seq: ++this.seq, ...parsed.req, socket: s };
           this.requests.push(req);
           await this.script(req, s);

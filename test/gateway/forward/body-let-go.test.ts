@@ -11,6 +11,7 @@ import { forceGc } from '../../support/attack.js';
 import { startGateway, type Gateway } from '../../support/harness.js';
 import { sleep, waitFor } from '../../support/wait.js';
 import { closedPort } from '../../support/backends.js';
+import { SCRAPER_USER_AGENT } from '../../../src/gateway/forward/endpoint-stats.js';
 
 interface Received {
   size: number;
@@ -37,6 +38,7 @@ class HoldingBackend {
   }
 
   private handle(req: IncomingMessage, res: ServerResponse): void {
+    if (req.headers['user-agent'] === SCRAPER_USER_AGENT) return void res.writeHead(404).end(); // a scrape (SPEC §12)
     const hash = createHash('sha256');
     const chunks: Buffer[] = [];
     let size = 0;

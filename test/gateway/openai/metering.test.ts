@@ -17,6 +17,7 @@ import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import { send, startGateway, type Gateway } from '../../support/harness.js';
 import { metricValue } from '../../support/metrics.js';
 import { waitFor } from '../../support/wait.js';
+import { SCRAPER_USER_AGENT } from '../../../src/gateway/forward/endpoint-stats.js';
 
 /** A vLLM-like backend: pydantic-style flags, usage only when asked, gzip when the client accepts it. */
 interface Seen {
@@ -37,6 +38,7 @@ const flag = (v: unknown): boolean =>
 
 function backend(): Promise<Server> {
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    if (req.headers['user-agent'] === SCRAPER_USER_AGENT) return void res.writeHead(404).end(); // a scrape (SPEC §12)
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {

@@ -7,6 +7,7 @@ import { WebSocket, WebSocketServer } from 'ws';
 import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import { formModel } from '../../../src/gateway/openai/form-model.js';
 import { send, startGateway, type Gateway } from '../../support/harness.js';
+import { SCRAPER_USER_AGENT } from '../../../src/gateway/forward/endpoint-stats.js';
 
 /** What the vLLM-like backend served: the model each request named, by the way it named it. */
 interface Seen {
@@ -29,6 +30,7 @@ async function modelOf(req: IncomingMessage, body: Buffer): Promise<string | nul
 
 function backend(): Promise<Server> {
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    if (req.headers['user-agent'] === SCRAPER_USER_AGENT) return void res.writeHead(404).end(); // a scrape (SPEC §12)
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
