@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import { BodyBudget } from '../../../src/gateway/forward/body-budget.js';
 import { send, startGateway, type Gateway, type Reply } from '../../support/harness.js';
 import { waitFor } from '../../support/wait.js';
+import { SCRAPER_USER_AGENT } from '../../../src/gateway/forward/endpoint-stats.js';
 
 describe('BodyBudget', () => {
   test('a reservation alone always fits; others fit within the limit; the rest wait in arrival order', async () => {
@@ -63,6 +64,7 @@ class HoldingBackend {
   }
 
   private handle(req: IncomingMessage, res: ServerResponse): void {
+    if (req.headers['user-agent'] === SCRAPER_USER_AGENT) return void res.writeHead(404).end(); // a scrape (SPEC §12)
     let size = 0;
     req.on('data', (c: Buffer) => (size += c.length));
     req.on('end', () => {

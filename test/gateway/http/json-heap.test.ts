@@ -112,7 +112,7 @@ spec: {type: model, modelServer: llm, modelName: small, backend: {url: "${ok}"}}
 apiVersion: serving.servegate.dev/v1alpha1
 kind: ServingDeployment
 metadata: {name: held, namespace: demo}
-spec: {type: model, modelServer: llm, modelName: held, backend: {url: "${hold}"}, fallbacks: [rescue]}
+spec: {type: model, modelServer: llm, modelName: held, backend: {url: "${hold}"}, fallbacks: [rescue], timeoutSeconds: 600}
 ---
 apiVersion: v1
 kind: Secret
