@@ -148,7 +148,7 @@ const chatBody = (messages) =>
  * conversations start over `warmup + seconds`, each turn sent `thinkMs` (exponential) after the previous one ended;
  * every turn is measured.
  */
-function makeRequests(name, { warmup, seconds, rateScale }) {
+function makeRequests(name, { warmup, seconds, rateScale, run = 0 }) {
   const load = LOADS[name];
   const rand = rng(load.seed);
   const out = [];
@@ -188,7 +188,9 @@ function makeRequests(name, { warmup, seconds, rateScale }) {
     if (at >= end) break;
     const [lo, hi] = load.userBytes;
     const user = words(rand, lo + Math.floor(rand() * (hi - lo)), `Question ${i}: `);
-    const system = tenants ? tenants[Math.floor(rand() * tenants.length)] : words(rand, load.systemChars, `${i} `);
+    const system = tenants
+      ? tenants[Math.floor(rand() * tenants.length)]
+      : words(rand, load.systemChars, `${run}.${i} `);
     out.push({
       at,
       measured: at >= warmup * 1000,
@@ -530,8 +532,11 @@ export async function runLlmRoutingBench(ctx, cli = CLI) {
         if (full)
           for (const i of [1, 2])
             references.push(await startReference(fleet.urls, load.fleet.kvBlocks, `reference-router-${i}`));
-        const requests = makeRequests(name, { warmup: ctx.llmWarmup, seconds: ctx.llmSeconds, rateScale });
         for (const nGw of full ? [1, 2] : [1]) {
+          // The same arrivals and prompts for every policy; (c)'s prompts are new for each gateway count (a gateway
+          // would remember the 1-gateway run's as seen before: the uniform load shares nothing, not even across runs).
+          const run = name === 'uniform' ? nGw : 0;
+          const requests = makeRequests(name, { warmup: ctx.llmWarmup, seconds: ctx.llmSeconds, rateScale, run });
           for (const policy of full ? POLICIES : ['llm']) {
             await Promise.all(
               fleet.urls.map((u) => fetch(`${u}/reset_prefix_cache`, { method: 'POST' }).then((r) => r.body?.cancel())),

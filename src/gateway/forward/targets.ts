@@ -92,6 +92,11 @@ interface Balance {
   at: number;
   /** Picks per endpoint since the list was made (its share, on /deployments). */
   picks: Float64Array;
+  /**
+   * The turn of first-seen prefixes, from a random start: gateway replicas that take requests alternately would
+   * otherwise send them to the same endpoint two by two.
+   */
+  turn: number;
 }
 
 /** Picks the backend address for one request. undefined = the Service has no ready endpoint. */
@@ -225,6 +230,7 @@ export class TargetPicker {
         uniform: true,
         at: 0,
         picks: new Float64Array(n),
+        turn: Math.floor(Math.random() * n),
       };
       this.balance.set(list, b);
     }
@@ -287,7 +293,7 @@ export class TargetPicker {
     // nothing better than the load figures can: a request in flight says nothing of whether it still holds the
     // server's prefill); from its next request on, to its rendezvous choice.
     if (key.rule === 'prefix' && !this.sawKey(prefix)) {
-      const start = this.next(list);
+      const start = b.turn++ % list.length;
       for (let k = 0; k < list.length; k++) {
         const t = list[(start + k) % list.length];
         if (t.address !== avoid && !this.saturated(t, bound)) return { target: t, backend, reason: 'round-robin' };

@@ -128,6 +128,12 @@ const LITERALS: Record<number, Buffer> = {
   0x6e: Buffer.from('null'),
 };
 
+/** Whether b[from, to) holds a backslash (a short run: a member name no longer than a few dozen bytes). */
+function hasBackslash(b: Buffer, from: number, to: number): boolean {
+  for (let k = from; k < to; k++) if (b[k] === BACKSLASH) return true;
+  return false;
+}
+
 /** The name between the quotes of [start, end) (a validated string), decoded as JSON.parse decodes it. */
 function nameAt(b: Buffer, start: number, end: number, hasEscape: boolean): string {
   return hasEscape ? (JSON.parse(b.toString('utf8', start, end)) as string) : b.toString('utf8', start + 1, end - 1);
@@ -304,7 +310,7 @@ export function objectMembers(
     const nameStart = i;
     i = skipString(b, i);
     let name: string | undefined;
-    if (i - nameStart - 2 <= maxRaw) name = nameAt(b, nameStart, i, b.subarray(nameStart, i).includes(BACKSLASH));
+    if (i - nameStart - 2 <= maxRaw) name = nameAt(b, nameStart, i, hasBackslash(b, nameStart + 1, i - 1));
     i = skipSpace(b, i);
     i = skipSpace(b, i + 1); // the colon
     const vstart = i;
@@ -367,8 +373,8 @@ export function stringPrefix(b: Buffer, i: number, max: number): string {
     const limit = Math.min(b.length, j + (max - out.length) + 3);
     const run = b.subarray(j, limit);
     let k = run.indexOf(QUOTE);
-    const bs = k === -1 ? run.indexOf(BACKSLASH) : run.subarray(0, k).indexOf(BACKSLASH);
-    if (bs !== -1) k = bs;
+    const bs = run.indexOf(BACKSLASH);
+    if (bs !== -1 && (k === -1 || bs < k)) k = bs;
     if (k === -1) {
       k = limit;
       if (k < b.length) while (k > j && (b[k] & 0xc0) === 0x80) k--;

@@ -36,8 +36,6 @@ export const CONVERSATION_CHARS = 512;
  * could follow, and a body of millions of them is not walked for its key.
  */
 const MAX_ITEMS = 1024;
-/** A message's text is read at least this far: its role ("developer:" is the longest that matters). */
-const ROLE_ROOM = 10;
 const STRIDE = 4;
 const QUOTE = 0x22;
 const OPEN_BRACE = 0x7b;
@@ -73,13 +71,15 @@ function keys(raw: Buffer, members: LlmMembers, model: string, conversation: boo
     let i = 0;
     eachElement(raw, messages.start, (at, more) => {
       if (i++ > 0 && !more()) return false;
+      // A lone message is a prompt, not a conversation: it keeps the shared key.
+      if (i === 1 && !more()) conversation = false;
       if (!conversation) {
         body += messageText(raw, at, MAX - body.length);
         return body.length < MAX && i < MAX_ITEMS;
       }
-      const room = system === -1 ? MAX - body.length : Math.max(MAX - body.length, CONVERSATION_CHARS - after.length);
-      // At least the role is read (a system message past MAX is passed over: its role read, its text not).
-      const t = messageText(raw, at, Math.max(room, ROLE_ROOM));
+      // Enough for the shared key and for the conversation's start, whichever this message turns out to be (a system
+      // message past MAX is read only that far).
+      const t = messageText(raw, at, Math.max(MAX - body.length, CONVERSATION_CHARS - after.length));
       if (system === -1 && !t.startsWith('system:') && !t.startsWith('developer:')) system = body.length;
       if (body.length < MAX) body += t.length > MAX - body.length ? t.slice(0, MAX - body.length) : t;
       if (system !== -1 && after.length < CONVERSATION_CHARS) after += t.slice(0, CONVERSATION_CHARS - after.length);
