@@ -30,7 +30,7 @@ import {
 } from '../admit/pipeline.js';
 import { isBinaryContentType, validateBody } from '../admit/kind-rules.js';
 import { BODY_RATE_WINDOW_MS, BodyClock } from '../http/body-clock.js';
-import { collectBody } from '../http/body-collect.js';
+import { collectBody, firstCapacity } from '../http/body-collect.js';
 import { gatewayError, GatewayError, type Dialect } from '../http/errors.js';
 import { clientRequestId, upstreamHeaders } from '../http/headers.js';
 import { pathOf } from '../http/path.js';
@@ -346,7 +346,8 @@ export class Exchange implements Job, Held, CallOwner, Queued {
       return this.bodyRead(Buffer.alloc(0), b);
     }
     // Read whole into one buffer, within the budget of buffered bodies: room for the most this request may hold (the
-    // body, its decoded form, an edited copy), reserved before a byte is read (grown with a chunked body).
+    // body, its decoded form, an edited copy) of what has come, grown as the body grows: never for what a
+    // Content-Length only declares, or one client trickling a near-limit body would hold every tenant's room.
     const room = (this.room = ctx.bodies.reservation());
     const coding = head.contentEncoding;
     const decoded = coding !== undefined && coding !== 'identity' ? ctx.maxDecoded : 0;
@@ -372,7 +373,7 @@ export class Exchange implements Job, Held, CallOwner, Queued {
       );
     };
     if (declared === undefined) return read();
-    room.acquire(most(declared), (ok) => {
+    room.acquire(most(firstCapacity(declared)), (ok) => {
       if (this.ended) return;
       this.guarded(ok ? read : busy);
     });

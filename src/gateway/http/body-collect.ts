@@ -1,6 +1,7 @@
-// A request body read whole, into one buffer: sized from Content-Length, or grown by doubling for a chunked body. Each
-// chunk is copied in as it comes and let go, so a body costs its own size (a chunked one at most twice, while it
-// grows) — not its chunks, then their join, at once.
+// A request body read whole, into one buffer grown by doubling as bytes arrive (never past its Content-Length). Each
+// chunk is copied in as it comes and let go, so a body costs its own size (at most twice, while it grows) — not its
+// chunks, then their join, at once. Room is asked for as the body grows, never for what it only declares: a client
+// that declares 32 MiB and trickles holds what it has sent, not the budget every other tenant's body needs.
 import type { IncomingMessage } from 'node:http';
 
 /** The first buffer of a chunked body. */
@@ -9,10 +10,11 @@ const FIRST = 65_536;
 export type CollectEnd = { body: Buffer } | { problem: 'too_large' | 'no_room' };
 
 /**
- * Reads `req` to its end. `declared`: its Content-Length (room for it already granted). A chunked body asks `grow`
- * for room before each doubling (reading pauses until it answers; `false`: no room). `max`: a body past it ends the
- * read with 'too_large'. `done` is called once; the listeners are removed first. Returns what stops the read without
- * an end (the request was answered otherwise): what was read is let go.
+ * Reads `req` to its end. `declared`: its Content-Length (the buffer never grows past it). The body asks `grow` for
+ * room before each doubling past FIRST bytes (room for the first FIRST bytes, or the whole body when it declares
+ * less, is granted before the read starts; reading pauses until `grow` answers; `false`: no room). `max`: a body past
+ * it ends the read with 'too_large'. `done` is called once; the listeners are removed first. Returns what stops the
+ * read without an end (the request was answered otherwise): what was read is let go.
  */
 export function collectBody(
   req: IncomingMessage,
@@ -21,7 +23,7 @@ export function collectBody(
   grow: (capacity: number, go: (ok: boolean) => void) => void,
   done: (end: CollectEnd) => void,
 ): () => void {
-  let buf: Buffer | undefined = declared !== undefined ? Buffer.allocUnsafeSlow(declared) : undefined;
+  let buf: Buffer | undefined = declared !== undefined ? Buffer.allocUnsafeSlow(firstCapacity(declared)) : undefined;
   let size = 0;
   let stopped = false;
   const stop = (): void => {
@@ -42,9 +44,9 @@ export function collectBody(
   const onData = (c: Buffer): void => {
     if (size + c.length > max) return finish({ problem: 'too_large' });
     if (buf && size + c.length <= buf.length) return copy(c);
-    // Node's parser never passes more than Content-Length: only a chunked body grows.
-    if (declared !== undefined) return finish({ problem: 'too_large' });
-    const capacity = Math.min(max, Math.max(size + c.length, (buf?.length ?? 0) * 2, FIRST));
+    // Node's parser never passes more than Content-Length: a declared body grows up to it, a chunked one up to max.
+    if (declared !== undefined && size + c.length > declared) return finish({ problem: 'too_large' });
+    const capacity = Math.min(declared ?? max, Math.max(size + c.length, (buf?.length ?? 0) * 2, FIRST));
     req.pause();
     grow(capacity, (ok) => {
       if (stopped) return;
@@ -63,4 +65,9 @@ export function collectBody(
   req.on('data', onData);
   req.on('end', onEnd);
   return stop;
+}
+
+/** The room a body declaring `declared` bytes needs before its first byte is read (it asks for more as it grows). */
+export function firstCapacity(declared: number): number {
+  return Math.min(declared, FIRST);
 }

@@ -1,0 +1,96 @@
+// Hostile review of the body budget (issue 31 item 2): room in limits.maxBufferedBodyBytes is taken by the bytes a
+// body has sent, not by the Content-Length it declares. A client that declared a near-limit body and trickles it
+// (within the 408 rules) held the whole budget, and every other tenant's JSON body waited out
+// bufferedBodyWaitSeconds and got 503.
+import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import net from 'node:net';
+import type { AddressInfo } from 'node:net';
+import { afterAll, afterEach, beforeAll, describe, expect, test } from '@jest/globals';
+import { send, startGateway, type Gateway } from '../../support/harness.js';
+import { waitFor } from '../../support/wait.js';
+
+describe('a declared body reserves what it has sent', () => {
+  let gw: Gateway;
+  const backend = http.createServer((req: IncomingMessage, res: ServerResponse) => {
+    req.resume();
+    req.on('end', () => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end('{"id":"x","object":"chat.completion","choices":[]}');
+    });
+  });
+  const sockets: net.Socket[] = [];
+
+  beforeAll(async () => {
+    await new Promise<void>((r) => backend.listen(0, '127.0.0.1', r));
+    const url = `http://127.0.0.1:${(backend.address() as AddressInfo).port}`;
+    const llm = { modelServer: 'llm' as const, namespace: 'demo' };
+    gw = await startGateway({
+      config: { limits: { maxBufferedBodyBytes: 1_048_576, bufferedBodyWaitSeconds: 0.5 } },
+      deployments: [
+        { ...llm, name: 'plain', modelName: 'plain', url },
+        { ...llm, name: 'kept', modelName: 'kept', url, spec: { fallbacks: ['plain'] } },
+      ],
+      keys: [
+        { name: 'attacker', projects: 'demo' },
+        { name: 'victim', projects: 'demo' },
+      ],
+    });
+  });
+
+  afterEach(async () => {
+    const open = sockets.splice(0);
+    const gone = open.map((s) => new Promise((r) => (s.closed ? r(null) : s.once('close', r))));
+    for (const s of open) s.destroy();
+    await Promise.all(gone);
+  });
+
+  afterAll(async () => {
+    await gw?.close();
+    await new Promise((r) => backend.close(r));
+  });
+
+  /**
+   * A raw request that declares `declared` body bytes and, once the gateway asks for the body (100 Continue: its
+   * room is granted), sends only `sent`.
+   */
+  async function trickle(path: string, declared: number, sent: string): Promise<net.Socket> {
+    const s = net.connect(gw.port, '127.0.0.1');
+    sockets.push(s);
+    await new Promise<void>((r) => s.once('connect', () => r()));
+    s.on('error', () => undefined);
+    let seen = '';
+    s.on('data', (d: Buffer) => (seen += d.toString('latin1')));
+    s.write(
+      `POST ${path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${gw.keys.attacker}\r\nexpect: 100-continue\r\n` +
+        `content-type: application/json\r\ncontent-length: ${declared}\r\n\r\n`,
+    );
+    await waitFor(() => seen.startsWith('HTTP/1.1 100'), 'the gateway to ask for the body');
+    s.write(sent);
+    return s;
+  }
+
+  test.each(['plain', 'kept'])(
+    'a body that declared the whole budget and sent 14 bytes (to %s) leaves room for another key',
+    async (deployment) => {
+      const path = `/v1/demo/${deployment}/v1/chat/completions`;
+      await trickle(path, 1_048_576, '{"messages":[{');
+      const reply = await send(`${gw.url}/v1/demo/plain/v1/chat/completions`, {
+        body: { messages: [{ role: 'user', content: 'hello' }] },
+        headers: { authorization: `Bearer ${gw.keys.victim}` },
+      });
+      expect(reply.status).toBe(200);
+    },
+    10_000,
+  );
+
+  test('a client that hangs up in the middle of its body lets its room go', async () => {
+    const path = '/v1/demo/plain/v1/chat/completions';
+    const s = await trickle(path, 1_048_576, '{"messages":[{');
+    const closed = new Promise((r) => s.once('close', r));
+    s.destroy();
+    await closed;
+    // Alone again in the budget: a body of the whole budget is granted at once.
+    const t = await trickle(path, 1_048_576, '{"messages":[{');
+    t.destroy();
+  }, 10_000);
+});
