@@ -1,7 +1,7 @@
 // `npm run bench`: builds, detects the tools, runs Part A (gateway data plane), Part B (Kubernetes source), Part C
 // (the cost of per-minute limits) and Part D (LLM-aware endpoint picking against round robin, on a simulated vLLM
 // fleet), and ends with a summary of every goal (met / MISSED / skipped) and the command line.
-//   node bench/run.mjs [--only gateway|kubernetes|limits|llm-routing|streams|scrape] [--seconds 10] [--warmup 2] [--rate 1000] [--rate-seconds 10]
+//   node bench/run.mjs [--only gateway|kubernetes|limits|llm-routing|streams|scrape|fairness] [--seconds 10] [--warmup 2] [--rate 1000] [--rate-seconds 10]
 //                      [--settle 3] [--openloop-warmup 6] [--cold-openloop] [--requests-for-rss 1000000]
 //                      [--connections 64] [--threads 2] [--backend-workers 2] [--deployments 10000] [--events 200]
 //                      [--leader-seconds 15] [--llm-seconds 10] [--llm-warmup 3] [--llm-rate 40]
@@ -26,6 +26,7 @@ import { goalTexts as llmRoutingGoals, timeBudgetSeconds as llmRoutingSeconds } 
 import { prepareBaseline, ROOT } from './lib/servegate.mjs';
 import { goalTexts as streamsGoals, timeBudgetSeconds as streamsSeconds } from './streams.mjs';
 import { timeBudgetSeconds as scrapeSeconds } from './scrape.mjs';
+import { goalTexts as fairnessGoals, timeBudgetSeconds as fairnessSeconds } from './fairness.mjs';
 
 const { values: flags } = parseArgs({
   options: {
@@ -51,6 +52,8 @@ const { values: flags } = parseArgs({
     'streams-seconds': { type: 'string', default: '20' },
     'stream-prompt-kb': { type: 'string', default: '0' },
     'scrape-seconds': { type: 'string', default: '10' }, // Part F (bench/scrape.mjs)
+    'fair-seconds': { type: 'string', default: '10' }, // Part G (bench/fairness.mjs)
+    'fair-warmup': { type: 'string', default: '2' },
     'no-build': { type: 'boolean', default: false },
     profile: { type: 'boolean', default: false },
     'no-nginx': { type: 'boolean', default: false },
@@ -63,7 +66,7 @@ const { values: flags } = parseArgs({
 
 if (flags.help) {
   log(
-    'usage: npm run bench -- [--only gateway|kubernetes|limits|llm-routing|streams|scrape] [--seconds 10] [--warmup 2] [--rate 1000]',
+    'usage: npm run bench -- [--only gateway|kubernetes|limits|llm-routing|streams|scrape|fairness] [--seconds 10] [--warmup 2] [--rate 1000]',
   );
   log('                        [--rate-seconds 10]');
   log('                        [--settle 3] [--openloop-warmup 6] [--cold-openloop] [--requests-for-rss 1000000]');
@@ -76,6 +79,9 @@ if (flags.help) {
     '                        [--streams 10000] [--streams-seconds 20] [--stream-prompt-kb 0]   (Part E, --only streams; --quick: 1000 × 5 s)',
   );
   log('                        [--scrape-seconds 10]   (Part F, --only scrape: gateway CPU per case; --quick: 3 s)');
+  log(
+    '                        [--fair-seconds 10] [--fair-warmup 2]   (Part G, --only fairness: per run; --quick: 4 s + 1 s)',
+  );
   log(
     '  --settle: idle seconds before the open loop (then a forced GC in the gateway and --openloop-warmup s per target)',
   );
@@ -99,9 +105,12 @@ if (flags.help) {
   log('    repository (e.g. .bench-tmp/dist-before) or another checkout with node_modules (docs/performance.md)');
   process.exit(0);
 }
-if (flags.only && !['gateway', 'kubernetes', 'limits', 'llm-routing', 'streams', 'scrape'].includes(flags.only)) {
+if (
+  flags.only &&
+  !['gateway', 'kubernetes', 'limits', 'llm-routing', 'streams', 'scrape', 'fairness'].includes(flags.only)
+) {
   process.stderr.write(
-    `bench: --only must be "gateway", "kubernetes", "limits", "llm-routing", "streams" or "scrape", not "${flags.only}"\n`,
+    `bench: --only must be "gateway", "kubernetes", "limits", "llm-routing", "streams", "scrape" or "fairness", not "${flags.only}"\n`,
   );
   process.exit(2);
 }
@@ -160,6 +169,8 @@ const ctx = {
   streamsSeconds: flags.quick ? 5 : Math.max(1, num('streams-seconds')),
   streamPromptKb: Math.max(0, num('stream-prompt-kb')),
   scrapeSeconds: flags.quick ? 3 : Math.max(1, num('scrape-seconds')), // Part F
+  fairSeconds: flags.quick ? 4 : Math.max(1, num('fair-seconds')), // Part G
+  fairWarmup: flags.quick ? 1 : num('fair-warmup'),
   quick: flags.quick,
   profileDir: flags.profile ? join(ROOT, '.bench-tmp', 'profiles') : undefined,
   baseline,
@@ -186,7 +197,8 @@ const limitMs =
     (partA ? ctx.rssRequests / 3000 : 0) +
     (partD ? llmRoutingSeconds(ctx) : 0) +
     (!flags.only || flags.only === 'streams' ? streamsSeconds(ctx) : 0) +
-    (!flags.only || flags.only === 'scrape' ? scrapeSeconds(ctx) : 0)) *
+    (!flags.only || flags.only === 'scrape' ? scrapeSeconds(ctx) : 0) +
+    (!flags.only || flags.only === 'fairness' ? fairnessSeconds(ctx) : 0)) *
   1000;
 installCleanup(limitMs);
 
@@ -243,6 +255,7 @@ function printSummary(results) {
     ...(results.llmRouting?.summary ?? []),
     ...(results.streams?.summary ?? []),
     ...(results.scrape?.summary ?? []),
+    ...(results.fairness?.summary ?? []),
   ])
     log(`  ${line}`);
   const rows = [['goal', 'measured', 'verdict']];
@@ -391,6 +404,24 @@ try {
       log(`Part F FAILED: ${err.stack ?? err}`);
     }
   }
+  // Part G: fair queueing and budgets on a shared fleet (bench/fairness.mjs, docs/llm.md).
+  if (!flags.only || flags.only === 'fairness') {
+    log('');
+    log('== Part G: fair queueing of a saturated fleet and budgets across replicas (SPEC §14) ==');
+    busyCheck(results, 'fairness');
+    const { runFairnessBench } = await import('./fairness.mjs');
+    try {
+      results.fairness = await runFairnessBench(ctx);
+    } catch (err) {
+      failed = true;
+      log(`Part G FAILED: ${err.stack ?? err}`);
+    }
+  }
+  skipGoals(
+    'G',
+    Object.values(fairnessGoals()),
+    flags.only && flags.only !== 'fairness' ? `not run (--only ${flags.only})` : 'no figure (part failed)',
+  );
 } finally {
   killAllSync();
   // BENCH_KEEP_DIR=1 keeps the run's directory (the processes' logs, e.g. with BENCH_GATEWAY_NODE_FLAGS=--trace-gc).

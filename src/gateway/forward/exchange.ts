@@ -46,7 +46,7 @@ import type { PlaneContext } from './context.js';
 import { RETRY, shouldRetry } from './retry.js';
 import { readWhileHeld, type Held } from './scale-from-zero.js';
 import type { Queued } from './fair-queue.js';
-import type { Chosen, PromptKey, Variant } from './targets.js';
+import type { Chosen, PromptKey, Target, Variant } from './targets.js';
 import { bodyForUndici, Diverted, UpstreamCall, type CallOwner } from './upstream-call.js';
 import { bodyBudgetFull, type Reservation } from './body-budget.js';
 import { bodyFor, Fallbacks, type FallbackReason, type LlmRequest } from './fallback.js';
@@ -118,6 +118,8 @@ export class Exchange implements Job, Held, CallOwner, Queued {
   private queuedSince = 0;
   /** The route whose queue this request has passed (it does not queue again for it). */
   private dequeued: string | undefined;
+  /** An endpoint with room, named by the fair queue that let this request go. */
+  private roomAt: Target | undefined;
   /** Held with its body still coming: stops reading it and gives the body to forward. */
   private unhold: (() => Buffer | Readable) | undefined;
   private closeAfter = false;
@@ -538,6 +540,11 @@ export class Exchange implements Job, Held, CallOwner, Queued {
     } else if (!route.notReady) {
       if (this.dequeued !== route.id && this.waitTurn(route)) return;
       chosen = ctx.picker.choose(route, this.prefix);
+      // Let go by the fair queue: to an endpoint with room, if the pick has none (§12's picker reads only the reports).
+      const room = this.roomAt;
+      this.roomAt = undefined;
+      if (room && chosen && chosen.backend === route.backend && !ctx.queues!.hasRoom(chosen.target))
+        chosen = withFields(chosen, { target: room });
       if (chosen?.reason) ctx.metrics.endpointPick(route.project, route.deployment, chosen.reason, route);
     }
     if (chosen) return this.callPhase(chosen);
@@ -565,14 +572,17 @@ export class Exchange implements Job, Held, CallOwner, Queued {
       this.queued = true;
       this.queuedSince = performance.now();
     }
+    // Straight on: where there is room, should the pick have none.
+    if (at === undefined && route.kind === 'llm') this.roomAt = queues.roomiest(route);
     return at !== undefined;
   }
 
   /** Its turn in the fair queue: on to pick an endpoint (the wait does not count against the deadline). */
-  dispatch(): void {
+  dispatch(room: Target): void {
     if (!this.queued) return;
     this.queued = false;
     this.dequeued = this.d?.route.id;
+    this.roomAt = room;
     if (this.deadlineAt) this.deadlineAt += performance.now() - this.queuedSince;
     this.guarded(() => this.pickPhase(undefined));
   }

@@ -6,11 +6,14 @@
 // requests are refused at once while saturated. Bounded per deployment in requests, bytes and time.
 //
 // Saturation is judged from what the endpoints report, which every replica reads alike, plus this replica's own
-// traffic since: an endpoint has room while its waiting requests (scraped, plus what this replica sent there since
-// the scrape less what ended, scaled up by this replica's share of the endpoint's requests, so that N replicas
-// together add about what one would) stay within balancing.maxWaiting and its KV-cache use within maxKvCache. The
-// running capacity of an endpoint is learnt from its reports (its running count whenever it also has waiting ones):
-// before it is known, only the scraped figures count. docs/llm.md, "Fair queueing", gives the design and its measures.
+// traffic since: an endpoint's requests now are what it reported (running + waiting) plus the change in this
+// replica's in-flight count there since that report, scaled up by this replica's share of the endpoint's requests
+// then (so that N replicas together add about what one would), and never fewer than this replica's own in flight.
+// They fill its running slots (its capacity, learnt from its reports: the running count whenever it also had waiting
+// requests), then its waiting queue, which is kept within balancing.maxWaiting; KV-cache use above maxKvCache is
+// saturated too. Before its capacity is known, an endpoint is judged by its reported waiting requests alone. A request
+// let go from the queue goes to an endpoint with room when §12's pick (which reads the reports only) has none.
+// docs/llm.md, "Fair queueing of a saturated deployment", gives the design and its measures.
 import type { Priority, Route } from '../../routing/types.js';
 import { gatewayError, type GatewayError } from '../http/errors.js';
 import { withFields } from '../../shape.js';
@@ -20,8 +23,8 @@ import type { Target, TargetPicker } from './targets.js';
 
 /** A queued request, as the queue sees it (the Exchange). */
 export interface Queued {
-  /** Its turn: it goes on to pick an endpoint now. */
-  dispatch(): void;
+  /** Its turn: it goes on to pick an endpoint now; `room`: an endpoint with room, for a pick that has none. */
+  dispatch(room: Target): void;
   /** Refused (sheddable while saturated, past a bound, waited too long). */
   shed(err: GatewayError): void;
 }
@@ -81,8 +84,8 @@ interface DeploymentQueue {
 /** What this replica did at an endpoint since its last scrape, and what the endpoint's reports taught. */
 interface Since {
   sample: Scraped | undefined;
-  sent: number;
-  done: number;
+  /** This replica's requests in flight there when the sample was first read. */
+  own: number;
   /** Running sequences at once when it also had waiting ones: its capacity (max seen); 0 = not known yet. */
   capacity: number;
 }
@@ -144,13 +147,11 @@ export class FairQueues {
 
   /** This replica sends a request to / ends one at `origin` (the picker's begin and end). */
   begun(origin: string): void {
-    const s = this.sinceOf(origin);
-    s.sent++;
+    this.sinceOf(origin);
   }
 
   ended(origin: string): void {
-    const s = this.sinceOf(origin);
-    s.done++;
+    this.sinceOf(origin);
     if (this.where.size > 0) this.schedulePump();
   }
 
@@ -183,34 +184,57 @@ export class FairQueues {
     const list = this.picker.targets(route.backend);
     if (!list || list.length === 0) return false;
     const now = Date.now();
-    for (const t of list) if (this.hasRoom(t, now)) return false;
+    for (const t of list) if (this.roomAt(t, now) > 0) return false;
     return true;
   }
 
-  private hasRoom(t: Target, now: number): boolean {
+  /** The endpoint with the most room, if any has room. */
+  roomiest(route: Route): Target | undefined {
+    const list = this.picker.targets(route.backend);
+    if (!list) return undefined;
+    const now = Date.now();
+    let best: Target | undefined;
+    let most = 0;
+    for (const t of list) {
+      const room = this.roomAt(t, now);
+      if (room > most) {
+        most = room;
+        best = t;
+      }
+    }
+    return best;
+  }
+
+  /** Whether `t` has room for one more request now. */
+  hasRoom(t: Target): boolean {
+    return this.roomAt(t, Date.now()) > 0;
+  }
+
+  /** Requests `t` takes before it is saturated (above 0: room; no figures: unbounded). */
+  private roomAt(t: Target, now: number): number {
     const s = this.stats?.fresh(t.origin, now);
-    if (!s) return true;
-    if (s.kv !== undefined && s.kv > this.settings.maxKvCache) return false;
+    if (!s) return Infinity;
+    if (s.kv !== undefined && s.kv > this.settings.maxKvCache) return 0;
     const since = this.sinceOf(t.origin, s);
+    if (since.capacity === 0) return this.settings.maxWaiting + 1 - s.waiting;
+    // The endpoint's requests now: what it reported, plus what this replica added since (its in-flight count then and
+    // now), scaled up by its share of them then (its additions stand for every replica's alike); never fewer than this
+    // replica's own in flight (requests on their way when it reported are not in its figures).
     const own = this.picker.inflightAt(t.origin);
-    const fleet = s.running + s.waiting;
-    // This replica's share of the endpoint's requests: its own additions stand for every replica's alike.
-    const share = fleet > 0 ? Math.min(1, Math.max(0.05, own / fleet)) : 1;
-    const added = (since.sent - since.done) / share;
-    // Added requests fill free running slots first (when the capacity is known), then the waiting queue.
-    const free = since.capacity > 0 ? Math.max(0, since.capacity - s.running) : 0;
-    const waiting = since.capacity > 0 ? s.waiting + Math.max(0, added - free) : s.waiting;
-    return waiting <= this.settings.maxWaiting;
+    const reported = s.running + s.waiting;
+    const share = reported > 0 ? Math.min(1, Math.max(0.05, since.own / reported)) : 1;
+    const total = Math.max(reported + (own - since.own) / share, own);
+    // Running slots fill first (the capacity its reports taught), then the waiting queue.
+    return since.capacity + this.settings.maxWaiting + 1 - total;
   }
 
   /** The counts since `origin`'s last scrape (reset when a new one arrives). */
   private sinceOf(origin: string, sample = this.stats?.fresh(origin)): Since {
     let s = this.since.get(origin);
-    if (!s) this.since.set(origin, (s = { sample, sent: 0, done: 0, capacity: 0 }));
+    if (!s) this.since.set(origin, (s = { sample: undefined, own: 0, capacity: 0 }));
     if (sample && sample !== s.sample) {
       s.sample = sample;
-      s.sent = 0;
-      s.done = 0;
+      s.own = this.picker.inflightAt(origin);
       if (sample.waiting > 0 && sample.running > s.capacity) s.capacity = sample.running;
     }
     return s;
@@ -319,13 +343,15 @@ export class FairQueues {
     this.pumpScheduled = false;
     for (const dq of [...this.queues.values()]) {
       // Bounded: each turn takes one request out of the queue.
-      for (let n = dq.count; n > 0 && dq.count > 0 && !this.saturated(dq.route); n--) {
+      for (let n = dq.count; n > 0 && dq.count > 0; n--) {
+        const room = this.roomiest(dq.route);
+        if (!room) break;
         const e = this.next(dq);
         if (!e) break;
         e.level.vtime = Math.max(e.level.vtime, e.tag);
         this.take(e);
         this.observeWait(dq, e);
-        e.q.dispatch();
+        e.q.dispatch(room);
       }
     }
     if (this.where.size === 0) {
