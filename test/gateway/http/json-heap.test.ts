@@ -14,6 +14,7 @@ import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, expect, test } from '@jest/globals';
 import { CLI } from '../../support/paths.js';
 import { waitFor } from '../../support/wait.js';
+import { SCRAPER_USER_AGENT } from '../../../src/gateway/forward/endpoint-stats.js';
 
 const KEY = 'JsonHeapTestKey1.0123456789abcdef0123456789abcdef';
 /** The default limits.maxRequestBodyBytes. */
@@ -83,6 +84,8 @@ async function backend(status: number): Promise<string> {
 /** A backend that reads the whole body, then answers 200 only when released. */
 async function holdingBackend(): Promise<string> {
   const s = createServer((req, res) => {
+    // The gateway's scrapes of /metrics (SPEC §12) are not held: only the requests under test.
+    if (req.headers['user-agent'] === SCRAPER_USER_AGENT) return void res.writeHead(404).end();
     req.resume();
     req.on('end', () =>
       holding.push(() => res.writeHead(200, { 'content-type': 'application/json' }).end('{"choices":[]}')),
@@ -112,7 +115,7 @@ spec: {type: model, modelServer: llm, modelName: small, backend: {url: "${ok}"}}
 apiVersion: serving.servegate.dev/v1alpha1
 kind: ServingDeployment
 metadata: {name: held, namespace: demo}
-spec: {type: model, modelServer: llm, modelName: held, backend: {url: "${hold}"}, fallbacks: [rescue], timeoutSeconds: 600}
+spec: {type: model, modelServer: llm, modelName: held, backend: {url: "${hold}"}, fallbacks: [rescue]}
 ---
 apiVersion: v1
 kind: Secret
