@@ -347,18 +347,15 @@ export class Exchange implements Job, Held, CallOwner, Queued {
       if (this.continueRequested) res.writeContinue();
       return this.bodyRead(Buffer.alloc(0), b);
     }
-    // Read whole into one buffer, within the budget of buffered bodies: room for the most this request may hold (the
-    // body, its decoded form, an edited copy) of what has come, grown as the body grows: never for what a
-    // Content-Length only declares, or one client trickling a near-limit body would hold every tenant's room.
+    // Read whole into one buffer, within the budget of buffered bodies: room for the most this request may hold of
+    // what has come (the body, an edited copy), grown as the body grows; room for a decoded form is asked for once the
+    // body is in (bodyRead). Never for what a Content-Length only declares, nor the decoded bound of a body still
+    // coming: one client trickling a near-limit body (or a few compressed bytes) would hold every tenant's room.
     const room = (this.room = ctx.bodies.reservation());
     const coding = head.contentEncoding;
-    const decoded = coding !== undefined && coding !== 'identity' ? ctx.maxDecoded : 0;
-    const edited = b !== undefined || (this.d?.route.kind === 'llm' && this.d.route.fallbacks !== undefined);
-    const most = (wire: number): number => wire + decoded + (edited ? decoded || wire : 0);
-    const busy = (): void => {
-      ctx.metrics.upstreamErrors.inc({ cause: 'body_budget_full' });
-      this.refuse(bodyBudgetFull(ctx.bodies), true);
-    };
+    const coded = coding !== undefined && coding !== 'identity';
+    const most = (wire: number): number => wire + (this.edited(b) && !coded ? wire : 0);
+    const busy = (): void => this.bodyBusy();
     const read = (): void => {
       if (this.continueRequested) res.writeContinue();
       this.stopBody = collectBody(
@@ -381,15 +378,35 @@ export class Exchange implements Job, Held, CallOwner, Queued {
     });
   }
 
-  /** The whole body is in: decoded for the check when it has a Content-Encoding. */
+  /** Whether the body may be edited (a copy made): through the base URL, or kept for a fallback. */
+  private edited(b: ByModel | undefined): boolean {
+    return b !== undefined || (this.d?.route.kind === 'llm' && this.d.route.fallbacks !== undefined);
+  }
+
+  /** No room in the budget of buffered bodies within its wait: 503. */
+  private bodyBusy(): void {
+    this.ctx.metrics.upstreamErrors.inc({ cause: 'body_budget_full' });
+    this.refuse(bodyBudgetFull(this.ctx.bodies), true);
+  }
+
+  /**
+   * The whole body is in: decoded for the check when it has a Content-Encoding, once the budget has room for the
+   * decoded form (up to maxDecodedBodyBytes) and, when it may be edited, a copy of it.
+   */
   private bodyRead(wire: Buffer, b: ByModel | undefined): void {
     if (this.ended) return;
     const coding = this.head!.contentEncoding;
     if (coding === undefined || coding === 'identity' || wire.length === 0) return this.bodyChecked(wire, wire, b);
-    this.ctx.decoder.decode(wire, coding, this.ctx.maxDecoded, (err, plain) => {
+    const { maxDecoded } = this.ctx;
+    const room = this.room!;
+    room.acquire(room.bytes + maxDecoded * (this.edited(b) ? 2 : 1), (ok) => {
       if (this.ended) return;
-      if (err) return this.refuse(err);
-      this.bodyChecked(wire, plain!, b);
+      if (!ok) return this.guarded(() => this.bodyBusy());
+      this.ctx.decoder.decode(wire, coding, maxDecoded, (err, plain) => {
+        if (this.ended) return;
+        if (err) return this.refuse(err);
+        this.bodyChecked(wire, plain!, b);
+      });
     });
   }
 

@@ -5,6 +5,7 @@
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import net from 'node:net';
 import type { AddressInfo } from 'node:net';
+import { gzipSync } from 'node:zlib';
 import { afterAll, afterEach, beforeAll, describe, expect, test } from '@jest/globals';
 import { send, startGateway, type Gateway } from '../../support/harness.js';
 import { waitFor } from '../../support/wait.js';
@@ -25,7 +26,9 @@ describe('a declared body reserves what it has sent', () => {
     const url = `http://127.0.0.1:${(backend.address() as AddressInfo).port}`;
     const llm = { modelServer: 'llm' as const, namespace: 'demo' };
     gw = await startGateway({
-      config: { limits: { maxBufferedBodyBytes: 1_048_576, bufferedBodyWaitSeconds: 0.5 } },
+      config: {
+        limits: { maxBufferedBodyBytes: 1_048_576, bufferedBodyWaitSeconds: 0.5, maxDecodedBodyBytes: 400_000 },
+      },
       deployments: [
         { ...llm, name: 'plain', modelName: 'plain', url },
         { ...llm, name: 'kept', modelName: 'kept', url, spec: { fallbacks: ['plain'] } },
@@ -53,7 +56,7 @@ describe('a declared body reserves what it has sent', () => {
    * A raw request that declares `declared` body bytes and, once the gateway asks for the body (100 Continue: its
    * room is granted), sends only `sent`.
    */
-  async function trickle(path: string, declared: number, sent: string): Promise<net.Socket> {
+  async function trickle(path: string, declared: number, sent: string | Buffer, extra = ''): Promise<net.Socket> {
     const s = net.connect(gw.port, '127.0.0.1');
     sockets.push(s);
     await new Promise<void>((r) => s.once('connect', () => r()));
@@ -62,7 +65,7 @@ describe('a declared body reserves what it has sent', () => {
     s.on('data', (d: Buffer) => (seen += d.toString('latin1')));
     s.write(
       `POST ${path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${gw.keys.attacker}\r\nexpect: 100-continue\r\n` +
-        `content-type: application/json\r\ncontent-length: ${declared}\r\n\r\n`,
+        `content-type: application/json\r\ncontent-length: ${declared}\r\n${extra}\r\n`,
     );
     await waitFor(() => seen.startsWith('HTTP/1.1 100'), 'the gateway to ask for the body');
     s.write(sent);
@@ -79,6 +82,27 @@ describe('a declared body reserves what it has sent', () => {
         headers: { authorization: `Bearer ${gw.keys.victim}` },
       });
       expect(reply.status).toBe(200);
+    },
+    10_000,
+  );
+
+  test.each(['plain', 'kept'])(
+    'compressed bodies still coming (to %s) hold no room for their decoded form: another key is served',
+    async (deployment) => {
+      // Each would have held maxDecodedBodyBytes (400 KB, twice when it may be edited) from its first byte.
+      const gz = gzipSync(JSON.stringify({ messages: [{ role: 'user', content: 'x' }] }));
+      const path = `/v1/demo/${deployment}/v1/chat/completions`;
+      for (let i = 0; i < 3; i++) await trickle(path, gz.length, gz.subarray(0, 10), 'content-encoding: gzip\r\n');
+      const reply = await send(`${gw.url}/v1/demo/plain/v1/chat/completions`, {
+        body: { messages: [{ role: 'user', content: 'hello' }] },
+        headers: { authorization: `Bearer ${gw.keys.victim}` },
+      });
+      expect(reply.status).toBe(200);
+      // A whole compressed body is still decoded, checked and served.
+      const whole = await trickle(path, gz.length, gz, 'content-encoding: gzip\r\n');
+      let answer = '';
+      whole.on('data', (d: Buffer) => (answer += d.toString('latin1')));
+      await waitFor(() => /HTTP\/1\.1 200[^]*chat\.completion/.test(answer), 'the compressed body to be served');
     },
     10_000,
   );
