@@ -300,6 +300,10 @@ export class TargetPicker {
       }
       return { target: this.leastLoaded(list, avoid, true), backend, reason: 'load' };
     }
+    // A conversation's turn must reach the endpoint holding its history whichever replica sends it: it is judged by
+    // what the endpoint reports (alike on every replica), not by this replica's own in-flight count, whose bursts
+    // would send one turn in eight elsewhere to prefill its whole history again.
+    const conversation = key.rule === 'conversation';
     for (let i = 0; i < list.length; i++) {
       const t = list[i];
       if (t.address === avoid) continue;
@@ -308,7 +312,7 @@ export class TargetPicker {
         topScore = score;
         top = t;
       }
-      if (score <= bestScore || this.saturated(t, bound)) continue;
+      if (score <= bestScore || this.saturated(t, bound, conversation)) continue;
       bestScore = score;
       best = t;
     }
@@ -316,10 +320,13 @@ export class TargetPicker {
     return { target: this.leastLoaded(list, avoid, true), backend, reason: 'load' };
   }
 
-  /** Over the bounded load `bound` with one more request, or over the scraped bounds. */
-  private saturated(t: Target, bound: number): boolean {
-    if (this.inflightAt(t.origin) + 1 > bound) return true;
+  /**
+   * Over the scraped bounds, or over the bounded load `bound` with one more request (`scrapedOnly`: only when the
+   * endpoint has no fresh figures).
+   */
+  private saturated(t: Target, bound: number, scrapedOnly = false): boolean {
     const s = this.stats?.fresh(t.origin);
+    if ((!scrapedOnly || !s) && this.inflightAt(t.origin) + 1 > bound) return true;
     return (
       s !== undefined && (s.waiting > this.limits.maxWaiting || (s.kv !== undefined && s.kv > this.limits.maxKvCache))
     );

@@ -148,6 +148,27 @@ describe('TargetPicker, llm policy', () => {
     expect(p.choose(r, key)!.target.origin).toBe(home.origin);
   });
 
+  test('a conversation is judged by what its endpoint reports, not by this replica’s in-flight count', () => {
+    const r = route('llm');
+    const stats = new FixedStats();
+    const p = new TargetPicker(undefined, stats);
+    const key: PromptKey = { hash: 0x5eed, rule: 'conversation' };
+    const home = p.choose(r, key)!;
+    expect(home.reason).toBe('conversation');
+    for (const u of urls(4)) stats.figures.set(u, busy(0));
+    // Six in flight here at its endpoint, none elsewhere: past the bounded load, but the endpoint says it has room.
+    for (let i = 0; i < 6; i++) p.begin(home.target.origin);
+    expect(p.choose(r, key)!.target.origin).toBe(home.target.origin);
+    // Its own figures say it is saturated: the next endpoint of the key's ranking.
+    stats.figures.set(home.target.origin, busy(6));
+    expect(p.choose(r, key)!.reason).toBe('spill');
+    // No fresh figures for it: this replica's bounded load is all there is to go by.
+    stats.figures.delete(home.target.origin);
+    expect(p.choose(r, key)!.reason).toBe('spill');
+    for (let i = 0; i < 6; i++) p.end(home.target.origin);
+    expect(p.choose(r, key)!.target.origin).toBe(home.target.origin);
+  });
+
   test('every endpoint saturated: the least loaded wins; nothing is refused', () => {
     const r = route('llm', 3);
     const stats = new FixedStats();
