@@ -30,6 +30,7 @@ const malformed = (why: string): GatewayError =>
  */
 export function formModel(body: Buffer, contentType: string): FormModel | undefined | GatewayError {
   const boundary = boundaryOf(contentType);
+  if (boundary instanceof Error) return boundary;
   if (boundary === undefined) return malformed('its Content-Type has no boundary');
   const open = Buffer.from(`--${boundary}`, 'latin1');
   const delim = Buffer.from(`\r\n--${boundary}`, 'latin1');
@@ -63,9 +64,73 @@ export function formModel(body: Buffer, contentType: string): FormModel | undefi
 }
 
 /** The boundary parameter of a Content-Type (quoted or not), undefined when absent or empty. */
-function boundaryOf(contentType: string): string | undefined {
-  const m = /;\s*boundary\s*=\s*(?:"([^"]{1,200})"|([^\s;"]{1,200}))/i.exec(contentType);
-  return m ? (m[1] ?? m[2]) : undefined;
+function boundaryOf(contentType: string): string | undefined | GatewayError {
+  const p = parameters(contentType, 'boundary', 'its Content-Type');
+  if (p instanceof Error) return p;
+  return p && p.length <= 200 ? p : undefined;
+}
+
+const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+
+/**
+ * The parameter `wanted` of a header value (`type; name=value; name="quoted \" value"`), as every form parser reads
+ * it, or a 400 where parsers differ: the parameters are not plainly `; token=token` or `; token=quoted-string`, or
+ * `wanted` is repeated (in any case; Python's email parser keeps the last, WHATWG's the first) or written in RFC 2231
+ * form (`wanted*=`, which Python reads). A `; wanted=` inside another parameter's quoted value is that value.
+ */
+function parameters(value: string, wanted: string, where: string): string | undefined | GatewayError {
+  const bad = (why: string) => malformed(`${where} ${why}`);
+  let found: string | undefined;
+  let i = value.indexOf(';');
+  if (i === -1) return undefined;
+  const n = value.length;
+  const ows = (): void => {
+    while (value[i] === ' ' || value[i] === '\t') i++;
+  };
+  while (i < n) {
+    i++; // the ';'
+    ows();
+    if (i >= n) break;
+    if (value[i] === ';') continue;
+    // Up to the next ';' (a name holds none), searched once: linear in the header however many parameters it has.
+    const semi = value.indexOf(';', i);
+    const end = semi === -1 ? n : semi;
+    const seg = value.slice(i, end);
+    const eq = seg.indexOf('=');
+    if (eq === -1) {
+      // A name alone: no value, skipped by every parser (Python's keeps it as "", and an empty boundary is none).
+      const alone = seg.trim().toLowerCase();
+      if (alone === wanted || alone.startsWith(`${wanted}*`)) return bad(`has "${wanted}" without a value`);
+      i = end;
+      continue;
+    }
+    const name = seg.slice(0, eq).trim().toLowerCase();
+    if (!TOKEN.test(name)) return bad('has a parameter name that is not a token');
+    i += eq + 1;
+    ows();
+    let v: string;
+    if (value[i] === '"') {
+      v = '';
+      i++;
+      for (;;) {
+        if (i >= n) return bad('has a quoted parameter without its closing quote');
+        const c = value[i++];
+        if (c === '"') break;
+        v += c === '\\' && i < n ? value[i++] : c;
+      }
+      ows();
+      if (i < n && value[i] !== ';') return bad('has text after a quoted parameter');
+    } else {
+      v = value.slice(i, end).trim();
+      i = end;
+    }
+    if (name === `${wanted}*` || (name.startsWith(`${wanted}*`) && /^\*\d+\*?$/.test(name.slice(wanted.length))))
+      return bad(`names its ${wanted} in RFC 2231 form (${name}=)`);
+    if (name !== wanted) continue;
+    if (found !== undefined) return bad(`has "${wanted}" twice`);
+    found = v;
+  }
+  return found === '' ? undefined : found;
 }
 
 /** A part's field name (Content-Disposition: form-data; name=...) and whether it declares a transfer coding. */
@@ -85,10 +150,10 @@ function readPartHead(head: string): { name: string | undefined; encoded: boolea
       encoded = coding !== '7bit' && coding !== '8bit' && coding !== 'binary';
     } else if (field === 'content-disposition') {
       dispositions++;
-      const m = /;\s*name\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s;"]+))/i.exec(value);
-      if (m) name = m[1] !== undefined ? m[1].replace(/\\(.)/g, '$1') : m[2];
-      // name*= (RFC 2231) could name the part otherwise for some parsers: not read, so refused.
-      if (/;\s*name\*\s*=/i.test(value)) return malformed('a part is named with name*=');
+      // name*= (RFC 2231) could name the part otherwise for some parsers: not read, so refused (like a second name).
+      const p = parameters(value, 'name', "a part's Content-Disposition");
+      if (p instanceof Error) return p;
+      name = p;
     }
   }
   if (dispositions > 1) return malformed('a part has two Content-Disposition headers');
