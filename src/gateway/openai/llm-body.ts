@@ -15,7 +15,15 @@
 import type { ApiKeyRecord, Backend, Route, RouteTable } from '../../routing/types.js';
 import { grantsProject } from '../admit/auth.js';
 import { gatewayError, type GatewayError } from '../http/errors.js';
-import { compactLength, nameFilter, objectMembers, scanJson, stringValue, type MemberSpan } from '../http/json-scan.js';
+import {
+  nameFilter,
+  objectMembers,
+  scanJson,
+  skipString,
+  skipValue,
+  stringValue,
+  type MemberSpan,
+} from '../http/json-scan.js';
 
 /** OpenAI routes whose streams report usage only when `stream_options.include_usage` asks for it. */
 export const USAGE_OPTION_ROUTES = new Set(['/v1/chat/completions', '/v1/completions']);
@@ -216,15 +224,50 @@ export function coerceBool(v: unknown): boolean | undefined {
 
 /**
  * About 4 bytes of text a token (the usual rule of thumb for BPE vocabularies), over what the model reads: the first
- * of `messages`, `prompt`, `input` that is not null, as JSON.stringify would write it (a string: its bytes as sent).
+ * of `messages`, `prompt`, `input` that is not null, as JSON.stringify would write it (a string: its bytes as sent),
+ * but for media sent inline (promptTextLength): an image is hundreds of tokens, not its base64 bytes over 4.
  */
 export function estimatePrompt(raw: Buffer, members: LlmMembers): number {
   const notNull = (m: MemberSpan | undefined) => (m && raw[m.start] !== 0x6e ? m : undefined);
   const p = members.prompt;
   const input = notNull(p.get('messages')) ?? notNull(p.get('prompt')) ?? notNull(p.get('input'));
   if (input === undefined) return 0;
-  const bytes = raw[input.start] === 0x22 ? input.end - input.start - 2 : compactLength(raw, input.start, input.end);
+  const bytes = raw[input.start] === 0x22 ? input.end - input.start - 2 : promptTextLength(raw, input.start, input.end);
   return Math.ceil(bytes / 4);
+}
+
+/**
+ * Members of a content part whose values are media, never text the model reads: `url` and `image_url` (images,
+ * audio and video by URL or inline as data URLs), `data` (`input_audio`), `file_data` (files), `images` (Ollama's
+ * base64 list). Their values are left out of the estimate, names and all.
+ */
+const MEDIA_MEMBERS = ['"url"', '"image_url"', '"data"', '"file_data"', '"images"'].map((n) => Buffer.from(n));
+
+/** compactLength of the valid value [start, end), without the values of MEDIA_MEMBERS. Linear in the value. */
+export function promptTextLength(b: Buffer, start: number, end: number): number {
+  let n = 0;
+  let i = start;
+  while (i < end) {
+    const c = b[i];
+    if (c !== 0x22) {
+      if (c !== 0x20 && c !== 0x0a && c !== 0x0d && c !== 0x09) n++;
+      i++;
+      continue;
+    }
+    const e = skipString(b, i);
+    let k = e;
+    while (b[k] === 0x20 || b[k] === 0x0a || b[k] === 0x0d || b[k] === 0x09) k++;
+    if (b[k] === 0x3a && e - i <= 11 && MEDIA_MEMBERS.some((m) => m.length === e - i && m.equals(b.subarray(i, e)))) {
+      // A media member: its value is skipped (the comma or brace after it is counted as it comes).
+      k++;
+      while (b[k] === 0x20 || b[k] === 0x0a || b[k] === 0x0d || b[k] === 0x09) k++;
+      i = skipValue(b, k);
+      continue;
+    }
+    n += e - i;
+    i = e;
+  }
+  return n;
 }
 
 /** Per table: LLM routes by the backend they share (a Service port or a URL). */
