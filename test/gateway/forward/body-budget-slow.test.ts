@@ -117,4 +117,40 @@ describe('a declared body reserves what it has sent', () => {
     const t = await trickle(path, 1_048_576, '{"messages":[{');
     t.destroy();
   }, 10_000);
+
+  test('a storm of refused, failed and abandoned bodies gives all its room back', async () => {
+    const path = (d: string) => `/v1/demo/${d}/v1/chat/completions`;
+    const auth = { authorization: `Bearer ${gw.keys.attacker}`, 'content-type': 'application/json' };
+    const storm: Array<Promise<unknown>> = [];
+    for (let i = 0; i < 10; i++) {
+      // Hung up in the middle of a declared body, of a chunked one, and of a compressed one.
+      storm.push(trickle(path('kept'), 500_000, '{"messages":[').then((s) => s.destroy()));
+      storm.push(
+        trickle(path('plain'), 0, '', '').then((s) => s.destroy()), // a GET-like empty body, then gone
+      );
+      const gz = gzipSync('{"messages":[]}');
+      storm.push(
+        trickle(path('kept'), gz.length, gz.subarray(0, 5), 'content-encoding: gzip\r\n').then((s) => s.destroy()),
+      );
+      // Refused once read: not JSON (400), a broken gzip body (400), too large once decoded (413).
+      storm.push(send(`${gw.url}${path('kept')}`, { body: '{"messages":', headers: auth }));
+      storm.push(
+        send(`${gw.url}${path('kept')}`, {
+          body: Buffer.from('not gzip at all'),
+          headers: { ...auth, 'content-encoding': 'gzip' },
+        }),
+      );
+      storm.push(
+        send(`${gw.url}${path('plain')}`, {
+          body: gzipSync(Buffer.alloc(500_000, 0x20)),
+          headers: { ...auth, 'content-encoding': 'gzip' },
+        }),
+      );
+    }
+    await Promise.all(storm);
+    // Alone in the budget again: a body kept for a fallback, with its copy twice the budget, goes straight through.
+    const body = Buffer.from(JSON.stringify({ messages: [{ role: 'user', content: 'x'.repeat(1_000_000) }] }));
+    const reply = await send(`${gw.url}${path('kept')}`, { body, headers: auth });
+    expect(reply.status).toBe(200);
+  }, 20_000);
 });
