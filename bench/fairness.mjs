@@ -59,6 +59,8 @@ const PROMPT_BYTES = 8000;
 /** What "saturated" means here (docs/llm.md: a low maxWaiting keeps the backlog in the gateway, in fair order). */
 const BALANCING = { maxWaiting: 0, scrapeIntervalMs: 50 };
 const BUDGET_TOKENS = 200_000;
+/** BENCH_FAIR_GATEWAYS=1 (or 2): only the runs through that many gateways (a quicker look while tuning). */
+const ONLY_GATEWAYS = Number(process.env.BENCH_FAIR_GATEWAYS) || 0;
 const BUDGET_CLIENTS = 16;
 
 export function goalTexts() {
@@ -258,7 +260,20 @@ async function run(name, requests, keys, { gateways, queueing, dir, manifests, c
     const measured = results.filter((r) => r.req.measured);
     const ttft = (cls) => p90(measured.filter((r) => r.req.cls === cls).map((r) => r.ttftMs));
     const failed = results.filter((r) => r.status !== 200 || r.error).length;
+    // The gateways' own account of the wait in their queues: mean milliseconds per priority.
+    const waits = {};
+    for (const g of gws) {
+      const text = await (await fetch(`http://127.0.0.1:${g.adminPort}/metrics`)).text();
+      for (const m of text.matchAll(
+        /^servegate_queue_wait_seconds_(sum|count)\{[^}]*priority="(\w+)"[^}]*\} (\S+)$/gm,
+      )) {
+        waits[m[2]] ??= { sum: 0, count: 0 };
+        waits[m[2]][m[1]] += Number(m[3]);
+      }
+    }
+    const meanWait = (p) => (waits[p]?.count ? (1000 * waits[p].sum) / waits[p].count : NaN);
     return {
+      queueWait: { critical: meanWait('critical'), standard: meanWait('standard') },
       name,
       quiet: ttft('quiet'),
       critical: ttft('critical'),
@@ -366,9 +381,12 @@ export async function runFairnessBench(ctx, cli = CLI) {
     log(
       `  fleet: ${FLEET.replicas} replicas × ${FLEET.maxRunning} sequences, ${MAX_TOKENS} tokens an answer at ${FLEET.decodeMsPerToken} ms a token; load: noisy ${10 * QUIET}/s, 3 quiet and 1 critical at ${QUIET}/s each (${everyone.length} requests over ${ctx.fairWarmup + ctx.fairSeconds} s); balancing.maxWaiting ${BALANCING.maxWaiting}`,
     );
-    const rows = [['run', 'gateways', 'quiet TTFT p90', 'critical p90', 'noisy p90', 'output tok/s', 'failed']];
+    const rows = [
+      ['run', 'gateways', 'quiet TTFT p90', 'critical p90', 'noisy p90', 'output tok/s', 'failed', 'queue wait (mean)'],
+    ];
     const runs = {};
-    for (const gateways of [1, 2]) {
+    const counts = ONLY_GATEWAYS ? [ONLY_GATEWAYS] : [1, 2];
+    for (const gateways of counts) {
       const base = { gateways, dir, manifests, cli, ctx };
       for (const [label, reqs, queueing] of [
         ['quiet + critical alone', alone, true],
@@ -385,11 +403,14 @@ export async function runFairnessBench(ctx, cli = CLI) {
           ms(r.noisy),
           r.tokensPerSecond.toFixed(0),
           `${r.failed}/${r.total}`,
+          queueing && Number.isFinite(r.queueWait.standard)
+            ? `${ms(r.queueWait.critical)} / ${ms(r.queueWait.standard)}`
+            : '-',
         ]);
       }
     }
     table(rows, { left: [0] });
-    for (const gateways of [1, 2]) {
+    for (const gateways of counts) {
       const a = runs[`quiet + critical alone/${gateways}`];
       const off = runs[`everyone, no queueing/${gateways}`];
       const on = runs[`everyone, fair queueing/${gateways}`];

@@ -1,8 +1,10 @@
 // Fair, prioritized queueing (SPEC §14): while every ready endpoint of an LLM deployment is saturated, new requests
 // wait here rather than in the backends' FIFO queues, and go on as endpoints free up (a request of this gateway
 // ending, or a scrape showing room): `critical` before `standard`; within a priority, fair shares across tenants by
-// start-time fair queueing (each request is tagged max(virtual time, its tenant's last tag) + 1/weight, the smallest
-// tag goes first), so a tenant sending ten times as much gets no more than its share while others wait. `sheddable`
+// start-time fair queueing (a request starts at max(virtual time, where its tenant's last request finished), finishes
+// 1/weight later, and the smallest start goes first; the virtual time is the start of the last one sent on), so a
+// tenant sending ten times as much gets no more than its share while others wait, and a tenant with nothing queued
+// goes next when it sends. `sheddable`
 // requests are refused at once while saturated. Bounded per deployment in requests, bytes and time.
 //
 // Saturation is judged from what the endpoints report, which every replica reads alike, plus this replica's own
@@ -62,14 +64,14 @@ interface Entry {
 interface TenantQueue {
   name: string;
   entries: Entry[];
-  /** The tag of its last request queued (its next starts after it). */
+  /** Where its last request queued finishes (its next starts there, or at the virtual time if later). */
   last: number;
 }
 
 interface Level {
   priority: Priority;
   tenants: Map<string, TenantQueue>;
-  /** Virtual time: the tag of the last request sent on. */
+  /** Virtual time: the start tag of the last request sent on. */
   vtime: number;
   count: number;
 }
@@ -260,8 +262,8 @@ export class FairQueues {
     const level = dq.levels.find((l) => l.priority === t.priority)!;
     let tenant = level.tenants.get(t.tenant);
     if (!tenant) level.tenants.set(t.tenant, (tenant = { name: t.tenant, entries: [], last: 0 }));
-    const tag = Math.max(level.vtime, tenant.last) + 1 / (t.weight > 0 ? t.weight : 1);
-    tenant.last = tag;
+    const tag = Math.max(level.vtime, tenant.last);
+    tenant.last = tag + 1 / (t.weight > 0 ? t.weight : 1);
     const timer = setTimeout(() => {
       if (!this.where.has(q)) return;
       this.take(entry);
