@@ -30,7 +30,7 @@ import {
 } from '../admit/pipeline.js';
 import { isBinaryContentType, validateBody } from '../admit/kind-rules.js';
 import { BODY_RATE_WINDOW_MS, BodyClock } from '../http/body-clock.js';
-import { collectBody, firstCapacity } from '../http/body-collect.js';
+import { collectBody } from '../http/body-collect.js';
 import { gatewayError, GatewayError, type Dialect } from '../http/errors.js';
 import { clientRequestId, upstreamHeaders } from '../http/headers.js';
 import { pathOf } from '../http/path.js';
@@ -355,27 +355,19 @@ export class Exchange implements Job, Held, CallOwner, Queued {
     const coding = head.contentEncoding;
     const coded = coding !== undefined && coding !== 'identity';
     const most = (wire: number): number => wire + (this.edited(b) && !coded ? wire : 0);
-    const busy = (): void => this.bodyBusy();
-    const read = (): void => {
-      if (this.continueRequested) res.writeContinue();
-      this.stopBody = collectBody(
-        req,
-        declared,
-        ctx.maxBody,
-        (capacity, go) => room.acquire(most(capacity), go),
-        (end) => {
-          this.stopBody = undefined;
-          if ('body' in end) return this.bodyRead(end.body, b);
-          if (end.problem === 'no_room') return busy();
-          this.refuse(tooLarge(ctx.maxBody), true);
-        },
-      );
-    };
-    if (declared === undefined) return read();
-    room.acquire(most(firstCapacity(declared)), (ok) => {
-      if (this.ended) return;
-      this.guarded(ok ? read : busy);
-    });
+    if (this.continueRequested) res.writeContinue();
+    this.stopBody = collectBody(
+      req,
+      declared,
+      ctx.maxBody,
+      (capacity, go) => room.acquire(most(capacity), go),
+      (end) => {
+        this.stopBody = undefined;
+        if ('body' in end) return this.bodyRead(end.body, b);
+        if (end.problem === 'no_room') return this.bodyBusy();
+        this.refuse(tooLarge(ctx.maxBody), true);
+      },
+    );
   }
 
   /** Whether the body may be edited (a copy made): through the base URL, or kept for a fallback. */

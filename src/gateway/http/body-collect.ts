@@ -1,20 +1,22 @@
 // A request body read whole, into one buffer grown by doubling as bytes arrive (never past its Content-Length). Each
 // chunk is copied in as it comes and let go, so a body costs its own size (at most twice, while it grows) — not its
-// chunks, then their join, at once. Room is asked for as the body grows, never for what it only declares: a client
-// that declares 32 MiB and trickles holds what it has sent, not the budget every other tenant's body needs.
+// chunks, then their join, at once. Room is asked for as the body grows, at most twice what has come (from STEP):
+// never for what a Content-Length only declares, nor a fixed first buffer — a client that declares 32 MiB and
+// trickles holds what it has sent, and a thousand that each sent a few bytes hold a few KiB each, not the budget every
+// other tenant's body needs.
 import type { IncomingMessage } from 'node:http';
 
-/** The first buffer of a chunked body. */
-const FIRST = 65_536;
+/** The smallest buffer (and room asked for): a body's first bytes. */
+const STEP = 1024;
 
 export type CollectEnd = { body: Buffer } | { problem: 'too_large' | 'no_room' };
 
 /**
  * Reads `req` to its end. `declared`: its Content-Length (the buffer never grows past it). The body asks `grow` for
- * room before each doubling past FIRST bytes (room for the first FIRST bytes, or the whole body when it declares
- * less, is granted before the read starts; reading pauses until `grow` answers; `false`: no room). `max`: a body past
- * it ends the read with 'too_large'. `done` is called once; the listeners are removed first. Returns what stops the
- * read without an end (the request was answered otherwise): what was read is let go.
+ * room before each buffer it takes (reading pauses until it answers; `false`: no room): the first holds its first
+ * chunk (at least STEP bytes), each next one twice the last or what has come. `max`: a body past it ends the read
+ * with 'too_large'. `done` is called once; the listeners are removed first. Returns what stops the read without an
+ * end (the request was answered otherwise): what was read is let go.
  */
 export function collectBody(
   req: IncomingMessage,
@@ -23,7 +25,7 @@ export function collectBody(
   grow: (capacity: number, go: (ok: boolean) => void) => void,
   done: (end: CollectEnd) => void,
 ): () => void {
-  let buf: Buffer | undefined = declared !== undefined ? Buffer.allocUnsafeSlow(firstCapacity(declared)) : undefined;
+  let buf: Buffer | undefined;
   let size = 0;
   let stopped = false;
   const stop = (): void => {
@@ -46,7 +48,7 @@ export function collectBody(
     if (buf && size + c.length <= buf.length) return copy(c);
     // Node's parser never passes more than Content-Length: a declared body grows up to it, a chunked one up to max.
     if (declared !== undefined && size + c.length > declared) return finish({ problem: 'too_large' });
-    const capacity = Math.min(declared ?? max, Math.max(size + c.length, (buf?.length ?? 0) * 2, FIRST));
+    const capacity = Math.min(declared ?? max, Math.max(size + c.length, (buf?.length ?? 0) * 2, STEP));
     req.pause();
     grow(capacity, (ok) => {
       if (stopped) return;
@@ -65,9 +67,4 @@ export function collectBody(
   req.on('data', onData);
   req.on('end', onEnd);
   return stop;
-}
-
-/** The room a body declaring `declared` bytes needs before its first byte is read (it asks for more as it grows). */
-export function firstCapacity(declared: number): number {
-  return Math.min(declared, FIRST);
 }

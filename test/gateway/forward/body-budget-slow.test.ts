@@ -3,10 +3,12 @@
 // (within the 408 rules) held the whole budget, and every other tenant's JSON body waited out
 // bufferedBodyWaitSeconds and got 503.
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import { EventEmitter } from 'node:events';
 import net from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { gzipSync } from 'node:zlib';
 import { afterAll, afterEach, beforeAll, describe, expect, test } from '@jest/globals';
+import { collectBody } from '../../../src/gateway/http/body-collect.js';
 import { send, startGateway, type Gateway } from '../../support/harness.js';
 import { waitFor } from '../../support/wait.js';
 
@@ -107,6 +109,15 @@ describe('a declared body reserves what it has sent', () => {
     10_000,
   );
 
+  test('twenty bodies that each sent 14 bytes (a 64 KiB first buffer each filled the budget at 8) leave room', async () => {
+    for (let i = 0; i < 20; i++) await trickle('/v1/demo/kept/v1/chat/completions', 1_000_000, '{"messages":[{');
+    const reply = await send(`${gw.url}/v1/demo/plain/v1/chat/completions`, {
+      body: { messages: [{ role: 'user', content: 'hello' }] },
+      headers: { authorization: `Bearer ${gw.keys.victim}` },
+    });
+    expect(reply.status).toBe(200);
+  }, 10_000);
+
   test('a client that hangs up in the middle of its body lets its room go', async () => {
     const path = '/v1/demo/plain/v1/chat/completions';
     const s = await trickle(path, 1_048_576, '{"messages":[{');
@@ -153,4 +164,48 @@ describe('a declared body reserves what it has sent', () => {
     const reply = await send(`${gw.url}${path('kept')}`, { body, headers: auth });
     expect(reply.status).toBe(200);
   }, 20_000);
+});
+
+describe('collectBody asks for room as bytes come', () => {
+  /** A request whose body the test pushes; `asked`: each capacity collectBody asks room for (granted at once). */
+  function collect(declared: number | undefined) {
+    const req = Object.assign(new EventEmitter(), { pause: () => undefined, resume: () => undefined });
+    const asked: number[] = [];
+    let body: Buffer | undefined;
+    collectBody(
+      req as unknown as IncomingMessage,
+      declared,
+      33_554_432,
+      (capacity, go) => {
+        asked.push(capacity);
+        go(true);
+      },
+      (end) => {
+        if ('body' in end) body = end.body;
+      },
+    );
+    return { req, asked, body: () => body };
+  }
+
+  test.each([33_554_432, undefined])('a body declaring %s bytes that sent 14 holds at most 1 KiB', (declared) => {
+    const c = collect(declared);
+    c.req.emit('data', Buffer.from('{"messages":[{'));
+    expect(c.asked.length).toBeGreaterThan(0); // room is asked for here, not taken before the read
+    expect(Math.max(...c.asked)).toBeLessThanOrEqual(1024);
+  });
+
+  test('room grows at most to twice what came, and the body is read whole into one buffer of its length', () => {
+    const c = collect(300_000);
+    const sent: Buffer[] = [];
+    for (let i = 0; i < 300; i++) {
+      const chunk = Buffer.alloc(1000, i & 0xff);
+      sent.push(chunk);
+      c.req.emit('data', chunk);
+      const came = (i + 1) * 1000;
+      expect(Math.max(...c.asked)).toBeLessThanOrEqual(Math.max(1024, 2 * came));
+    }
+    c.req.emit('end');
+    expect(c.asked[c.asked.length - 1]).toBe(300_000);
+    expect(c.body()!.equals(Buffer.concat(sent))).toBe(true);
+  });
 });
