@@ -150,7 +150,7 @@ const chatBody = (messages) =>
  */
 function makeRequests(name, { warmup, seconds, rateScale, run = 0 }) {
   const load = LOADS[name];
-  const rand = rng(load.seed);
+  const rand = rng(load.seed + 1000 * run);
   const out = [];
   if (name === 'conversations') {
     const system = words(rng(500), load.systemChars, 'You are the assistant of one application. Its policy: ');

@@ -4,7 +4,7 @@
 //   node bench/run.mjs [--only gateway|kubernetes|limits|llm-routing|streams|scrape|fairness] [--seconds 10] [--warmup 2] [--rate 1000] [--rate-seconds 10]
 //                      [--settle 3] [--openloop-warmup 6] [--cold-openloop] [--requests-for-rss 1000000]
 //                      [--connections 64] [--threads 2] [--backend-workers 2] [--deployments 10000] [--events 200]
-//                      [--leader-seconds 15] [--llm-seconds 10] [--llm-warmup 3] [--llm-rate 40]
+//                      [--leader-seconds 15] [--llm-seconds 6] [--llm-warmup 2] [--llm-rate 40] [--llm-draws 10]
 //                      [--no-build] [--quick] [--profile] [--no-nginx] [--no-wrk] [--baseline-dist <dir>]
 //   --quick: 2 s runs, 1,000 deployments, 20 events, 100,000 requests for RSS, Part D runs of 1 + 3 s (checks the
 //   harness); --profile:
@@ -45,8 +45,9 @@ const { values: flags } = parseArgs({
     deployments: { type: 'string', default: '10000' },
     events: { type: 'string', default: '200' },
     'leader-seconds': { type: 'string', default: '15' },
-    'llm-seconds': { type: 'string', default: '10' },
-    'llm-warmup': { type: 'string', default: '3' },
+    'llm-seconds': { type: 'string', default: '6' },
+    'llm-warmup': { type: 'string', default: '2' },
+    'llm-draws': { type: 'string', default: '10' },
     'llm-rate': { type: 'string', default: '40' },
     streams: { type: 'string', default: '10000' }, // Part E (bench/streams.mjs)
     'streams-seconds': { type: 'string', default: '20' },
@@ -73,7 +74,9 @@ if (flags.help) {
   log(
     '                        [--connections 64] [--threads 2] [--backend-workers 2] [--deployments 10000] [--events 200]',
   );
-  log('                        [--leader-seconds 15] [--llm-seconds 10] [--llm-warmup 3] [--llm-rate 40]');
+  log(
+    '                        [--leader-seconds 15] [--llm-seconds 6] [--llm-warmup 2] [--llm-rate 40] [--llm-draws 10]',
+  );
   log('                        [--no-build] [--quick] [--profile] [--no-nginx] [--no-wrk] [--baseline-dist <dir>]');
   log(
     '                        [--streams 10000] [--streams-seconds 20] [--stream-prompt-kb 0]   (Part E, --only streams; --quick: 1000 × 5 s)',
@@ -95,8 +98,10 @@ if (flags.help) {
   );
   log('    API-key hook; skipped if not installed); and an SSE cost per target: CPU per 50-event and 1-event stream');
   log('    and per event (2,000 + 4,000 streams per target; --quick: 300 + 600)');
-  log('  --llm-seconds / --llm-warmup / --llm-rate: Part D (llm-routing), per run: measured seconds (--quick: 3),');
-  log('    warm-up seconds (--quick: 1) and Poisson arrivals per second; 8 runs (2 loads × 1|2 gateways × 2 policies)');
+  log('  --llm-seconds / --llm-warmup / --llm-rate / --llm-draws: Part D (llm-routing), per run: measured seconds');
+  log("    (--quick: 3), warm-up seconds (--quick: 1), a scale of the loads' arrivals (40: as written) and the fleets");
+  log('    on other ports for load (a) (--quick: 2); 3 loads × 1|2 gateways × 3 pickers, then llm alone on the other');
+  log('    fleets: about 6 minutes at the defaults');
   log(
     '  --profile: the gateway runs with --cpu-prof into .bench-tmp/profiles (read with node bench/profile-summary.mjs)',
   );
@@ -165,6 +170,7 @@ const ctx = {
   llmSeconds: flags.quick ? 3 : num('llm-seconds'),
   llmWarmup: flags.quick ? 1 : num('llm-warmup'),
   llmRate: num('llm-rate'),
+  llmDraws: flags.quick ? 2 : Math.max(1, num('llm-draws')),
   streams: flags.quick ? 1000 : Math.max(1, num('streams')), // Part E
   streamsSeconds: flags.quick ? 5 : Math.max(1, num('streams-seconds')),
   streamPromptKb: Math.max(0, num('stream-prompt-kb')),
@@ -182,7 +188,7 @@ if (ctx.llmRate <= 0 || ctx.llmSeconds <= 0) {
 }
 
 // Time limit: 6 minutes for the build and the fixed parts (3 for the build alone with --only llm-routing), plus the
-// RSS run at 3,000 requests/s at worst, plus Part D's eight runs (llm-routing.mjs timeBudgetSeconds), plus 3 minutes
+// RSS run at 3,000 requests/s at worst, plus Part D's runs (llm-routing.mjs timeBudgetSeconds), plus 3 minutes
 // for Part A's extra rows (net, bare, fastify closed loops, bare in the open loop, the SSE cost of 6 targets), plus
 // the open loop's warm-up of up to 6 targets.
 // The baseline gateway (--baseline-dist) adds its closed loops in both log modes, its open-loop slices and SSE streams.

@@ -8,9 +8,10 @@
 //   unless it is saturated (scraped waiting requests or KV-cache use over their bounds, or in-flight requests over
 //   the bounded load): then the next endpoint in the key's rendezvous order that is not (a hot prefix spreads over
 //   its first, second, third... choices, the same on every replica); when every one is saturated, the least loaded.
-//   The weights start equal and follow the load the endpoints themselves report (running + waiting, smoothed over
-//   seconds, in steps of 1/8 of a doubling), so that a lasting imbalance of keys (32 tenants over 4 endpoints are
-//   rarely 8 each) moves a few keys off the busiest endpoint, alike on every replica that reads the same figures.
+//   The weights are 1 but where the load the endpoints themselves report (running + waiting, smoothed over seconds)
+//   stays off the mean (in steps of 1/8 of a doubling), so that a lasting imbalance of keys (32 tenants over 4
+//   endpoints are rarely 8 each) moves a few keys off the busiest endpoint, alike on every replica that reads the same
+//   figures.
 //   docs/llm.md, "Which endpoint", gives the design and its measures.
 import type { Backend, Route } from '../../routing/types.js';
 import type { EndpointAddress, EndpointResolver } from '../../sources/types.js';
@@ -69,10 +70,10 @@ export const DEFAULT_LIMITS: BalancingLimits = { maxWaiting: 5, maxKvCache: 0.8,
 const WEIGHT_STEP_MS = 250;
 /** Time constant of the smoothed load. */
 const LOAD_TAU_MS = 2000;
-/** Weight change, in doublings per second, per doubling of an endpoint's load over the mean. */
-const WEIGHT_GAIN = 0.5;
-/** Loads within this of the mean (in doublings, about ±10 %) leave the weight alone. */
-const WEIGHT_DEADBAND = 0.14;
+/** An endpoint's weight, in doublings, per doubling of its smoothed load over the mean (past the dead band). */
+const WEIGHT_GAIN = 2;
+/** Loads within this of the mean (in doublings, about ±7 %) leave the weight at 1. */
+const WEIGHT_DEADBAND = 0.1;
 /** Weights stay within 2^±2 of each other's mean, in steps of 1/8 of a doubling. */
 const WEIGHT_LIMIT = 2;
 const WEIGHT_STEPS = 8;
@@ -92,6 +93,8 @@ interface Balance {
   at: number;
   /** Picks per endpoint since the list was made (its share, on /deployments). */
   picks: Float64Array;
+  /** Scratch: each endpoint's in-flight count during a pick. */
+  flight: Float64Array;
   /**
    * The turn of first-seen prefixes, from a random start: gateway replicas that take requests alternately would
    * otherwise send them to the same endpoint two by two.
@@ -230,6 +233,7 @@ export class TargetPicker {
         uniform: true,
         at: 0,
         picks: new Float64Array(n),
+        flight: new Float64Array(n),
         turn: Math.floor(Math.random() * n),
       };
       this.balance.set(list, b);
@@ -239,9 +243,9 @@ export class TargetPicker {
 
   /**
    * The weights follow the load each endpoint reports (running + waiting; the in-flight count here when it reports
-   * nothing), smoothed: an endpoint lastingly above the mean loses weight, one below gains, a little a second, so a few
-   * of its keys move to their next choice. Figures every replica scrapes alike give weights alike; the steps of 1/8
-   * of a doubling keep small differences from moving keys.
+   * nothing), smoothed: an endpoint lastingly above the mean has less weight, one below more, so a few of its keys
+   * move to their next choice. Figures every replica scrapes alike give weights alike; the steps of 1/8 of a doubling
+   * keep small differences from moving keys.
    */
   private reweigh(list: readonly Target[], b: Balance, now: number): void {
     const n = list.length;
@@ -257,10 +261,13 @@ export class TargetPicker {
     }
     const mean = sum / n;
     if (mean < WEIGHT_MIN_LOAD) return;
+    // A function of the smoothed figures alone (no state of its own): replicas reading the same figures come to the
+    // same weights, whenever each started.
     let levels = 0;
     for (let i = 0; i < n; i++) {
       const r = Math.log2(Math.max(b.load[i], mean / 16) / mean);
-      if (Math.abs(r) > WEIGHT_DEADBAND) b.level[i] -= (WEIGHT_GAIN * r * dt) / 1000;
+      const over = Math.sign(r) * Math.max(0, Math.abs(r) - WEIGHT_DEADBAND);
+      b.level[i] = -WEIGHT_GAIN * over;
       levels += b.level[i];
     }
     let uniform = true;
@@ -279,8 +286,10 @@ export class TargetPicker {
     const now = Date.now();
     if (now - b.at >= WEIGHT_STEP_MS) this.reweigh(list, b, now);
     const { maxLoadFactor, maxLoadSlack } = this.limits;
+    // Each endpoint's in-flight count, read once (a map lookup each).
+    const flight = b.flight;
     let total = 1; // the request being placed
-    for (const t of list) total += this.inflightAt(t.origin);
+    for (let i = 0; i < list.length; i++) total += flight[i] = this.inflightAt(list[i].origin);
     const mean = total / list.length;
     const bound = Math.max(maxLoadFactor * mean, mean + maxLoadSlack);
     let top: Target | undefined;
@@ -295,8 +304,10 @@ export class TargetPicker {
     if (key.rule === 'prefix' && !this.sawKey(prefix)) {
       const start = b.turn++ % list.length;
       for (let k = 0; k < list.length; k++) {
-        const t = list[(start + k) % list.length];
-        if (t.address !== avoid && !this.saturated(t, bound)) return { target: t, backend, reason: 'round-robin' };
+        const i = (start + k) % list.length;
+        const t = list[i];
+        if (t.address !== avoid && !this.saturated(t, flight[i], bound))
+          return { target: t, backend, reason: 'round-robin' };
       }
       return { target: this.leastLoaded(list, avoid, true), backend, reason: 'load' };
     }
@@ -312,7 +323,7 @@ export class TargetPicker {
         topScore = score;
         top = t;
       }
-      if (score <= bestScore || this.saturated(t, bound, conversation)) continue;
+      if (score <= bestScore || this.saturated(t, flight[i], bound, conversation)) continue;
       bestScore = score;
       best = t;
     }
@@ -321,12 +332,12 @@ export class TargetPicker {
   }
 
   /**
-   * Over the scraped bounds, or over the bounded load `bound` with one more request (`scrapedOnly`: only when the
-   * endpoint has no fresh figures).
+   * Over the scraped bounds, or over the bounded load `bound` with one more request than its `inflight` here
+   * (`scrapedOnly`: only when the endpoint has no fresh figures).
    */
-  private saturated(t: Target, bound: number, scrapedOnly = false): boolean {
+  private saturated(t: Target, inflight: number, bound: number, scrapedOnly = false): boolean {
     const s = this.stats?.fresh(t.origin);
-    if ((!scrapedOnly || !s) && this.inflightAt(t.origin) + 1 > bound) return true;
+    if ((!scrapedOnly || !s) && inflight + 1 > bound) return true;
     return (
       s !== undefined && (s.waiting > this.limits.maxWaiting || (s.kv !== undefined && s.kv > this.limits.maxKvCache))
     );

@@ -37,6 +37,7 @@ export const CONVERSATION_CHARS = 512;
  */
 const MAX_ITEMS = 1024;
 const STRIDE = 4;
+const FULL = 256;
 const QUOTE = 0x22;
 const OPEN_BRACE = 0x7b;
 const OPEN_BRACKET = 0x5b;
@@ -100,12 +101,14 @@ function keys(raw: Buffer, members: LlmMembers, model: string, conversation: boo
 }
 
 /**
- * FNV-1a over every STRIDE-th character of s[from, to), carried on from `h`: all the text is read (decoded), a
- * quarter of it hashed. Texts that agree on those characters over 2 KiB share most of their prefix anyway; what
- * matters is that unrelated prompts do not meet, and a quarter of 2,000 characters is plenty for that.
+ * FNV-1a over s[from, to): its first 256 characters, then every STRIDE-th. All the text is read (decoded), about a
+ * third of 2,560 characters hashed. What tells prompts apart is mostly near the start of each part (a tenant's name,
+ * a conversation's first words), and texts that agree on every fourth character past it share most of their prefix
+ * anyway; two prompts differing only at a few characters past there share a key (and an endpoint), no more.
  */
 export function fold(s: string, from: number, to: number, h: number): number {
-  return fnv32(s, from, to, h, STRIDE);
+  const full = Math.min(to, from + FULL);
+  return fnv32(s, full, to, fnv32(s, from, full, h), STRIDE);
 }
 
 /** The offset of the first element of the array at `start` (its `]` when it is empty). */

@@ -1,6 +1,6 @@
 // Endpoint picking (SPEC §12) as plain functions: the prefix hash, the policies, saturation and bounded load, and what
 // a server's metrics text says.
-import { describe, expect, test } from '@jest/globals';
+import { describe, expect, jest, test } from '@jest/globals';
 import { TargetPicker, type PromptKey, type Target } from '../../../src/gateway/forward/targets.js';
 import { EndpointStats, parseServerMetrics, type Scraped } from '../../../src/gateway/forward/endpoint-stats.js';
 import { promptKey as bodyKey } from '../../../src/gateway/openai/prefix.js';
@@ -167,6 +167,32 @@ describe('TargetPicker, llm policy', () => {
     expect(p.choose(r, key)!.reason).toBe('spill');
     for (let i = 0; i < 6; i++) p.end(home.target.origin);
     expect(p.choose(r, key)!.target.origin).toBe(home.target.origin);
+  });
+
+  test('the weights are a function of what the endpoints report: a replica started later comes to the same', () => {
+    jest.useFakeTimers({ now: 1_000_000 });
+    try {
+      const r = route('llm');
+      const stats = new FixedStats();
+      // One endpoint lastingly half again as busy as the others (running, as it reports it).
+      urls(4).forEach((u, i) => stats.figures.set(u, { ...busy(0), running: i === 0 ? 6 : 4 }));
+      const early = new TargetPicker(undefined, stats);
+      const late = new TargetPicker(undefined, stats);
+      const key: PromptKey = { hash: 7, rule: 'conversation' };
+      for (let ms = 0; ms <= 20_000; ms += 100) {
+        jest.setSystemTime(1_000_000 + ms);
+        for (const u of urls(4)) stats.figures.get(u)!.at = Date.now();
+        early.choose(r, key);
+        if (ms >= 15_000) late.choose(r, key);
+      }
+      const list = early.targets(r.backend)!;
+      const weights = early.picksOf(list).map((p) => p.weight);
+      expect(late.picksOf(late.targets(r.backend)!).map((p) => p.weight)).toEqual(weights);
+      expect(weights[0]).toBeLessThan(1);
+      for (const w of weights.slice(1)) expect(w).toBeGreaterThan(weights[0]);
+    } finally {
+      jest.useRealTimers();
+    }
   });
 
   test('every endpoint saturated: the least loaded wins; nothing is refused', () => {

@@ -17,7 +17,8 @@ type Doc = { model: string; messages?: Message[]; prompt?: string };
 // --- the independent reimplementation -------------------------------------------------------------------------------
 
 function fnv(s: string, step: number, h = 0x811c9dc5): number {
-  for (let i = 0; i < s.length; i += step) h = Math.imul(h ^ s.charCodeAt(i), 16777619);
+  // step 4: every character of the first 256, then every fourth.
+  for (let i = 0; i < s.length; i += i < 256 ? 1 : step) h = Math.imul(h ^ s.charCodeAt(i), 16777619);
   return h >>> 0;
 }
 
