@@ -11,6 +11,10 @@ const CREATED = 'response.created';
 
 export class RealtimeMeter {
   private buf: Buffer = Buffer.alloc(0);
+  /** Chunks after `buf`, joined to it only once `need` bytes are there (not at each chunk: a trickled frame). */
+  private parts: Buffer[] = [];
+  private partsLength = 0;
+  private need = 0;
   /** The text message being assembled from its fragments (undefined: none, or one too long to read). */
   private message: Buffer[] | undefined;
   private messageLength = 0;
@@ -24,21 +28,28 @@ export class RealtimeMeter {
 
   /** Bytes from the backend, in order. */
   push(chunk: Buffer): void {
-    this.buf = this.buf.length ? Buffer.concat([this.buf, chunk]) : chunk;
+    this.parts.push(chunk);
+    this.partsLength += chunk.length;
+    if (this.buf.length + this.partsLength < this.need) return;
+    const parts = this.buf.length ? [this.buf, ...this.parts] : this.parts;
+    this.buf = parts.length === 1 ? parts[0] : Buffer.concat(parts);
+    this.parts = [];
+    this.partsLength = 0;
+    this.need = 0;
     for (;;) {
       const b = this.buf;
-      if (b.length < 2) return;
+      if (b.length < 2) return void (this.need = 2);
       const fin = (b[0] & 0x80) !== 0;
       const opcode = b[0] & 0x0f;
       const masked = (b[1] & 0x80) !== 0;
       let len = b[1] & 0x7f;
       let at = 2;
       if (len === 126) {
-        if (b.length < 4) return;
+        if (b.length < 4) return void (this.need = 4);
         len = b.readUInt16BE(2);
         at = 4;
       } else if (len === 127) {
-        if (b.length < 10) return;
+        if (b.length < 10) return void (this.need = 10);
         const big = b.readBigUInt64BE(2);
         if (big > BigInt(Number.MAX_SAFE_INTEGER)) return this.stop();
         len = Number(big);
@@ -49,7 +60,7 @@ export class RealtimeMeter {
       if (b.length < at + len) {
         // A frame too large to wait for: what follows it cannot be framed without holding it, so reading stops.
         if (at + len > MAX_MESSAGE + 16) return this.stop();
-        return;
+        return void (this.need = at + len);
       }
       let payload = b.subarray(at, at + len);
       if (masked) {
@@ -104,6 +115,7 @@ export class RealtimeMeter {
   /** The stream cannot be followed any more: nothing more is read. */
   private stop(): void {
     this.buf = Buffer.alloc(0);
+    this.parts = [];
     this.push = () => undefined;
   }
 }
