@@ -17,7 +17,9 @@ function frame(payload: Buffer): Buffer {
 }
 
 describe('a message trickled in small chunks', () => {
-  afterEach(() => jest.restoreAllMocks());
+  afterEach(() => {
+    jest.restoreAllMocks();
+  });
 
   test.each([100, 10])('in %i-byte chunks is copied about once, and forwarded whole', (step) => {
     const create = Buffer.from(`{"type":"response.create","pad":"${' '.repeat(600_000)}"}`);
@@ -51,7 +53,9 @@ describe('a message trickled in small chunks', () => {
 });
 
 describe("a backend's message trickled in small chunks", () => {
-  afterEach(() => jest.restoreAllMocks());
+  afterEach(() => {
+    jest.restoreAllMocks();
+  });
 
   test('is copied about once by the meter, and its usage read', () => {
     const done = Buffer.from(
