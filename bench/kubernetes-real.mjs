@@ -14,13 +14,13 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Agent, Pool, request } from 'undici';
 import { parseAllDocuments } from 'yaml';
 import { kubeCacheDir } from '../test/kube/cache.mjs';
+import { cpuMsOf, otherLeaderLease } from './kubernetes.mjs';
 import { deploymentObject, keySecretObject, makeKey } from './lib/manifests.mjs';
 import { memoryOf, startProcess, stopProcess, waitFor } from './lib/procs.mjs';
 import { goal, log, mb, ms } from './lib/report.mjs';
 import { CLI, liveHeap, startGateway } from './lib/servegate.mjs';
 
 const KEYS_NAMESPACE = 'servegate';
-const LEASE_NAME = 'servegate-controller';
 const BODY = '{"instances":[[6.8,2.8,4.8,1.4]]}';
 const CONCURRENCY = 16;
 
@@ -34,15 +34,7 @@ export function realGoalTexts(ctx) {
 
 const pctl = (sorted, p) => sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))];
 
-function cpuSecondsOf(pid) {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return (Number(f[11]) + Number(f[12])) / 100;
-  } catch {
-    return Number.NaN;
-  }
-}
+const cpuSecondsOf = (pid) => cpuMsOf(pid) / 1000;
 
 /** Sum of an API server counter's samples whose labels match every `want` pair. */
 function counter(text, name, want) {
@@ -153,19 +145,7 @@ export async function runRealKubernetesBench(ctx) {
         spec: { ports: [{ name: 'http', port: 8080, protocol: 'TCP' }] },
       }),
     );
-    const now = new Date().toISOString().replace('Z', '000Z');
-    await create({
-      apiVersion: 'coordination.k8s.io/v1',
-      kind: 'Lease',
-      metadata: { name: LEASE_NAME, namespace: KEYS_NAMESPACE },
-      spec: {
-        holderIdentity: 'bench-other-replica',
-        leaseDurationSeconds: 3600,
-        acquireTime: now,
-        renewTime: now,
-        leaseTransitions: 0,
-      },
-    });
+    await create(otherLeaderLease());
     const load = makeKey();
     await create(
       keySecretObject({

@@ -101,7 +101,7 @@ export function populate(fake, count, backendPort) {
  * The controller Lease, held for an hour by another replica: the gateway under test is a follower and writes no
  * status, as every replica but one in a steady cluster (the statuses were written by the leader long ago).
  */
-function otherLeaderLease() {
+export function otherLeaderLease() {
   const now = new Date().toISOString().replace('Z', '000Z');
   return {
     apiVersion: 'coordination.k8s.io/v1',
@@ -145,7 +145,7 @@ function writeKubeconfig(dir, name, url) {
 }
 
 /** CPU time (user + system, ms) a process has used so far; NaN when /proc cannot tell. */
-function cpuMsOf(pid) {
+export function cpuMsOf(pid) {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
     const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
