@@ -298,10 +298,19 @@ export class TargetPicker {
     let bestScore = -1;
     const prefix = key.hash;
     // A shared prefix this gateway has not picked for lately is likely cached nowhere (a one-off prompt): it goes to
-    // the next endpoint in turn that is not saturated, as round robin would send it (which spreads prompts that share
-    // nothing better than the load figures can: a request in flight says nothing of whether it still holds the
-    // server's prefill); from its next request on, to its rendezvous choice.
+    // its rendezvous choice only while that endpoint is idle (nothing in flight from here, nothing waiting there), else to the
+    // next endpoint in turn that is not saturated, as round robin would send it — which spreads prompts that share
+    // nothing better than the load figures can (a request in flight says nothing of whether it still holds the
+    // server's prefill). From its next request on, it goes to its rendezvous choice.
     if (key.rule === 'prefix' && !this.sawKey(prefix)) {
+      let first = -1;
+      for (let i = 0; i < list.length; i++) {
+        if (list[i].address === avoid) continue;
+        const score = b.uniform ? mix32(prefix ^ list[i].hash) : weighted(mix32(prefix ^ list[i].hash), b.weight[i]);
+        if (score > topScore) [topScore, first] = [score, i];
+      }
+      if (first !== -1 && flight[first] === 0 && !(this.stats?.fresh(list[first].origin)?.waiting ?? 0))
+        return { target: list[first], backend, reason: 'prefix' };
       const start = b.turn++ % list.length;
       for (let k = 0; k < list.length; k++) {
         const i = (start + k) % list.length;
@@ -313,12 +322,15 @@ export class TargetPicker {
     }
     // A conversation's turn must reach the endpoint holding its history whichever replica sends it: it is judged by
     // what the endpoint reports (alike on every replica), not by this replica's own in-flight count, whose bursts
-    // would send one turn in eight elsewhere to prefill its whole history again.
+    // would send one turn in eight elsewhere to prefill its whole history again; and it is ranked without weights
+    // (conversations are many small keys, which hashing spreads evenly enough, and weights that two replicas hold a
+    // step apart for a while would split the conversations near a boundary between two endpoints).
     const conversation = key.rule === 'conversation';
+    const uniform = b.uniform || conversation;
     for (let i = 0; i < list.length; i++) {
       const t = list[i];
       if (t.address === avoid) continue;
-      const score = b.uniform ? mix32(prefix ^ t.hash) : weighted(mix32(prefix ^ t.hash), b.weight[i]);
+      const score = uniform ? mix32(prefix ^ t.hash) : weighted(mix32(prefix ^ t.hash), b.weight[i]);
       if (score > topScore) {
         topScore = score;
         top = t;

@@ -92,13 +92,27 @@ describe('TargetPicker, llm policy', () => {
     const a = new TargetPicker();
     const b = new TargetPicker();
     const key = prefixKey(chat(SYS_A, 'x'), 'm')!;
-    // Seen for the first time: in turn (a one-off prompt is cached nowhere); from then on, its rendezvous choice.
-    expect(a.choose(r, key)!.reason).toBe('round-robin');
     const first = a.choose(r, key)!;
     expect(first.reason).toBe('prefix');
     for (let i = 0; i < 20; i++) expect(a.choose(r, key)!.target.origin).toBe(first.target.origin);
-    b.choose(r, key);
     expect(b.choose(r, key)!.target.origin).toBe(first.target.origin);
+  });
+
+  test('a prefix seen for the first time goes to its endpoint while it is idle, else in turn', () => {
+    const r = route('llm');
+    const p = new TargetPicker();
+    const key = (i: number) => prefixKey(chat(`one-off prompt ${i} `.repeat(20), 'q'), 'm')!;
+    // Idle: its rendezvous choice, where its next request goes too.
+    const first = p.choose(r, key(0))!;
+    expect(first.reason).toBe('prefix');
+    expect(p.choose(r, key(0))!.target.origin).toBe(first.target.origin);
+    // Every endpoint busy (one request in flight from here): new prompts go in turn, each endpoint twice in 8.
+    for (const u of urls(4)) p.begin(u);
+    const turns = Array.from({ length: 8 }, (_, i) => p.choose(r, key(1 + i))!);
+    expect(turns.map((c) => c.reason)).toEqual(new Array(8).fill('round-robin'));
+    const counts = new Map<number, number>();
+    for (const c of turns) counts.set(port(c.target), (counts.get(port(c.target)) ?? 0) + 1);
+    expect([...counts.values()]).toEqual([2, 2, 2, 2]);
   });
 
   test('many prefixes spread over the endpoints (none gets more than twice its share)', () => {
