@@ -9,8 +9,9 @@
 //
 // Saturation is judged from what the endpoints report, which every replica reads alike, plus this replica's own
 // traffic since: an endpoint's requests now are what it reported (running + waiting) plus the change in this
-// replica's in-flight count there since that report, scaled up by this replica's share of the endpoint's requests
-// then (so that N replicas together add about what one would), and never fewer than this replica's own in flight.
+// replica's in-flight count there since that report, and never fewer than this replica's own in flight. A replica
+// refills at once the slots its own requests free; a slot another replica freed shows at the next scrape, when every
+// replica may take it (so a backend's queue passes maxWaiting by at most N - 1 per scrape with N replicas).
 // They fill its running slots (its capacity, learnt from its reports: the running count whenever it also had waiting
 // requests), then its waiting queue, which is kept within balancing.maxWaiting; KV-cache use above maxKvCache is
 // saturated too. Before its capacity is known, an endpoint is judged by its reported waiting requests alone. A request
@@ -220,12 +221,12 @@ export class FairQueues {
     const since = this.sinceOf(t.origin, s);
     if (since.capacity === 0) return this.settings.maxWaiting + 1 - s.waiting;
     // The endpoint's requests now: what it reported, plus what this replica added since (its in-flight count then and
-    // now), scaled up by its share of them then (its additions stand for every replica's alike); never fewer than this
-    // replica's own in flight (requests on their way when it reported are not in its figures).
+    // now); never fewer than this replica's own in flight (requests on their way when it reported are not in its
+    // figures). Not scaled by this replica's share: a replica with a small share would then see every room as full
+    // and its share would shrink further (measured: one of two replicas down to 1-3 requests an endpoint).
     const own = this.picker.inflightAt(t.origin);
     const reported = s.running + s.waiting;
-    const share = reported > 0 ? Math.min(1, Math.max(0.05, since.own / reported)) : 1;
-    const total = Math.max(reported + (own - since.own) / share, own);
+    const total = Math.max(reported + own - since.own, own);
     // Running slots fill first (the capacity its reports taught), then the waiting queue.
     return since.capacity + this.settings.maxWaiting + 1 - total;
   }
