@@ -329,6 +329,18 @@ const COMMA_BYTE = Buffer.from(',');
 
 type Piece = Buffer | [number, number];
 
+/**
+ * Appends `b` to `list`, joining the last pieces while the one before is at most twice the last: the list stays a few
+ * dozen pieces long and each byte is copied a few times (log of the count), however small the pieces come.
+ */
+function settle(list: Buffer[], b: Buffer): void {
+  list.push(b);
+  while (list.length >= 2 && list[list.length - 2].length <= 2 * list[list.length - 1].length) {
+    const last = list.pop()!;
+    list[list.length - 1] = Buffer.concat([list[list.length - 1], last]);
+  }
+}
+
 const NOTHING = Object.freeze([]) as unknown as never[];
 
 export class SseUsageMeter implements UsageMeter {
@@ -337,8 +349,8 @@ export class SseUsageMeter implements UsageMeter {
   textBytes = 0;
   firstAt = 0;
   readonly streamed = true;
-  /** The beginning of a line that has not ended yet (a copy), while it is short enough to read. */
-  private carry: Buffer | undefined;
+  /** The beginning of a line that has not ended yet (copies, joined by `settle`), while it is short enough to read. */
+  private carry: Buffer[] | undefined;
   /** Bytes of that unfinished line so far (counted on past MAX_LINE, when `carry` is let go). */
   private carryLength = 0;
   // strip only ---------------------------------------------------------------------------------------------------
@@ -388,10 +400,14 @@ export class SseUsageMeter implements UsageMeter {
       if (strip && !this.passing && this.evLength + this.carryLength + end > MAX_EVENT) this.overflow();
       if (strip && this.passing) this.emitRange(0, end);
       this.carryLength += end;
-      this.carry =
-        this.carry && this.carryLength <= MAX_LINE ? Buffer.concat([this.carry, chunk.subarray(0, end)]) : undefined;
-      if (nl === -1) return this.result(chunk);
-      const line = this.carry;
+      if (this.carryLength > MAX_LINE) this.carry = undefined;
+      if (nl === -1) {
+        // Kept as a piece, not joined to what is carried at each chunk: a long line trickled in small chunks would
+        // be copied whole at each one (a 900 KB line in 100-byte chunks: 4 GB of copying).
+        if (this.carry) settle(this.carry, Buffer.from(chunk.subarray(0, end)));
+        return this.result(chunk);
+      }
+      const line = this.carry && Buffer.concat([...this.carry, chunk.subarray(0, end)]);
       this.carry = undefined;
       this.carryLength = 0;
       from = end;
@@ -413,7 +429,7 @@ export class SseUsageMeter implements UsageMeter {
       this.carryLength = chunk.length - from;
       if (strip && !this.passing && this.evLength + this.carryLength > MAX_EVENT) this.overflow();
       if (strip && this.passing) this.emitRange(from, chunk.length);
-      this.carry = this.carryLength <= MAX_LINE ? Buffer.from(chunk.subarray(from)) : undefined;
+      this.carry = this.carryLength <= MAX_LINE ? [Buffer.from(chunk.subarray(from))] : undefined;
     }
     return this.result(chunk);
   }
@@ -424,7 +440,8 @@ export class SseUsageMeter implements UsageMeter {
     // stream did not finish, one that holds a `"usage"` does not go: it could be the usage the client did not ask for,
     // unread (no client dispatches an event the blank line never ended, but one reading lines would see it).
     const rest: Buffer[] = this.passing || this.drop ? [] : (this.ev as Buffer[]);
-    if (!this.passing && !this.drop && this.carry && findUsage(this.carry, 0) === -1) rest.push(this.carry);
+    const carry = this.carry && Buffer.concat(this.carry);
+    if (!this.passing && !this.drop && carry && findUsage(carry, 0) === -1) rest.push(carry);
     this.ev = [];
     this.carry = undefined;
     return rest.length ? Buffer.concat(rest) : undefined;
@@ -433,8 +450,13 @@ export class SseUsageMeter implements UsageMeter {
   /** The bytes to send for this chunk; what stays held is copied, since the chunk's memory is not ours to keep. */
   private result(chunk: Buffer): Buffer | undefined {
     if (!this.strip) return chunk;
-    if (this.ev.length)
-      this.ev = [Buffer.concat(this.ev.map((p) => (Buffer.isBuffer(p) ? p : chunk.subarray(p[0], p[1]))))];
+    if (this.ev.length) {
+      // The ranges of this chunk become copies; the held pieces are joined as they pair up (settle), not all at
+      // each chunk: an event of many lines, each in its own chunk, would be copied whole at each one.
+      const held: Buffer[] = [];
+      for (const p of this.ev) settle(held, Buffer.isBuffer(p) ? p : Buffer.from(chunk.subarray(p[0], p[1])));
+      this.ev = held;
+    }
     this.flushRun();
     const out = this.out;
     this.out = [];
@@ -469,7 +491,7 @@ export class SseUsageMeter implements UsageMeter {
   /** strip: the event is too big to hold; what is held goes now, the rest as it comes, unstripped. */
   private overflow(): void {
     for (const p of this.ev) this.emitPiece(p);
-    if (this.carry) this.emit(this.carry);
+    if (this.carry) for (const c of this.carry) this.emit(c);
     this.ev = [];
     this.evLength = 0;
     this.passing = true;
