@@ -16,6 +16,7 @@ import type { Route } from '../../routing/types.js';
 import type { RequestTrace } from '../../observe/tracing.js';
 import { recordAnswer } from '../../observe/record.js';
 import type { Charge, LimitDecision } from '../../limits/per-minute.js';
+import type { BudgetCharge, BudgetDecision } from '../../limits/budgets.js';
 import type { ApiKeyRecord } from '../../routing/types.js';
 import { withFields } from '../../shape.js';
 import { RealtimeMeter } from '../openai/realtime-meter.js';
@@ -51,6 +52,8 @@ export class UpgradeJob implements Job, UpgradeOwner {
   private tunnel: Duplex | undefined;
   /** The token buckets the upgrade passed: charged with each realtime response's usage. */
   private charge: Charge | undefined;
+  /** The budgets the upgrade passed (SPEC §14): each response.done is charged to them, each response.create checked. */
+  private budget: BudgetCharge | undefined;
   private finished = false;
   /** The address the tunnel counts against (as failed authentications do), set once it is counted. */
   private client = '';
@@ -200,6 +203,7 @@ export class UpgradeJob implements Job, UpgradeOwner {
     this.upstream = target.origin.replace(/^https?:\/\//, '');
     if (chosen.variant) this.extra.push('x-servegate-variant', chosen.variant);
     this.charge = a.charge;
+    this.budget = a.budget;
     const headers = upstreamHeaders(h, {
       clientIp: this.conn.client,
       proto: this.conn.proto,
@@ -269,6 +273,7 @@ export class UpgradeJob implements Job, UpgradeOwner {
       (u) => {
         metrics.observeLlm(route.project, route.deployment, this.keyName, u, undefined, undefined);
         perMinute.charge(this.charge, u.prompt + u.completion);
+        this.ctx.admission.budgets?.charge(this.budget, u.prompt, u.completion, route.pricing);
       },
       () => this.responseStarted(),
     );
@@ -364,6 +369,27 @@ export class UpgradeJob implements Job, UpgradeOwner {
    * per-minute windows. `fromClient`: an admitted response.create is counted, its response.created then expected.
    */
   private decide(take: boolean, fromClient = true): GatewayError | undefined | Promise<GatewayError | undefined> {
+    // A response.create of a key or project whose budget is spent is refused before its per-minute windows are asked.
+    const budgets = this.ctx.admission.budgets;
+    const b = take && this.budget?.length ? budgets?.decide(this.budget.slice()) : undefined;
+    if (!b) return this.decidePerMinute(take, fromClient);
+    const after = (d: BudgetDecision): GatewayError | undefined | Promise<GatewayError | undefined> => {
+      if (d.ok) return this.decidePerMinute(take, fromClient);
+      for (const s of d.refusing)
+        this.ctx.metrics.rateLimited.inc({
+          scope: s.scope,
+          kind: s.limit.tokens ? 'tokens' : 'cost',
+          reason: 'budget',
+        });
+      return d.error;
+    };
+    return b instanceof Promise ? b.then(after) : after(b);
+  }
+
+  private decidePerMinute(
+    take: boolean,
+    fromClient: boolean,
+  ): GatewayError | undefined | Promise<GatewayError | undefined> {
     const { ctx, route } = this;
     const specs = ctx.perMinute.specs(route, this.key);
     if (specs.length === 0) return undefined;

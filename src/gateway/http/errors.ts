@@ -110,12 +110,16 @@ export function gatewayError(
   return new GatewayError(code, message, headers, status);
 }
 
+/** The OpenAI error `type` of a gateway error, as OpenAI would give it. */
+export function openaiErrorType(err: GatewayError): string {
+  if (OPENAI_OWN_TYPE.has(err.code)) return err.code;
+  return OPENAI_TYPE[err.status] ?? (err.status >= 500 ? 'api_error' : 'invalid_request_error');
+}
+
 /** The JSON body of an error in the dialect of the route. */
 export function renderError(err: GatewayError, dialect: Dialect): string {
   if (dialect === 'openai') {
-    const type = OPENAI_OWN_TYPE.has(err.code)
-      ? err.code
-      : (OPENAI_TYPE[err.status] ?? (err.status >= 500 ? 'api_error' : 'invalid_request_error'));
+    const type = openaiErrorType(err);
     return JSON.stringify({ error: { message: err.message, type, code: err.code, param: null } });
   }
   return JSON.stringify({ error: err.message });

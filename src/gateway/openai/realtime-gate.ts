@@ -5,7 +5,7 @@
 // large to read passes only while no window is exhausted (it takes nothing). FrameCursor finds where the backend's
 // stream is between messages, the only place the gateway's own event may be put into it.
 import { randomUUID } from 'node:crypto';
-import type { GatewayError } from '../http/errors.js';
+import { openaiErrorType, type GatewayError } from '../http/errors.js';
 
 /** A client message longer than this is not read (held) before it is forwarded. */
 const MAX_READ = 1 << 20;
@@ -272,7 +272,7 @@ export function errorEvent(err: GatewayError, clientEventId: string | undefined)
     type: 'error',
     event_id: `event_${randomUUID().replace(/-/g, '').slice(0, 20)}`,
     error: {
-      type: 'rate_limit_error',
+      type: openaiErrorType(err),
       code: err.code,
       message: err.message,
       param: null,

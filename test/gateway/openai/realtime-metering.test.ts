@@ -186,6 +186,7 @@ describe('limits inside a realtime session', () => {
         { name: 'k-tpm', projects: 'demo', tpm: 300 },
         { name: 'k-free', projects: 'demo' },
         { name: 'k-vad', projects: 'demo', tpm: 300 },
+        { name: 'k-budget', projects: 'demo', fields: { budgetTokens: '300' } },
       ],
     });
   });
@@ -230,6 +231,23 @@ describe('limits inside a realtime session', () => {
     ws.send(JSON.stringify({ type: 'input_audio_buffer.append', audio: 'AAAA' }));
     await waitFor(() => got.length === before + done + 1, 'the append');
     expect(got.slice(before)).toEqual([...Array<string>(done).fill('response.create'), 'input_audio_buffer.append']);
+    ws.close();
+  });
+
+  test("a key's budget (SPEC §14): each response.done is charged, and response.create is refused once it is spent", async () => {
+    const { ws, events, count } = await session('k-budget', '/v1/demo/rt/v1/realtime?model=x');
+    const before = got.length;
+    for (let i = 0; i < 5; i++) {
+      ws.send(JSON.stringify({ type: 'response.create', event_id: `b_${i}` }));
+      await waitFor(() => count('response.done') + count('error') === i + 1, `answer ${i}`);
+    }
+    // 150 tokens a response against 300: admitted at 0 and at 150 spent, refused from 300 on (a budget does not refill).
+    expect(count('response.done')).toBe(2);
+    const errors = events.filter((e) => e.type === 'error').map((e) => e.error);
+    expect(errors).toHaveLength(3);
+    expect(errors[0]).toMatchObject({ type: 'insufficient_quota', code: 'insufficient_quota', event_id: 'b_2' });
+    expect(String(errors[0]!.message)).toMatch(/API key "k-budget" has spent 300 tokens of 300/);
+    expect(got.slice(before)).toEqual(['response.create', 'response.create']);
     ws.close();
   });
 
