@@ -261,6 +261,57 @@ describe('keys command-line errors', () => {
     expect(manifest.stringData).toMatchObject({ rpm: '60', tpm: '100000' });
     expect(r.err).toContain('60 requests/min, 100000 tokens/min');
   });
+
+  test('create --budget-* --tenant --priority --weight write the fields the gateway reads; bad values are refused', async () => {
+    const r = await keys(
+      ['create', '--name', 'team', '--projects', 'demo', '--budget-tokens', '2000000', '--budget-cost', '50'].concat([
+        '--budget-period',
+        'day',
+        '--tenant',
+        'team-a',
+        '--priority',
+        'critical',
+        '--weight',
+        '2',
+        '-o',
+        'json',
+      ]),
+    );
+    expect(r.code, r.err).toBe(0);
+    const manifest = JSON.parse(r.out);
+    expect(manifest.stringData).toMatchObject({
+      budgetTokens: '2000000',
+      budgetCost: '50',
+      budgetPeriod: 'day',
+      tenant: 'team-a',
+      priority: 'critical',
+      weight: '2',
+    });
+    expect(r.err).toContain('budget 2000000 tokens and cost 50 per day');
+    const { keys: table, problems } = buildKeys([asKeySecret(manifest)], 'servegate');
+    expect(problems).toEqual([]);
+    expect([...table.values()][0][0]).toMatchObject({
+      budget: { tokens: 2_000_000, cost: 50, period: { kind: 'day' } },
+      tenant: 'team-a',
+      priority: 'critical',
+      weight: 2,
+    });
+    for (const [flag, value, message] of [
+      ['--budget-period', 'fortnight', 'budgetPeriod must be "day", "month" or a rolling duration'],
+      ['--budget-cost', '1e3', '--budget-cost must be a decimal 0 or more'],
+      ['--priority', 'urgent', '--priority must be critical, standard or sheddable'],
+    ]) {
+      const bad = await keys(['create', '--name', 'k', '--projects', 'a', flag, value, '-o', 'yaml']);
+      expect(bad.code).not.toBe(0);
+      expect(bad.err).toContain(message);
+    }
+  });
+
+  test('update without a field to change is a usage error', async () => {
+    const r = await keys(['update', '--name', 'k', '--manifests', tempDir()]);
+    expect(r.code).toBe(2);
+    expect(r.err).toContain('nothing to update');
+  });
 });
 
 describe('keys in files mode (--manifests DIR)', () => {

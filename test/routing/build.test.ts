@@ -583,6 +583,81 @@ describe('limits (SPEC §9)', () => {
   });
 });
 
+describe('budgets, prices and priorities (SPEC §14)', () => {
+  test('spec.pricing and spec.priority: numbers 0 or more and the three priorities; anything else is InvalidSpec', () => {
+    const r = routeOf(
+      sdep('demo/p').llm().set('pricing', { inputPerMillion: 0.5, outputPerMillion: 1.5 }).set('priority', 'critical'),
+    );
+    expect([r.pricing, r.priority]).toEqual([{ inputPerMillion: 0.5, outputPerMillion: 1.5 }, 'critical']);
+    expect(routeOf(sdep('demo/free').llm().set('pricing', { inputPerMillion: 0 })).pricing).toBeUndefined();
+    for (const [field, value, message] of [
+      [
+        'pricing',
+        { inputPerMillion: -1 },
+        'spec.pricing.inputPerMillion must be a number 0 or more (per million tokens), got -1',
+      ],
+      [
+        'pricing',
+        { perToken: 1 },
+        'spec.pricing.perToken is not a field: spec.pricing takes inputPerMillion and outputPerMillion',
+      ],
+      ['pricing', 3, 'spec.pricing must be an object: {inputPerMillion, outputPerMillion}'],
+      ['priority', 'urgent', 'spec.priority must be critical, standard or sheddable, got "urgent"'],
+    ] as const) {
+      const b = build({ deployments: [sdep('demo/bad').llm().set(field, value).build()] });
+      expect(b.statuses[0]).toMatchObject({ ready: false, reason: 'InvalidSpec', message });
+    }
+  });
+
+  test("a key Secret's budget and queue fields; a bad one makes the key a problem naming the field", () => {
+    const good = apiKey('apikey-b', 'demo');
+    Object.assign(good.secret.data, {
+      budgetTokens: '2000000',
+      budgetCost: '49.99',
+      budgetPeriod: '7d',
+      tenant: 'team-a',
+      priority: 'sheddable',
+      weight: '2.5',
+    });
+    const month = apiKey('apikey-m', 'demo');
+    month.secret.data.budgetTokens = '10';
+    const bad = (field: string, value: string) => {
+      const k = apiKey(`apikey-${field.toLowerCase()}`, 'demo');
+      k.secret.data[field] = value;
+      return k.secret;
+    };
+    const r = build({
+      keySecrets: [
+        good.secret,
+        month.secret,
+        bad('budgetTokens', '1e6'),
+        bad('budgetCost', '-1'),
+        bad('budgetPeriod', 'fortnight'),
+        bad('priority', 'urgent'),
+        bad('weight', '0'),
+      ],
+    });
+    const keys = [...r.table.keys.values()].flat();
+    expect(keys.map((k) => [k.name, k.budget, k.tenant, k.priority, k.weight])).toEqual([
+      [
+        'apikey-b',
+        { tokens: 2_000_000, cost: 49.99, period: { kind: 'rolling', ms: 7 * 86_400_000 } },
+        'team-a',
+        'sheddable',
+        2.5,
+      ],
+      ['apikey-m', { tokens: 10, period: { kind: 'month' } }, undefined, undefined, undefined],
+    ]);
+    expect(r.keyProblems.map((p) => p.message).sort()).toEqual([
+      'budgetCost must be a decimal 0 or more (at most 6 places), got "-1"',
+      'budgetPeriod must be "day", "month" or a rolling duration of 1h to 366d such as 12h or 7d, got "fortnight"',
+      'budgetTokens must be a whole number 0 or more, got "1e6"',
+      'priority must be critical, standard or sheddable, got "urgent"',
+      'weight must be a number above 0 (default 1), got "0"',
+    ]);
+  });
+});
+
 describe('spec.fallbacks (SPEC §12)', () => {
   test.each([
     ['the plain form', 'chat'],
