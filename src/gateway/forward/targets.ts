@@ -473,12 +473,9 @@ export function hash32(s: string): number {
   return fnv32(s, 0, s.length, FNV_OFFSET);
 }
 
-/**
- * FNV-1a over s[from, to) (every `step`-th character), carried on from `h`: hash32(a + b) = fnv32(b, 0, b.length,
- * hash32(a)).
- */
-export function fnv32(s: string, from: number, to: number, h: number, step = 1): number {
-  for (let i = from; i < to; i += step) {
+/** FNV-1a over s[from, to), carried on from `h`: hash32(a + b) = fnv32(b, 0, b.length, hash32(a)). */
+export function fnv32(s: string, from: number, to: number, h: number): number {
+  for (let i = from; i < to; i++) {
     h ^= s.charCodeAt(i);
     h = Math.imul(h, 0x01000193);
   }

@@ -15,7 +15,7 @@
 // need (http/json-scan.ts): at most 2,048 + 512 characters of messages are decoded and hashed, so a 100k-character
 // history, a 24 MiB image part or 15 MiB of tools cost what their first kilobytes cost, plus a quote search or a skip
 // over the rest of the messages the walk passes.
-import { fnv32, FNV_OFFSET, type PromptKey } from '../forward/targets.js';
+import { FNV_OFFSET, type PromptKey } from '../forward/targets.js';
 import {
   eachElement,
   memberOf,
@@ -37,6 +37,7 @@ export const CONVERSATION_CHARS = 512;
  */
 const MAX_ITEMS = 1024;
 const STRIDE = 4;
+const FNV_PRIME = 0x01000193;
 const FULL = 256;
 const QUOTE = 0x22;
 const OPEN_BRACE = 0x7b;
@@ -108,7 +109,9 @@ function keys(raw: Buffer, members: LlmMembers, model: string, conversation: boo
  */
 export function fold(s: string, from: number, to: number, h: number): number {
   const full = Math.min(to, from + FULL);
-  return fnv32(s, full, to, fnv32(s, from, full, h), STRIDE);
+  for (let i = from; i < full; i++) h = Math.imul(h ^ s.charCodeAt(i), FNV_PRIME);
+  for (let i = full; i < to; i += STRIDE) h = Math.imul(h ^ s.charCodeAt(i), FNV_PRIME);
+  return h >>> 0;
 }
 
 /** The offset of the first element of the array at `start` (its `]` when it is empty). */
