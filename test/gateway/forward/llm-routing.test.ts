@@ -165,6 +165,15 @@ describe('prefix affinity', () => {
         reason: 'prefix',
       }),
     ).toBeGreaterThanOrEqual(9);
+    // The access log says which rule picked each endpoint.
+    await waitFor(async () =>
+      gws.some((g) =>
+        g.logs.some((l) => {
+          const line = JSON.parse(l) as Record<string, unknown>;
+          return line.msg === 'request' && line.deployment === 'chat' && line.pick === 'prefix';
+        }),
+      ),
+    );
   });
 
   test('round-robin takes the replicas in turn whatever the prompt', async () => {
