@@ -298,16 +298,19 @@ export class TargetPicker {
     let bestScore = -1;
     const prefix = key.hash;
     // A shared prefix this gateway has not picked for lately is likely cached nowhere (a one-off prompt): it goes to
-    // its rendezvous choice only while that endpoint is idle (nothing in flight from here, nothing waiting there), else to the
-    // next endpoint in turn that is not saturated, as round robin would send it — which spreads prompts that share
-    // nothing better than the load figures can (a request in flight says nothing of whether it still holds the
-    // server's prefill). From its next request on, it goes to its rendezvous choice.
+    // its rendezvous choice only while that endpoint is idle (nothing in flight from here, nothing waiting there),
+    // else to the next endpoint in turn that is not saturated, as round robin would send it — which spreads prompts
+    // that share nothing better than the load figures can (a request in flight says nothing of whether it still
+    // holds the server's prefill). From its next request on, it goes to its rendezvous choice.
     if (key.rule === 'prefix' && !this.sawKey(prefix)) {
       let first = -1;
       for (let i = 0; i < list.length; i++) {
         if (list[i].address === avoid) continue;
         const score = b.uniform ? mix32(prefix ^ list[i].hash) : weighted(mix32(prefix ^ list[i].hash), b.weight[i]);
-        if (score > topScore) [topScore, first] = [score, i];
+        if (score > topScore) {
+          topScore = score;
+          first = i;
+        }
       }
       if (first !== -1 && flight[first] === 0 && !(this.stats?.fresh(list[first].origin)?.waiting ?? 0))
         return { target: list[first], backend, reason: 'prefix' };
