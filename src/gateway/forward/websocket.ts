@@ -28,9 +28,13 @@ import { pathOf } from '../http/path.js';
 import { clientAddress, headProblem, readHead, type RequestHead } from '../http/request-head.js';
 import { closeSocket, rawHead, sendRawError } from '../http/answers.js';
 import type { Conn, Job } from '../listen/connection.js';
+import { BodyBudget, type Reservation } from './body-budget.js';
 import type { PlaneContext } from './context.js';
 import { DECLINE_BODY_MAX, UpgradeCall, type UpgradeOwner } from './upstream-call.js';
 import { ClientGone, mapUpstreamError, unavailable } from './upstream-errors.js';
+
+/** Per budget of buffered bytes (a data plane's): the quarter of it that realtime sessions' held messages may take. */
+const realtimeBudgets = new WeakMap<BodyBudget, BodyBudget>();
 
 /** An LLM tunnel's own writes to the client: they wait for the backend's stream to be between messages. */
 interface Inject {
@@ -50,6 +54,12 @@ export class UpgradeJob implements Job, UpgradeOwner {
   private extra: string[] = [];
   private call: UpgradeCall | undefined;
   private tunnel: Duplex | undefined;
+  /**
+   * What the realtime gate holds (a client message, until whole) counts in the gateway-wide budget of buffered bytes
+   * (limits.maxBufferedBodyBytes), of which all sessions together take at most a quarter, never ahead of a body
+   * waiting for room: without room the message passes unread (limits then hold at the backend's response.created).
+   */
+  private room: { all: Reservation; realtime: Reservation } | undefined;
   /** The token buckets the upgrade passed: charged with each realtime response's usage. */
   private charge: Charge | undefined;
   /** The budgets the upgrade passed (SPEC §14): each response.done is charged to them, each response.create checked. */
@@ -112,6 +122,8 @@ export class UpgradeJob implements Job, UpgradeOwner {
   private end(): void {
     if (this.finished) return;
     this.finished = true;
+    this.room?.all.release();
+    this.room?.realtime.release();
     if (this.counted) this.ctx.tunnels.close(this.keyName, this.client);
     // A tunnel is logged when it ends: its bytes, its length and the backend it reached.
     if (this.tunnel) this.record(this.status, this.why);
@@ -302,6 +314,7 @@ export class UpgradeJob implements Job, UpgradeOwner {
         if (on) socket.pause();
         else if (!full) socket.resume();
       },
+      room: (bytes) => this.holdRoom(bytes),
     });
     up.on('drain', () => {
       full = false;
@@ -310,6 +323,19 @@ export class UpgradeJob implements Job, UpgradeOwner {
     socket.on('data', (c: Buffer) => gate.push(c));
     socket.on('end', () => up.end());
     if (this.head.length) gate.push(this.head);
+  }
+
+  /** The realtime gate would hold `bytes` in all: whether both budgets have room (see `room`). */
+  private holdRoom(bytes: number): boolean {
+    const { bodies } = this.ctx;
+    let shared = realtimeBudgets.get(bodies);
+    if (!shared) realtimeBudgets.set(bodies, (shared = new BodyBudget(Math.max(1, Math.floor(bodies.limit / 4)), 0)));
+    const room = (this.room ??= { all: bodies.reservation(), realtime: shared.reservation() });
+    const before = room.realtime.bytes;
+    if (!room.realtime.resize(bytes)) return false;
+    if (room.all.resize(bytes)) return true;
+    room.realtime.resize(before);
+    return false;
   }
 
   /**

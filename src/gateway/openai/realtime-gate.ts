@@ -24,6 +24,12 @@ export interface GateOwner {
   refused(err: GatewayError, eventId: string | undefined): void;
   /** Reading the client pauses while a decision is pending (the store is remote). */
   hold(on: boolean): void;
+  /**
+   * The gate is about to hold `bytes` in all (0: nothing): true when the gateway-wide budget of buffered bytes has
+   * room. Without room the message is not read, as one too large to read: held messages of a few hundred sessions
+   * would otherwise take the process past its memory (about 2 MB each, unbounded but by the websocket caps).
+   */
+  room?(bytes: number): boolean;
 }
 
 interface FrameHead {
@@ -150,6 +156,8 @@ export class RealtimeGate {
       } else if (this.mode === 'idle') this.mode = 'passing'; // a continuation of nothing: the backend's to refuse
       if (this.mode === 'holding') {
         if (this.heldLength + h.size + h.len > MAX_READ) return this.ask(false, undefined);
+        // Held: the frames as sent and their unmasked payloads, about twice the message.
+        if (owner.room && !owner.room(2 * (this.heldLength + h.size + h.len))) return this.ask(false, undefined);
         if (this.buf.length < h.size + h.len) return this.wait(h.size + h.len);
         const frame = this.buf.subarray(0, h.size + h.len);
         this.buf = this.buf.subarray(h.size + h.len);
@@ -184,6 +192,7 @@ export class RealtimeGate {
     this.held = [];
     this.heldLength = 0;
     this.text = [];
+    this.owner.room?.(0);
   }
 
   /** A decision for the held message: a whole response.create (`take`), or the start of one too large to read. */
