@@ -33,8 +33,8 @@ const SELF = fileURLToPath(import.meta.url);
 const SIM = fileURLToPath(new URL('../examples/backends/vllm-sim.mjs', import.meta.url));
 const G = 'G';
 /**
- * Two replicas of 16 sequences; an answer takes a prefill of ~0.5 ms per 16 prompt tokens (~60 ms for the prompts
- * below), then 16 tokens at 8 ms: about 2 × 16 / 0.19 s = 170 answers a second in all.
+ * Two replicas of 16 sequences; an answer takes a prefill of ~0.5 ms per 16 prompt tokens (~125 ms for the prompts
+ * below), then 16 tokens at 8 ms: about 2 × 16 / 0.25 s = 125 answers a second in all.
  */
 const FLEET = {
   replicas: 2,
@@ -46,7 +46,7 @@ const FLEET = {
 };
 const MAX_TOKENS = 16;
 /** Requests per second: each quiet tenant and the critical one at QUIET, the noisy one at 10 × QUIET. */
-const QUIET = 15;
+const QUIET = 11;
 const TENANTS = [
   { name: 'noisy', rate: 10 * QUIET, cls: 'noisy' },
   { name: 'quiet-1', rate: QUIET, cls: 'quiet' },
@@ -54,8 +54,8 @@ const TENANTS = [
   { name: 'quiet-3', rate: QUIET, cls: 'quiet' },
   { name: 'critical', rate: QUIET, cls: 'critical', priority: 'critical' },
 ];
-/** Prompt bytes of each request (its own words: no prefix shared): ~2,000 tokens, ~125 blocks of prefill. */
-const PROMPT_BYTES = 8000;
+/** Prompt bytes of each request (its own words: no prefix shared): ~4,000 tokens, ~250 blocks of prefill. */
+const PROMPT_BYTES = 16000;
 /** What "saturated" means here (docs/llm.md: a low maxWaiting keeps the backlog in the gateway, in fair order). */
 const BALANCING = { maxWaiting: 0, scrapeIntervalMs: 50 };
 const BUDGET_TOKENS = 200_000;
