@@ -4,7 +4,9 @@
 // built gateway (dist/), which serves two deployments of that same fleet (`backend.urls`): chat-llm (`balancing:
 // {policy: llm}`) and chat-rr (`balancing: {policy: round-robin}`); the reference is bench/lib/reference-router.mjs
 // (chained block hashes, an LRU per endpoint of the blocks it sent there, longest match wins, bounded load), a proxy
-// process of its own in front of the same fleet. Three loads (streamed chat completions):
+// process of its own in front of the same fleet; and, where it installs (pip into a venv under .bench-tmp, once),
+// SGLang's own router (sglang-router, cache_aware policy), which then is the reference the goals name. Three loads
+// (streamed chat completions):
 //   (a) tenants:       32 tenants, each a ~6,000-character system prompt, single-turn questions (Poisson arrivals);
 //                      run again over 10 fleets on other ports (other endpoint addresses, other hashes);
 //   (b) conversations: one application (a ~4,000-character system prompt), 64 conversations of 8 turns, each turn
@@ -28,7 +30,8 @@ import { parseArgs } from 'node:util';
 import { Pool, request } from 'undici';
 import { stringify } from 'yaml';
 import { keySecretObject, makeKey } from './lib/manifests.mjs';
-import { installCleanup, killAllSync, runToEnd, startProcess, stopProcess, waitFor } from './lib/procs.mjs';
+import { existsSync } from 'node:fs';
+import { freePort, installCleanup, killAllSync, runToEnd, startProcess, stopProcess, waitFor } from './lib/procs.mjs';
 import { goal, log, ms, pct, ratio, table } from './lib/report.mjs';
 import { CLI, ROOT, startGateway } from './lib/servegate.mjs';
 
@@ -38,7 +41,9 @@ const REFERENCE = fileURLToPath(new URL('./lib/reference-router.mjs', import.met
 const PICK = fileURLToPath(new URL('./pick.mjs', import.meta.url));
 const PROJECT = 'bench';
 const DEPLOYMENTS = { 'round-robin': 'chat-rr', llm: 'chat-llm' };
-const POLICIES = ['round-robin', 'llm', 'reference'];
+const POLICIES = ['round-robin', 'llm', 'reference', 'sglang-router'];
+/** SGLang's router, installed once (pip, in a venv) when it can be: the frontier's own learned index. */
+const SGLANG_VENV = join(ROOT, '.bench-tmp', 'sglang-router');
 const MODEL = 'chat';
 
 /**
@@ -86,8 +91,8 @@ export function goalTexts() {
     aTtft: '(a) tenants, 1 gateway: TTFT p90 llm <= 0.5x round robin, every address draw',
     aShares: '(a) tenants, 1 gateway: llm shares 0.75x-1.25x of even, every address draw',
     aTtft2: '(a) tenants, 2 gateways: TTFT p90 llm <= 0.5x round robin',
-    bHit1: '(b) conversations, 1 gateway: hit rate llm >= 0.9x reference',
-    bHit2: '(b) conversations, 2 gateways: hit rate llm >= reference',
+    bHit1: '(b) conversations, 1 gateway: hit rate llm >= 0.9x the reference',
+    bHit2: '(b) conversations, 2 gateways: hit rate llm >= the reference',
     bTtft1: '(b) conversations, 1 gateway: TTFT p90 llm <= 0.5x round robin',
     bTtft2: '(b) conversations, 2 gateways: TTFT p90 llm <= 0.5x round robin',
     bReplicas: '(b) conversations, llm: 2 gateways within 10% of 1 (hit rate, TTFT p90)',
@@ -169,8 +174,19 @@ function makeRequests(name, { warmup, seconds, rateScale, run = 0 }) {
         else Object.assign(req, { after: previous, gapMs: -Math.log(1 - rand()) * load.thinkMs });
         previous = out.push(req) - 1;
         // What the next turn repeats: the answer (with a tool call) and the tool's output, ~2,000 characters.
-        messages.push({ role: 'assistant', content: words(r, 500, `Calling the tool for step ${t}: `) });
-        messages.push({ role: 'tool', content: words(r, load.turnChars - 700, `Tool output ${c}.${t}: `) });
+        // (A tool message answers the assistant's tool call by its id, as the OpenAI API and sglang-router require.)
+        const id = `call_${c}_${t}`;
+        const call = { id, type: 'function', function: { name: 'lookup', arguments: `{"step":${t}}` } };
+        messages.push({
+          role: 'assistant',
+          content: words(r, 500, `Calling the tool for step ${t}: `),
+          tool_calls: [call],
+        });
+        messages.push({
+          role: 'tool',
+          tool_call_id: id,
+          content: words(r, load.turnChars - 760, `Tool output ${c}.${t}: `),
+        });
       }
     }
     return out;
@@ -365,6 +381,66 @@ async function startFleetProcess(fleet) {
   return { child, urls };
 }
 
+/**
+ * sglang-router's command when it is installed or installs now (a venv under .bench-tmp, pip from the package index;
+ * a binary wheel, no GPU); undefined (and why, logged) when it does not: the bench's own reference then stands alone.
+ */
+async function sglangRouter() {
+  const bin = join(SGLANG_VENV, 'bin', 'sglang-router');
+  if (!existsSync(bin)) {
+    log(`  sglang-router: installing into ${SGLANG_VENV} (python3 -m venv, pip install sglang-router) ...`);
+    const venv = await runToEnd('python3', ['-m', 'venv', SGLANG_VENV], { timeoutMs: 120_000 });
+    const pip =
+      venv.code === 0
+        ? await runToEnd(join(SGLANG_VENV, 'bin', 'pip'), ['install', '--quiet', 'sglang-router'], {
+            timeoutMs: 600_000,
+          })
+        : venv;
+    if (pip.code !== 0 || !existsSync(bin)) {
+      log(`  sglang-router: not installed (${(pip.stderr || pip.stdout || '').trim().split('\n').pop()}); skipped`);
+      return undefined;
+    }
+  }
+  return bin;
+}
+
+/** One sglang-router (cache_aware policy) in front of `urls`: { child, port }. */
+async function startSglang(bin, urls, name) {
+  const port = await freePort();
+  const metricsPort = await freePort();
+  const child = startProcess(name, bin, [
+    'launch',
+    '--host',
+    '127.0.0.1',
+    '--port',
+    String(port),
+    '--worker-urls',
+    ...urls,
+    '--policy',
+    'cache_aware',
+    // Its load guard at the scale of this fleet (a handful of requests per replica; its defaults, 64 and 1.5x, are
+    // for hundreds, and sent every request to one replica here), as the bench's reference and servegate's bound.
+    '--balance-abs-threshold',
+    '2',
+    '--balance-rel-threshold',
+    '1.25',
+    '--prometheus-port',
+    String(metricsPort),
+    '--log-level',
+    'warn',
+  ]);
+  await waitFor(
+    name,
+    async () => {
+      const res = await fetch(`http://127.0.0.1:${port}/health`, { signal: AbortSignal.timeout(1000) });
+      await res.body?.cancel();
+      return res.status === 200;
+    },
+    { child, timeoutMs: 30_000, intervalMs: 200 },
+  );
+  return { child, port };
+}
+
 /** The reference picker (bench/lib/reference-router.mjs) in front of `urls`: { child, port }. */
 async function startReference(urls, capacity, name) {
   const child = startProcess(name, process.execPath, [
@@ -502,9 +578,13 @@ export async function runLlmRoutingBench(ctx, cli = CLI) {
   );
   let fleet;
   let references = [];
+  let sglangs = [];
+  const sglang = await sglangRouter();
+  const policies = POLICIES.filter((p) => p !== 'sglang-router' || sglang);
   const stopFleet = async () => {
-    for (const r of references) await stopProcess(r.child);
+    for (const r of [...references, ...sglangs]) await stopProcess(r.child);
     references = [];
+    sglangs = [];
     if (fleet) await stopProcess(fleet.child);
     fleet = undefined;
   };
@@ -530,20 +610,22 @@ export async function runLlmRoutingBench(ctx, cli = CLI) {
         for (const [i, gw] of gateways.entries()) await servesFleet(gw, `llm-gateway-${i + 1}`, fleet.urls);
         const full = draw === 0;
         if (full)
-          for (const i of [1, 2])
+          for (const i of [1, 2]) {
             references.push(await startReference(fleet.urls, load.fleet.kvBlocks, `reference-router-${i}`));
+            if (sglang) sglangs.push(await startSglang(sglang, fleet.urls, `sglang-router-${i}`));
+          }
         for (const nGw of full ? [1, 2] : [1]) {
           // The same arrivals and prompts for every policy; (c)'s prompts are new for each gateway count (a gateway
           // would remember the 1-gateway run's as seen before: the uniform load shares nothing, not even across runs).
           const run = name === 'uniform' ? nGw : 0;
           const requests = makeRequests(name, { warmup: ctx.llmWarmup, seconds: ctx.llmSeconds, rateScale, run });
-          for (const policy of full ? POLICIES : ['llm']) {
+          for (const policy of full ? policies : ['llm']) {
             await Promise.all(
               fleet.urls.map((u) => fetch(`${u}/reset_prefix_cache`, { method: 'POST' }).then((r) => r.body?.cancel())),
             );
             const targets =
-              policy === 'reference'
-                ? references.slice(0, nGw).map((r) => ({
+              policy === 'reference' || policy === 'sglang-router'
+                ? (policy === 'reference' ? references : sglangs).slice(0, nGw).map((r) => ({
                     pool: new Pool(`http://127.0.0.1:${r.port}`, { connections: 256 }),
                     path: '/v1/chat/completions',
                     headers: { 'content-type': 'application/json' },
@@ -566,7 +648,7 @@ export async function runLlmRoutingBench(ctx, cli = CLI) {
             await snap;
             const after = await fleetCounters(fleet.urls);
             const picks1 = await picksOf();
-            if (policy === 'reference') await Promise.all(targets.map((t) => t.pool.destroy()));
+            if (!DEPLOYMENTS[policy]) await Promise.all(targets.map((t) => t.pool.destroy()));
             const run = summarise(name, draw, nGw, policy, all, measuredStartAt, before, after, picks0, picks1);
             runs.push(run);
             log(
@@ -598,15 +680,11 @@ export async function runLlmRoutingBench(ctx, cli = CLI) {
   const get = (load, g, p) => runs.find((r) => r.load === load && r.draw === 0 && r.gateways === g && r.policy === p);
   const a = runs.filter((r) => r.load === 'tenants' && r.gateways === 1 && r.policy === 'llm');
   const aRr = get('tenants', 1, 'round-robin');
-  const [b1, bRef1, b2, bRef2] = [
-    get('conversations', 1, 'llm'),
-    get('conversations', 1, 'reference'),
-    get('conversations', 2, 'llm'),
-    get('conversations', 2, 'reference'),
-  ];
+  const ref = (g) => get('conversations', g, 'sglang-router') ?? get('conversations', g, 'reference');
+  const [b1, bRef1, b2, bRef2] = [get('conversations', 1, 'llm'), ref(1), get('conversations', 2, 'llm'), ref(2)];
   results.summary = [
     `llm-routing (a) tenants: TTFT p90 llm ÷ round robin ${a.map((r) => ratio(r.ttftP90 / aRr?.ttftP90)).join(' ')} over ${a.length} address draws`,
-    `llm-routing (b) conversations: hit rate llm ${pct(b1?.hitRate)} / ${pct(b2?.hitRate)} (1 / 2 gateways) vs reference ${pct(bRef1?.hitRate)} / ${pct(bRef2?.hitRate)}`,
+    `llm-routing (b) conversations: hit rate llm ${pct(b1?.hitRate)} / ${pct(b2?.hitRate)} (1 / 2 gateways) vs ${bRef1?.policy ?? 'reference'} ${pct(bRef1?.hitRate)} / ${pct(bRef2?.hitRate)}`,
     `llm-routing pick: ${Number.isFinite(pick) ? pick.toFixed(2) : 'n/a'} µs CPU at 16 endpoints, 100k-character prompts`,
   ];
   for (const line of results.summary) log(`  ${line}`);
@@ -722,7 +800,7 @@ function judge(runs, texts, pick) {
   goals.aTtft = goal(
     texts.aTtft,
     `${metT}/${draws.length} draws (worst ${ratio(Math.max(...ttft.map((t) => t ?? NaN)))})`,
-    ttft.some((t) => t === undefined) ? undefined : metT === draws.length,
+    !draws.length || ttft.some((t) => t === undefined) ? undefined : metT === draws.length,
     D,
   );
   const even = (r) => r.share.every((s) => s * r.share.length >= 0.75 && s * r.share.length <= 1.25);
@@ -738,10 +816,12 @@ function judge(runs, texts, pick) {
   goals.aTtft2 = goal(texts.aTtft2, ratio(t2), t2 === undefined ? t2 : t2 <= 0.5, D);
   // (b)
   const [b1, b2] = [get('conversations', 1, 'llm'), get('conversations', 2, 'llm')];
-  const h1 = vs(b1, get('conversations', 1, 'reference'), 'hitRate');
-  goals.bHit1 = goal(texts.bHit1, ratio(h1), h1 === undefined ? h1 : h1 >= 0.9, D);
-  const h2 = vs(b2, get('conversations', 2, 'reference'), 'hitRate');
-  goals.bHit2 = goal(texts.bHit2, ratio(h2), h2 === undefined ? h2 : h2 >= 1, D);
+  // The reference: the frontier's own (sglang-router) where it ran, else the bench's.
+  const reference = (g) => get('conversations', g, 'sglang-router') ?? get('conversations', g, 'reference');
+  const h1 = vs(b1, reference(1), 'hitRate');
+  goals.bHit1 = goal(texts.bHit1, `${ratio(h1)} (${reference(1)?.policy})`, h1 === undefined ? h1 : h1 >= 0.9, D);
+  const h2 = vs(b2, reference(2), 'hitRate');
+  goals.bHit2 = goal(texts.bHit2, `${ratio(h2)} (${reference(2)?.policy})`, h2 === undefined ? h2 : h2 >= 1, D);
   for (const g of [1, 2]) {
     const t = vs(get('conversations', g, 'llm'), get('conversations', g, 'round-robin'), 'ttftP90');
     goals[`bTtft${g}`] = goal(texts[`bTtft${g}`], ratio(t), t === undefined ? t : t <= 0.5, D);
