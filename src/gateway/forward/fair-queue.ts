@@ -4,18 +4,19 @@
 // start-time fair queueing (a request starts at max(virtual time, where its tenant's last request finished), finishes
 // 1/weight later, and the smallest start goes first; the virtual time is the start of the last one sent on), so a
 // tenant sending ten times as much gets no more than its share while others wait, and a tenant with nothing queued
-// goes next when it sends. `sheddable`
-// requests are refused at once while saturated. Bounded per deployment in requests, bytes and time.
+// goes next when it sends. `sheddable` requests are refused at once while saturated. Bounded per deployment in
+// requests, bytes and time.
 //
 // Saturation is judged from what the endpoints report, which every replica reads alike, plus this replica's own
 // traffic since: an endpoint's requests now are what it reported (running + waiting) plus the change in this
-// replica's in-flight count there since that report, and never fewer than this replica's own in flight. A replica
-// refills at once the slots its own requests free; a slot another replica freed shows at the next scrape, when every
-// replica may take it (so a backend's queue passes maxWaiting by at most N - 1 per scrape with N replicas).
-// They fill its running slots (its capacity, learnt from its reports: the running count whenever it also had waiting
-// requests), then its waiting queue, which is kept within balancing.maxWaiting; KV-cache use above maxKvCache is
-// saturated too. Before its capacity is known, an endpoint is judged by its reported waiting requests alone. A request
-// let go from the queue goes to an endpoint with room when §12's pick (which reads the reports only) has none.
+// replica's in-flight count there since that report, and never fewer than this replica's own in flight. They fill
+// its running slots (its capacity, learnt from its reports: the running count whenever it also had waiting requests),
+// then its waiting queue, kept within balancing.maxWaiting; KV-cache use above maxKvCache is saturated too. Before
+// its capacity is known, an endpoint is judged by its reported waiting requests alone. A replica refills at once the
+// slots its own requests free; a slot another replica freed shows at the next scrape, when every replica may take it
+// (a backend's queue passes maxWaiting by at most N - 1 per scrape with N replicas). A request let go from the queue
+// goes to an endpoint with room when §12's pick (which reads the reports only) has none. A critical request may take
+// one place more, in a backend's own queue, so that it starts at the next slot any replica frees.
 // docs/llm.md, "Fair queueing of a saturated deployment", gives the design and its measures.
 import type { Priority, Route } from '../../routing/types.js';
 import { gatewayError, type GatewayError } from '../http/errors.js';
@@ -114,8 +115,12 @@ export class FairQueues {
   enter(route: Route, q: Queued, t: Ticket): 'queued' | 'shed' | undefined {
     if (!this.settings.enabled || route.kind !== 'llm' || !this.stats) return undefined;
     const dq = this.queues.get(route.id);
-    // Nothing waits and there is room: straight on (the common case costs one look at the endpoints' figures).
-    if ((!dq || dq.count === 0) && !this.saturated(route)) return undefined;
+    // Nothing waits and there is room: straight on (the common case costs one look at the endpoints' figures). A
+    // critical request may take one place more, in a backend's own queue: it then starts at the next slot any replica
+    // frees, not only at the next this replica frees.
+    const slack = t.priority === 'critical' ? 1 : 0;
+    const ahead = !dq ? 0 : slack ? dq.levels[0].count : dq.count;
+    if (ahead === 0 && !this.saturated(route, slack)) return undefined;
     const labels = { project: route.project, deployment: route.deployment, priority: t.priority };
     if (t.priority === 'sheddable') {
       this.metrics.queueShed.inc(withFields(labels, { reason: 'sheddable' }));
@@ -182,24 +187,27 @@ export class FairQueues {
     for (const e of [...this.where.values()]) clearTimeout(e.timer);
   }
 
-  /** Every ready endpoint of the route's backend is saturated (no figures: not, as the picker judges it then). */
-  saturated(route: Route): boolean {
+  /**
+   * Every ready endpoint of the route's backend is saturated (no figures: not, as the picker judges it then);
+   * `slack`: places more than maxWaiting allows (a critical request's one).
+   */
+  saturated(route: Route, slack = 0): boolean {
     const list = this.picker.targets(route.backend);
     if (!list || list.length === 0) return false;
     const now = Date.now();
-    for (const t of list) if (this.roomAt(t, now) > 0) return false;
+    for (const t of list) if (this.roomAt(t, now) + slack > 0) return false;
     return true;
   }
 
-  /** The endpoint with the most room, if any has room. */
-  roomiest(route: Route): Target | undefined {
+  /** The endpoint with the most room, if any has room (`slack`: places more than maxWaiting allows). */
+  roomiest(route: Route, slack = 0): Target | undefined {
     const list = this.picker.targets(route.backend);
     if (!list) return undefined;
     const now = Date.now();
     let best: Target | undefined;
     let most = 0;
     for (const t of list) {
-      const room = this.roomAt(t, now);
+      const room = this.roomAt(t, now) + slack;
       if (room > most) {
         most = room;
         best = t;
@@ -347,10 +355,11 @@ export class FairQueues {
     for (const dq of [...this.queues.values()]) {
       // Bounded: each turn takes one request out of the queue.
       for (let n = dq.count; n > 0 && dq.count > 0; n--) {
-        const room = this.roomiest(dq.route);
-        if (!room) break;
         const e = this.next(dq);
         if (!e) break;
+        // The highest priority goes first: when it finds no room, nothing after it does.
+        const room = this.roomiest(dq.route, e.t.priority === 'critical' ? 1 : 0);
+        if (!room) break;
         e.level.vtime = Math.max(e.level.vtime, e.tag);
         this.take(e);
         this.observeWait(dq, e);

@@ -133,21 +133,25 @@ describe('a saturated deployment', () => {
     const long = await saturate();
     const finished: string[] = [];
     const waiting = await enqueue(
-      [
-        () => post('apikey-std', chat('s1', 2)),
-        () => post('apikey-std', chat('s2', 2)),
-        () => post('apikey-crit', chat('c1', 2)),
-      ],
+      [() => post('apikey-std', chat('s1', 2)), () => post('apikey-std', chat('s2', 2))],
       finished,
-      ['s1', 's2', 'c1'],
+      ['s1', 's2'],
     );
+    // A critical request takes one place more than maxWaiting, in the backend's own queue: ahead of the standard
+    // requests queued in the gateway, and it starts at the next slot the backend frees.
+    const critical = post('apikey-crit', chat('c1', 2)).then((r) => (finished.push('c1'), r));
+    await waitFor(() => replica.stats().waiting === 2, 'c1 in the backend queue');
+    expect(await queued()).toBe(2);
+    // A second one finds no place more and waits in the gateway, ahead of the standard ones.
+    const critical2 = await enqueue([() => post('apikey-crit', chat('c2', 2))], finished, ['c2']);
+    waiting.push(critical, ...critical2);
     const shed = await post('apikey-shed', chat('shed me', 2));
     expect(shed.status).toBe(429);
     expect(shed.json().error).toMatchObject({ code: 'overloaded', type: 'rate_limit_error' });
     expect(shed.json().error.message).toMatch(/sheddable requests are refused while it is saturated/);
     expect(shed.headers['retry-after']).toBe('3');
     await Promise.all([...long, ...waiting]);
-    expect(finished).toEqual(['c1', 's1', 's2']);
+    expect(finished).toEqual(['c1', 'c2', 's1', 's2']);
     // Once there is room, a sheddable request goes through.
     await waitFor(() => replica.stats().running + replica.stats().waiting === 0, 'the replica to be idle');
     await waitFor(async () => (await post('apikey-shed', chat('room now', 1))).status === 200, 'sheddable served');
