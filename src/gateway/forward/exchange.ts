@@ -1008,7 +1008,8 @@ export class Exchange implements Job, Held, CallOwner, Queued {
     if (this.charge && usage) this.ctx.perMinute.charge(this.charge, usage.prompt + usage.completion);
     // Budgets (SPEC §14): the tokens, and their cost at the prices of the deployment that answered.
     const d = this.d;
-    if (d?.budget && usage) this.ctx.admission.budgets?.charge(d.budget, usage.prompt, usage.completion, d.route.pricing);
+    if (d?.budget && usage)
+      this.ctx.admission.budgets?.charge(d.budget, usage.prompt, usage.completion, d.route.pricing);
     if (this.trace) {
       if (this.routeOf) this.trace.route(this.routeOf.project, this.routeOf.deployment);
       this.trace.end(status, this.error);
