@@ -104,11 +104,12 @@ export function goalTexts() {
 
 /**
  * Seconds this part may take at most (run.mjs adds it to the global time limit): the runs, each bounded by its
- * arrivals plus the 30 s a stalled request may take, the fleets' and gateways' starts, and the pick measure.
+ * arrivals plus the 30 s a stalled request may take, the fleets', gateways' and routers' starts, installing
+ * sglang-router the first time, and the pick measure.
  */
 export function timeBudgetSeconds(ctx) {
   const run = ctx.llmWarmup + ctx.llmSeconds + 35;
-  return (3 * 6 + (ctx.llmDraws ?? 10) - 1) * run + 3 * 6 * 20 + 180;
+  return (3 * 8 + (ctx.llmDraws ?? 10) - 1) * run + 3 * 6 * 20 + 180 + 600; // + 600: installing sglang-router
 }
 
 // --- prompts and arrivals -------------------------------------------------------------------------------------------
