@@ -2,7 +2,6 @@
 // up exactly in Redis, both refuse once it is spent, and the overspend stays within the bound docs/llm.md states — the
 // tokens of the requests in flight when the budget ran out. Skipped visibly without redis-server; CI=true makes that
 // a failure (.ci/run installs it).
-import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
@@ -11,9 +10,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import { hasRedis, RedisServer } from '../support/redis.js';
-import { freePort } from '../support/net.js';
+import { startManifestGateway, type ManifestGateway } from '../support/processes.js';
 import { waitFor } from '../support/wait.js';
-import { CLI } from '../support/paths.js';
 
 const KEY = 'BudgetTwoGwKey01.0123456789abcdef0123456789abcdef';
 const BUDGET = 1000;
@@ -31,27 +29,10 @@ if (!hasRedis && process.env.CI === 'true') {
   let redis: RedisServer;
   let backend: Server;
   let dir: string;
-  const gateways: Array<{ child: ChildProcess; port: number; adminPort: number }> = [];
+  const gateways: ManifestGateway[] = [];
 
   async function startGateway(): Promise<void> {
-    const [port, adminPort] = [await freePort(), await freePort()];
-    const child = spawn(
-      process.execPath,
-      [CLI, 'serve', '--manifests', join(dir, 'manifests'), '--config', join(dir, 'config.yaml')].concat([
-        '--port',
-        String(port),
-        '--admin-port',
-        String(adminPort),
-        '--host',
-        '127.0.0.1',
-      ]),
-      { stdio: ['ignore', 'pipe', 'pipe'] },
-    );
-    gateways.push({ child, port, adminPort });
-    let out = '';
-    child.stdout!.on('data', (c: Buffer) => (out += c.toString()));
-    child.stderr!.on('data', (c: Buffer) => (out += c.toString()));
-    await waitFor(() => out.includes('servegate listening'), `gateway on ${port} to listen`, 15_000);
+    gateways.push(await startManifestGateway(dir));
   }
 
   beforeAll(async () => {

@@ -1,7 +1,11 @@
 // Child processes for tests: every one runs with a deadline (its whole process group is killed when the deadline
 // passes), never blocks the event loop (the gateway a child calls may run in the test's own process), and never
 // reaches the network through npm or pip (offline settings in the environment).
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { join } from 'node:path';
+import { freePort } from './net.js';
+import { CLI } from './paths.js';
+import { waitFor } from './wait.js';
 
 export interface RunResult {
   /** Exit code; null when killed by a signal. */
@@ -96,4 +100,35 @@ export function offlineNpmEnv(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv 
     npm_config_registry: 'http://127.0.0.1:9/',
     ...extra,
   };
+}
+
+export interface ManifestGateway {
+  child: ChildProcess;
+  port: number;
+  adminPort: number;
+}
+
+/**
+ * `servegate serve --manifests <dir>/manifests --config <dir>/config.yaml` from the built CLI on free loopback ports,
+ * resolved once it logs that it listens. The caller kills it (SIGKILL in afterAll).
+ */
+export async function startManifestGateway(dir: string): Promise<ManifestGateway> {
+  const [port, adminPort] = [await freePort(), await freePort()];
+  const child = spawn(
+    process.execPath,
+    [CLI, 'serve', '--manifests', join(dir, 'manifests'), '--config', join(dir, 'config.yaml')].concat([
+      '--port',
+      String(port),
+      '--admin-port',
+      String(adminPort),
+      '--host',
+      '127.0.0.1',
+    ]),
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  let out = '';
+  child.stdout!.on('data', (c: Buffer) => (out += c.toString()));
+  child.stderr!.on('data', (c: Buffer) => (out += c.toString()));
+  await waitFor(() => out.includes('servegate listening'), `gateway on ${port} to listen`, 15_000);
+  return { child, port, adminPort };
 }
