@@ -128,7 +128,16 @@ describe('servegate demo', () => {
     });
 
     test('/deployments lists its balancing and its three endpoints, with their scraped load', async () => {
-      type Endpoint = { address: string; inflight: number; waiting?: number; running?: number; kvCacheUsage?: number };
+      type Endpoint = {
+        address: string;
+        inflight: number;
+        waiting?: number;
+        running?: number;
+        kvCacheUsage?: number;
+        picks?: number;
+        share?: number;
+        weight?: number;
+      };
       type View = { deployments: Array<{ name: string; balancing?: string; endpoints?: Endpoint[] }> };
       const replicaAddresses = demo.backends
         .filter((b) => b.file === 'vllm-replica.mjs')
@@ -146,15 +155,26 @@ describe('servegate demo', () => {
       );
       expect(fleet?.balancing).toBe('llm');
       expect(fleet?.endpoints?.map((e) => e.address)).toEqual(replicaAddresses);
-      for (const e of fleet?.endpoints ?? []) {
+      const endpoints = fleet?.endpoints ?? [];
+      const total = endpoints.reduce((n, e) => n + (e.picks ?? 0), 0);
+      for (const e of endpoints) {
         expect(e).toEqual({
           address: expect.any(String),
           inflight: 0,
           waiting: expect.any(Number),
           running: expect.any(Number),
           kvCacheUsage: expect.any(Number),
+          picks: expect.any(Number),
+          share: expect.any(Number),
+          weight: expect.any(Number),
         });
+        // Picks so far and each endpoint's share of them (issue 33: the page shows per-endpoint shares).
+        expect(Number.isInteger(e.picks)).toBe(true);
+        expect(e.share).toBeCloseTo(total ? e.picks! / total : 0, 10);
+        expect(e.weight).toBeGreaterThan(0);
       }
+      // The earlier tests of this file sent the fleet requests: they were counted.
+      expect(total).toBeGreaterThan(0);
     });
   });
 
