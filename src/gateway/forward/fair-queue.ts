@@ -16,7 +16,8 @@
 // slots its own requests free; a slot another replica freed shows at the next scrape, when every replica may take it
 // (a backend's queue passes maxWaiting by at most N - 1 per scrape with N replicas). A request let go from the queue
 // goes to an endpoint with room when §12's pick (which reads the reports only) has none. A critical request may take
-// one place more, in a backend's own queue, so that it starts at the next slot any replica frees.
+// one place more, in a backend's own queue, so that it starts at the next slot any replica frees; and while critical
+// requests are recent (the last second), standard ones leave the deployment's last free running slot to them.
 // docs/llm.md, "Fair queueing of a saturated deployment", gives the design and its measures.
 import type { Priority, Route } from '../../routing/types.js';
 import { gatewayError, type GatewayError } from '../http/errors.js';
@@ -51,6 +52,11 @@ export interface QueueSettings {
 }
 
 export const PRIORITIES: readonly Priority[] = ['critical', 'standard', 'sheddable'];
+
+/** Running slots of a deployment kept free for critical requests while they are recent (`reserved`). */
+export const CRITICAL_RESERVE = 1;
+/** How long after a critical request the reserve holds. */
+export const CRITICAL_RECENT_MS = 1000;
 
 interface Entry {
   q: Queued;
@@ -98,6 +104,8 @@ export class FairQueues {
   private readonly queues = new Map<string, DeploymentQueue>();
   private readonly where = new Map<Queued, Entry>();
   private readonly since = new Map<string, Since>();
+  /** When each deployment last had a critical request (Date.now()), while recent. */
+  private readonly lastCritical = new Map<string, number>();
   private pumpScheduled = false;
   private ticker: NodeJS.Timeout | undefined;
 
@@ -119,8 +127,10 @@ export class FairQueues {
     // critical request may take one place more, in a backend's own queue: it then starts at the next slot any replica
     // frees, not only at the next this replica frees.
     const slack = t.priority === 'critical' ? 1 : 0;
+    const now = Date.now();
+    if (slack) this.lastCritical.set(route.id, now);
     const ahead = !dq ? 0 : slack ? dq.levels[0].count : dq.count;
-    if (ahead === 0 && !this.saturated(route, slack)) return undefined;
+    if (ahead === 0 && !this.saturated(route, slack) && (slack || !this.reserved(route, now))) return undefined;
     const labels = { project: route.project, deployment: route.deployment, priority: t.priority };
     if (t.priority === 'sheddable') {
       this.metrics.queueShed.inc(withFields(labels, { reason: 'sheddable' }));
@@ -214,6 +224,38 @@ export class FairQueues {
       }
     }
     return best;
+  }
+
+  /**
+   * While the deployment had a critical request in the last CRITICAL_RECENT_MS, a standard request leaves the last
+   * CRITICAL_RESERVE running slots of its endpoints (all together) free and none waiting in their own queues: a
+   * critical request then starts at once instead of at the next slot freed, behind any standard one waiting there.
+   * True: the running slots free are the reserve's (or fewer). Endpoints whose capacity is not known yet, or under 8
+   * slots in all: no reserve.
+   */
+  private reserved(route: Route, now: number): boolean {
+    const seen = this.lastCritical.get(route.id);
+    if (seen === undefined) return false;
+    if (now - seen > CRITICAL_RECENT_MS) {
+      this.lastCritical.delete(route.id);
+      return false;
+    }
+    const list = this.picker.targets(route.backend);
+    if (!list) return false;
+    let free = 0;
+    let capacity = 0;
+    for (const t of list) {
+      const room = this.roomAt(t, now);
+      const known = this.since.get(t.origin)?.capacity;
+      if (!known) return false;
+      capacity += known;
+      // Room past the waiting places is free running slots.
+      const slots = room - this.settings.maxWaiting - 1;
+      if (slots > 0) free += slots;
+    }
+    // A small deployment keeps no reserve (at most one slot in eight).
+    const reserve = Math.min(CRITICAL_RESERVE, Math.floor(capacity / 8));
+    return reserve > 0 && free <= reserve;
   }
 
   /** Whether `t` has room for one more request now. */
@@ -358,8 +400,9 @@ export class FairQueues {
         const e = this.next(dq);
         if (!e) break;
         // The highest priority goes first: when it finds no room, nothing after it does.
-        const room = this.roomiest(dq.route, e.t.priority === 'critical' ? 1 : 0);
-        if (!room) break;
+        const critical = e.t.priority === 'critical';
+        const room = this.roomiest(dq.route, critical ? 1 : 0);
+        if (!room || (!critical && this.reserved(dq.route, Date.now()))) break;
         e.level.vtime = Math.max(e.level.vtime, e.tag);
         this.take(e);
         this.observeWait(dq, e);
