@@ -36,7 +36,7 @@ export const CONVERSATION_CHARS = 512;
  * could follow, and a body of millions of them is not walked for its key.
  */
 const MAX_ITEMS = 1024;
-const STRIDE = 4;
+const STRIDE = 8;
 const FNV_PRIME = 0x01000193;
 const FULL = 256;
 const QUOTE = 0x22;
@@ -102,10 +102,11 @@ function keys(raw: Buffer, members: LlmMembers, model: string, conversation: boo
 }
 
 /**
- * FNV-1a over s[from, to): its first 256 characters, then every STRIDE-th. All the text is read (decoded), about a
- * third of 2,560 characters hashed. What tells prompts apart is mostly near the start of each part (a tenant's name,
- * a conversation's first words), and texts that agree on every fourth character past it share most of their prefix
- * anyway; two prompts differing only at a few characters past there share a key (and an endpoint), no more.
+ * FNV-1a over s[from, to): its first 256 characters, then every STRIDE-th (eighth). All the text is read (decoded),
+ * 480 characters of a 2,048-character part hashed (the hash is the larger part of a pick's CPU). What tells prompts
+ * apart is mostly near the start of each part (a tenant's name, a conversation's first words), and texts that agree
+ * on every eighth character past it share most of their prefix anyway; two prompts differing only at a few
+ * characters past there share a key (and an endpoint), no more.
  */
 export function fold(s: string, from: number, to: number, h: number): number {
   const full = Math.min(to, from + FULL);
@@ -125,6 +126,25 @@ function nonEmptyArray(raw: Buffer, m: MemberSpan): boolean {
   return raw[m.start] === OPEN_BRACKET && raw[firstElement(raw, m.start)] !== 0x5d;
 }
 
+/** The members a message's text is made of (one function for every message, not a closure each). */
+const roleOrContent = (n: string): boolean => n === 'role' || n === 'content';
+
+/** The usual roles, followed by ":" as a message's text has them (a role sent as a string of its letters alone). */
+const ROLES = ['system', 'user', 'assistant', 'tool', 'developer'].map((r) => ({
+  bytes: Buffer.from(`"${r}"`, 'latin1'),
+  text: `${r}:`,
+}));
+
+/** The role string at `at` (a quote) followed by ":" when it is a usual one written plainly: no decoding needed. */
+function knownRole(raw: Buffer, at: number): string | undefined {
+  next: for (const r of ROLES) {
+    const b = r.bytes;
+    for (let k = 0; k < b.length; k++) if (raw[at + k] !== b[k]) continue next;
+    return r.text;
+  }
+  return undefined;
+}
+
 /** A message as the model reads it, at most `room` characters: its role and its text parts. */
 function messageText(raw: Buffer, at: number, room: number): string {
   const c0 = raw[at];
@@ -132,9 +152,12 @@ function messageText(raw: Buffer, at: number, room: number): string {
   let out = ':';
   if (c0 === OPEN_BRACE) {
     // One walk over the message's members; JSON.parse keeps the last of a name.
-    const { members } = objectMembers(raw, at, (n) => n === 'role' || n === 'content', 'content'.length * 6);
+    const { members } = objectMembers(raw, at, roleOrContent, 'content'.length * 6);
     const role = members.findLast((m) => m.name === 'role');
-    out = `${role && raw[role.start] === QUOTE ? stringPrefix(raw, role.start, room) : ''}:`;
+    out =
+      role && raw[role.start] === QUOTE
+        ? (knownRole(raw, role.start) ?? `${stringPrefix(raw, role.start, room)}:`)
+        : ':';
     const c = members.findLast((m) => m.name === 'content');
     if (c && raw[c.start] === QUOTE) out += stringPrefix(raw, c.start, room);
     else if (c && raw[c.start] === OPEN_BRACKET) {

@@ -17,19 +17,19 @@ type Doc = { model: string; messages?: Message[]; prompt?: string };
 // --- the independent reimplementation -------------------------------------------------------------------------------
 
 function fnv(s: string, step: number, h = 0x811c9dc5): number {
-  // step 4: every character of the first 256, then every fourth.
+  // step 8: every character of the first 256, then every eighth.
   for (let i = 0; i < s.length; i += i < 256 ? 1 : step) h = Math.imul(h ^ s.charCodeAt(i), 16777619);
   return h >>> 0;
 }
 
 /** The key docs/llm.md describes, computed from the parsed body: [hash, rule]. */
 function referenceKey(doc: Doc, model: string): [number, string] {
-  const head = fnv(`${model}\n`, 4);
+  const head = fnv(`${model}\n`, 8);
   const line = (m: Message) => `${m.role}:${m.content}\n`;
   if (doc.prompt !== undefined) {
     const body = doc.prompt.slice(0, 2048);
     const cut = [2048, 1024, 512, 256, 128].find((b) => body.length >= b) ?? body.length;
-    return [fnv(body.slice(0, cut), 4, head), 'prefix'];
+    return [fnv(body.slice(0, cut), 8, head), 'prefix'];
   }
   const messages = doc.messages!;
   const history = messages.length > 1 ? messages.slice(0, -1) : messages;
@@ -38,11 +38,11 @@ function referenceKey(doc: Doc, model: string): [number, string] {
   if (lead === -1) {
     const body = history.map(line).join('').slice(0, 2048);
     const cut = [2048, 1024, 512, 256, 128].find((b) => body.length >= b) ?? body.length;
-    return [fnv(body.slice(0, cut), 4, head), 'prefix'];
+    return [fnv(body.slice(0, cut), 8, head), 'prefix'];
   }
   const system = history.slice(0, lead).map(line).join('').slice(0, 2048);
   const start = history.slice(lead).map(line).join('').slice(0, 512);
-  return [fnv(start, 4, (fnv(system, 4, head) ^ 1) >>> 0), 'conversation'];
+  return [fnv(start, 8, (fnv(system, 8, head) ^ 1) >>> 0), 'conversation'];
 }
 
 /** murmur3's finaliser. */

@@ -72,8 +72,14 @@ const part = fc.oneof(
   scalar,
   fc.array(scalar, { maxLength: 3 }),
 );
+// The usual roles (read without decoding), names that start or end like them, and any other string.
+const role = fc.oneof(
+  fc.constantFrom('system', 'user', 'assistant', 'tool', 'developer'),
+  fc.constantFrom('systems', 'syste', 'users', 'Tool', 'developer\n', 'tool"', ''),
+  fc.string({ maxLength: 12 }),
+);
 const message = fc.oneof(
-  { weight: 5, arbitrary: fc.record({ role: fc.constantFrom('system', 'user', 'assistant', 'tool'), content: text }) },
+  { weight: 5, arbitrary: fc.record({ role, content: text }) },
   {
     weight: 3,
     arbitrary: fc.record({ role: fc.constantFrom('user', 'assistant'), content: fc.array(part, { maxLength: 4 }) }),
@@ -123,6 +129,14 @@ describe('the prefix key read from the bytes is the key of the parsed body', () 
       }),
       { numRuns: 600 },
     );
+  });
+
+  test('a role written with escapes is the role it decodes to', () => {
+    const plain = '{"model":"x","messages":[{"role":"system","content":"s"},{"role":"user","content":"q"},"last"]}';
+    const escaped = plain.replace('"system"', '"\\u0073ystem"').replace('"user"', '"us\\u0065r"');
+    expect(escaped).not.toBe(plain);
+    expect(keyOf(Buffer.from(escaped))).toBe(keyOf(Buffer.from(plain)));
+    expect(keyOf(Buffer.from(plain.replace('"system"', '"systems"')))).not.toBe(keyOf(Buffer.from(plain)));
   });
 
   test('repeated members: the last one counts, as JSON.parse reads it', () => {
