@@ -16,6 +16,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Pool, request } from 'undici';
 import { stringify } from 'yaml';
+import { startSimFleet } from './lib/fleet.mjs';
 import { keySecretObject, makeKey } from './lib/manifests.mjs';
 import {
   findExecutable,
@@ -30,7 +31,6 @@ import { goal, log, ms, table } from './lib/report.mjs';
 import { CLI, ROOT, startGateway } from './lib/servegate.mjs';
 
 const SELF = fileURLToPath(import.meta.url);
-const SIM = fileURLToPath(new URL('../examples/backends/vllm-sim.mjs', import.meta.url));
 const G = 'G';
 /**
  * Two replicas of 16 sequences; an answer takes a prefill of ~0.5 ms per 16 prompt tokens (~125 ms for the prompts
@@ -174,22 +174,8 @@ function p90(values) {
   return s.length ? s[Math.min(s.length - 1, Math.ceil(0.9 * s.length) - 1)] : NaN;
 }
 
-async function startFleet() {
-  const args = [SIM, '0', '--json', '--model', 'chat', '--max-tokens', String(MAX_TOKENS)];
-  for (const [k, v] of Object.entries(FLEET))
-    args.push(`--${k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`, String(v));
-  const child = startProcess('vllm-sim fleet', process.execPath, args);
-  let urls;
-  await waitFor(
-    'simulated vLLM fleet',
-    () => {
-      const line = /^\{"urls".*$/m.exec(child.output)?.[0];
-      if (line) urls = JSON.parse(line).urls;
-      return urls;
-    },
-    { child, timeoutMs: 10_000 },
-  );
-  return { child, urls };
+function startFleet() {
+  return startSimFleet(FLEET, { model: 'chat', maxTokens: MAX_TOKENS });
 }
 
 /** The manifests: one deployment of the fleet, a key per tenant (the critical one with priority: critical). */

@@ -29,6 +29,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Pool, request } from 'undici';
 import { stringify } from 'yaml';
+import { startSimFleet } from './lib/fleet.mjs';
 import { keySecretObject, makeKey } from './lib/manifests.mjs';
 import { existsSync } from 'node:fs';
 import { freePort, installCleanup, killAllSync, runToEnd, startProcess, stopProcess, waitFor } from './lib/procs.mjs';
@@ -36,7 +37,6 @@ import { goal, log, ms, pct, ratio, table } from './lib/report.mjs';
 import { CLI, ROOT, startGateway } from './lib/servegate.mjs';
 
 const SELF = fileURLToPath(import.meta.url);
-const SIM = fileURLToPath(new URL('../examples/backends/vllm-sim.mjs', import.meta.url));
 const REFERENCE = fileURLToPath(new URL('./lib/reference-router.mjs', import.meta.url));
 const PICK = fileURLToPath(new URL('./pick.mjs', import.meta.url));
 const PROJECT = 'bench';
@@ -364,22 +364,8 @@ async function picksByReason(adminPort, deployment) {
 
 // --- processes ------------------------------------------------------------------------------------------------------
 
-async function startFleetProcess(fleet) {
-  const args = [SIM, '0', '--json', '--model', MODEL, '--max-tokens', String(MAX_TOKENS)];
-  for (const [k, v] of Object.entries(fleet))
-    args.push(`--${k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`, String(v));
-  const child = startProcess('vllm-sim fleet', process.execPath, args);
-  let urls;
-  await waitFor(
-    'simulated vLLM fleet',
-    () => {
-      const line = /^\{"urls".*$/m.exec(child.output)?.[0];
-      if (line) urls = JSON.parse(line).urls;
-      return urls;
-    },
-    { child, timeoutMs: 10_000 },
-  );
-  return { child, urls };
+function startFleetProcess(fleet) {
+  return startSimFleet(fleet, { model: MODEL, maxTokens: MAX_TOKENS });
 }
 
 /**
