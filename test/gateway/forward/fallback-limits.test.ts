@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import { RecordingBackend } from '../../support/backends.js';
 import { send, startGateway, type Gateway } from '../../support/harness.js';
 import { metricValue } from '../../support/metrics.js';
+import { waitFor } from '../../support/wait.js';
 
 /** 10 prompt and 12 completion tokens an answer: 20 answers are the 440 tokens. */
 const USAGE = { prompt_tokens: 10, completion_tokens: 12, total_tokens: 22 };
@@ -110,10 +111,13 @@ describe('a fallback’s own limits (SPEC §9)', () => {
     expect(last!.headers['x-ratelimit-limit-requests']).toBe('2');
     // The same bucket a direct call passes.
     expect((await ask('small')).status).toBe(429);
-    const line = gw.logs
-      .map((l) => JSON.parse(l) as Record<string, unknown>)
-      .filter((l) => l.path === '/v1/demo/chat/v1/chat/completions' && l.status === 429)
-      .at(-1);
+    // The access log is written asynchronously, in batches: the lines may follow the answers; wait for them.
+    const refusedLine = () =>
+      gw.logs
+        .map((l) => JSON.parse(l) as Record<string, unknown>)
+        .filter((l) => l.path === '/v1/demo/chat/v1/chat/completions' && l.status === 429)
+        .at(-1);
+    const line = await waitFor(() => refusedLine() ?? false, 'the access log line of a refusal');
     expect(line).toMatchObject({ deployment: 'small', error: expect.stringContaining('rate limit exceeded') });
   });
 
