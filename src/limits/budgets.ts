@@ -194,9 +194,14 @@ export type BudgetDecision =
 /** Called with every window's spend after a charge (the metrics). */
 export type SpentListener = (spec: BudgetSpec, spent: Spent) => void;
 
+/** What a request without any budget passes: shared, never written. */
+const NO_BUDGETS: readonly BudgetSpec[] = Object.freeze([]);
+
 export class Budgets {
   private readonly projects = new Map<string, BudgetLimit>();
   private readonly perProject: BudgetLimit | undefined;
+  /** Some project has a budget: without one, a request of a key without one has nothing to check (no allocation). */
+  private readonly anyProject: boolean;
 
   constructor(
     readonly store: BudgetStore,
@@ -214,6 +219,7 @@ export class Budgets {
       const limit = limitOf(merged, `limits.projects.${p}`);
       this.projects.set(projectForm(p), limit ?? { period: { kind: 'month' } });
     }
+    this.anyProject = this.projectBudgets;
   }
 
   /** True when any budget is configured for projects (keys carry their own). */
@@ -222,16 +228,18 @@ export class Budgets {
   }
 
   /** The budgets a request must pass: its key's and its project's. Empty (the common case) costs nothing more. */
-  specs(project: string | undefined, key: BudgetedKey | undefined): BudgetSpec[] {
+  specs(project: string | undefined, key: BudgetedKey | undefined): readonly BudgetSpec[] {
+    const keyLimited = key?.budget !== undefined && isLimited(key.budget);
+    if (!keyLimited && !this.anyProject) return NO_BUDGETS;
     const specs: BudgetSpec[] = [];
-    if (key?.budget && isLimited(key.budget))
+    if (keyLimited)
       specs.push({
         scope: 'key',
-        name: key.name,
-        id: `key:${key.namespace}/${key.secretName ?? key.name}`,
-        limit: key.budget,
+        name: key!.name,
+        id: `key:${key!.namespace}/${key!.secretName ?? key!.name}`,
+        limit: key!.budget!,
       });
-    if (project !== undefined) {
+    if (project !== undefined && this.anyProject) {
       const form = projectForm(project);
       const limit = this.projects.get(form) ?? this.perProject;
       if (limit && isLimited(limit)) specs.push({ scope: 'project', name: project, id: `project:${form}`, limit });
@@ -240,7 +248,7 @@ export class Budgets {
   }
 
   /** Admits while every budget has something left; sync in process, a promise with Redis. */
-  decide(specs: BudgetSpec[]): BudgetDecision | Promise<BudgetDecision> {
+  decide(specs: readonly BudgetSpec[]): BudgetDecision | Promise<BudgetDecision> {
     if (specs.length === 0) return { ok: true, headers: {}, charge: undefined };
     const now = this.now();
     const windows = specs.map((s) => windowOf(s.id, s.limit.period, now));
@@ -274,7 +282,7 @@ export class Budgets {
     return (this.options.now ?? Date.now)();
   }
 
-  private answer(specs: BudgetSpec[], spent: Spent[] | undefined): BudgetDecision {
+  private answer(specs: readonly BudgetSpec[], spent: Spent[] | undefined): BudgetDecision {
     if (!spent) {
       if (this.options.failOpen) return { ok: true, headers: {}, charge: specs, unavailable: 'budget store' };
       const error = gatewayError(
