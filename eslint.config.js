@@ -43,7 +43,7 @@ export default tseslint.config(
   {
     // No `{ ...x, extra }` where the request path runs or its objects are made: in Node's V8 anything after a leading spread
     // gives every object made so a hidden class of its own (10,000 routes had 9,992), and code reading such objects
-    // misses its inline caches (docs/performance.md, "The hidden classes"). withFields (src/shape.ts) says the same
+    // misses its inline caches (docs/performance.md, "The hidden classes"). copyWith (src/same-shape.ts) says the same
     // with shared hidden classes; a spread alone, or properties before the first spread, are fine.
     files: [
       'src/gateway/**/*.ts',
@@ -58,7 +58,7 @@ export default tseslint.config(
         {
           selector: 'ObjectExpression > SpreadElement:first-child ~ *',
           message:
-            'a property after a spread gives each object its own V8 hidden class: use withFields(base, { ... }) from src/shape.ts',
+            'a property after a spread gives each object its own V8 hidden class: use copyWith(base, { ... }) from src/same-shape.ts',
         },
       ],
     },

@@ -14,7 +14,7 @@ import {
 } from '../routing/types.js';
 import { isObject, readMeta as readObjectMeta } from '../kube/objects.js';
 import { isDnsLabel, isDnsSubdomain } from '../routing/names.js';
-import { withFields } from '../shape.js';
+import { copyWith } from '../same-shape.js';
 
 export const KSERVE_GROUP = 'serving.kserve.io';
 export const KSERVE_API_VERSION = `${KSERVE_GROUP}/v1beta1`;
@@ -55,7 +55,7 @@ export function emptyResources(): ManifestResources {
 
 /** Parses a multi-document YAML (or JSON) text. Never throws. */
 export function parseManifests(text: string, opts: ManifestOptions): ParsedManifests {
-  const out: ParsedManifests = withFields(emptyResources(), { errors: [] });
+  const out: ParsedManifests = copyWith(emptyResources(), { errors: [] });
   let docs: ReturnType<typeof parseAllDocuments>;
   try {
     // An empty text gives an empty array (yaml's EmptyStream).
@@ -72,13 +72,13 @@ export function parseManifests(text: string, opts: ManifestOptions): ParsedManif
     const origin = `${opts.origin}#${i + 1}`;
     if (doc.errors.length > 0) {
       out.syntaxError = { origin, message: `not valid YAML: ${firstLine(doc.errors[0])}` };
-      return withFields(emptyResources(), { errors: [], syntaxError: out.syntaxError });
+      return copyWith(emptyResources(), { errors: [], syntaxError: out.syntaxError });
     }
     try {
       values.push(doc.toJS({ maxAliasCount: 100 }));
     } catch (err) {
       out.syntaxError = { origin, message: `not valid YAML: ${firstLine(err)}` };
-      return withFields(emptyResources(), { errors: [], syntaxError: out.syntaxError });
+      return copyWith(emptyResources(), { errors: [], syntaxError: out.syntaxError });
     }
   }
 
@@ -205,7 +205,7 @@ function readMeta(raw: unknown, defaultNamespace: string, what: string): ObjectM
     ns = namespace;
   }
   // Checked and defaulted here; read like any API object (src/kube/objects.ts).
-  return readObjectMeta({ metadata: withFields(raw, { namespace: ns }) }, false)!;
+  return readObjectMeta({ metadata: copyWith(raw, { namespace: ns }) }, false)!;
 }
 
 const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;

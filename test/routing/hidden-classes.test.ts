@@ -1,4 +1,4 @@
-// Routes of one shape share one V8 hidden class, and so do the copies the request path makes (withFields): code that
+// Routes of one shape share one V8 hidden class, and so do the copies the request path makes (copyWith): code that
 // reads fields of one of 10,000 routes then keeps a fitting inline cache. `{ ...route, hostname }` gave every route a
 // hidden class of its own (9,992 for 10,000 routes) and cost a 10,000-route gateway a tenth of its throughput
 // (docs/performance.md, "10,000 routes"). Checked in a child process with V8's natives syntax, on the build (dist/).
@@ -52,13 +52,13 @@ test('1,000 routes of two shapes, read from JSON as the Kubernetes source reads 
   expect(result).toEqual({ routes: 1000, llm: 1, predictive: 1 });
 });
 
-test('withFields: copies of objects of one shape share a hidden class, whatever they are given', () => {
-  const shape = pathToFileURL(join(DIST, 'shape.js')).href;
+test('copyWith: copies of objects of one shape share a hidden class, whatever they are given', () => {
+  const shape = pathToFileURL(join(DIST, 'same-shape.js')).href;
   const result = run(`
-    import { withFields } from ${JSON.stringify(shape)};
+    import { copyWith } from ${JSON.stringify(shape)};
     ${COUNT}
     const copies = [];
-    for (let i = 0; i < 500; i++) copies.push(withFields({ a: i, b: 'x' + i, c: [i] }, { d: 'y' + i, e: i + 0.5 }));
+    for (let i = 0; i < 500; i++) copies.push(copyWith({ a: i, b: 'x' + i, c: [i] }, { d: 'y' + i, e: i + 0.5 }));
     process.stdout.write(JSON.stringify({ distinct: distinct(copies), sample: copies[7] }));
   `);
   expect(result).toEqual({ distinct: 1, sample: { a: 7, b: 'x7', c: [7], d: 'y7', e: 7.5 } });

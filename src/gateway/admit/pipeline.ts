@@ -28,7 +28,7 @@ import { guessDialect, locate } from './route.js';
 import { gatewayError, type Dialect, type GatewayError } from '../http/errors.js';
 import { HIDDEN, selectModel, servedModel } from '../openai/by-model.js';
 import { modelForbidden } from '../openai/llm-body.js';
-import { withFields } from '../../shape.js';
+import { copyWith } from '../../same-shape.js';
 
 /** What admission reads of a request: plain data from its head. */
 export interface RequestFacts {
@@ -190,7 +190,7 @@ export function admit(facts: RequestFacts, ctx: AdmitContext): Admission | Promi
   const key = verified.record;
 
   if (at.at === 'openai') {
-    if (at.modelId instanceof Error) return withFields(refused(at.modelId, 'openai', cors), { key });
+    if (at.modelId instanceof Error) return copyWith(refused(at.modelId, 'openai', cors), { key });
     const b: ByModel = {
       ok: true,
       kind: 'by-model',
@@ -215,7 +215,7 @@ export function admit(facts: RequestFacts, ctx: AdmitContext): Admission | Promi
     const error = ctx.perSecond.take(key, facts.now);
     if (error) {
       ctx.counters.rateLimited({ scope: 'key', kind: 'requests', reason: 'per_second' });
-      return withFields(refused(error, 'openai', cors), { key });
+      return copyWith(refused(error, 'openai', cors), { key });
     }
     return perMinute(b, ctx.perMinute.specs(undefined, key), ctx);
   }
@@ -344,7 +344,7 @@ export function admitFallback(
   ctx: Pick<AdmitContext, 'perMinute' | 'counters'>,
 ): Accepted | Refused | Promise<Accepted | Refused> {
   const charge = keyCharge(a.charge);
-  return perMinute(withFields(a, { route: to, headers, charge }), ctx.perMinute.specs(to, undefined), ctx);
+  return perMinute(copyWith(a, { route: to, headers, charge }), ctx.perMinute.specs(to, undefined), ctx);
 }
 
 function byModelAccepted(b: ByModel, route: Route, search: string): Accepted {
@@ -414,7 +414,7 @@ function queryModel(
   }
   if (route instanceof Error) {
     modelRefused(route, client, ctx);
-    return withFields(refused(route, 'openai', b.headers), { key: b.key });
+    return copyWith(refused(route, 'openai', b.headers), { key: b.key });
   }
   params.set('model', servedModel(route));
   return { kind: 'model', route, search: `?${params.toString()}` };
@@ -498,7 +498,7 @@ function budgets(
     }
     const headers = a.headers.slice();
     for (const [k, v] of Object.entries(d.headers)) headers.push(k, v);
-    return withFields(a, { headers, budget: d.charge });
+    return copyWith(a, { headers, budget: d.charge });
   };
   const d = ctx.budgets!.decide(specs);
   return d instanceof Promise ? d.then(apply) : apply(d);
@@ -518,7 +518,7 @@ function perMinute<T extends Accepted | ByModel>(
   const decision = ctx.perMinute.decide(specs);
   const apply = (dec: LimitDecision): T | Refused => {
     if (!dec.ok) {
-      for (const s of dec.spent) ctx.counters.rateLimited(withFields(s, { reason: 'per_minute' as const }));
+      for (const s of dec.spent) ctx.counters.rateLimited(copyWith(s, { reason: 'per_minute' as const }));
       return {
         ok: false,
         kind: 'refused',
@@ -532,7 +532,7 @@ function perMinute<T extends Accepted | ByModel>(
     }
     const charge =
       a.charge && dec.charge ? { tokens: [...a.charge.tokens, ...dec.charge.tokens] } : (a.charge ?? dec.charge);
-    return withFields(a, { headers: withRateHeaders(a.headers, dec.headers), charge }) as T;
+    return copyWith(a, { headers: withRateHeaders(a.headers, dec.headers), charge }) as T;
   };
   return decision instanceof Promise ? decision.then(apply) : apply(decision);
 }

@@ -7,7 +7,7 @@
 // endpoint is left alone for a while), read as it streams in and only as far as the figures need (metrics-text.ts),
 // and aborted when its endpoint leaves the list.
 import { Agent, request } from 'undici';
-import { withFields } from '../../shape.js';
+import { copyWith } from '../../same-shape.js';
 import { DEFAULT_MAX_BYTES, MetricsReader, ScrapeBoundError, type ServerFigures } from './metrics-text.js';
 
 export { parseServerMetrics } from './metrics-text.js';
@@ -147,7 +147,7 @@ export class EndpointStats {
         if (c.signal.aborted) throw new Error('scrape aborted');
         const s = reader.end();
         if (!s) throw new Error('no vLLM or SGLang metrics');
-        this.byOrigin.set(t.origin, withFields(s, { at: Date.now(), address: t.address }));
+        this.byOrigin.set(t.origin, copyWith(s, { at: Date.now(), address: t.address }));
         this.backoff.delete(t.origin);
       } finally {
         // Whatever was not read is not waited for: the connection goes (a small answer was read whole already).

@@ -51,7 +51,7 @@ import { bodyForUndici, Diverted, UpstreamCall, type CallOwner } from './upstrea
 import { bodyBudgetFull, type Reservation } from './body-budget.js';
 import { bodyFor, Fallbacks, type FallbackReason, type LlmRequest } from './fallback.js';
 import { BODY_TOO_LARGE, ClientGone, mapUpstreamError, tooLarge, unavailable } from './upstream-errors.js';
-import { withFields } from '../../shape.js';
+import { copyWith } from '../../same-shape.js';
 
 /** The gateway ended the backend call itself (body timeout, a parse error in the body) and answers on its own. */
 class EndedByGateway extends Error {
@@ -545,7 +545,7 @@ export class Exchange implements Job, Held, CallOwner, Queued {
     if (avoid !== undefined && this.chosen) {
       // The retry: the same backend (and variant), another address when it has one.
       const target = ctx.picker.pick(route, this.chosen.backend, avoid, this.prefix);
-      chosen = target && withFields(this.chosen, { target });
+      chosen = target && copyWith(this.chosen, { target });
     } else if (!route.notReady) {
       if (this.dequeued !== route.id && this.waitTurn(route)) return;
       chosen = ctx.picker.choose(route, this.prefix);
@@ -553,7 +553,7 @@ export class Exchange implements Job, Held, CallOwner, Queued {
       const room = this.roomAt;
       this.roomAt = undefined;
       if (room && chosen && chosen.backend === route.backend && !ctx.queues!.hasRoom(chosen.target))
-        chosen = withFields(chosen, { target: room });
+        chosen = copyWith(chosen, { target: room });
       if (chosen?.reason) ctx.metrics.endpointPick(route.project, route.deployment, chosen.reason, route);
     }
     if (chosen) return this.callPhase(chosen);
@@ -1028,7 +1028,7 @@ export class Exchange implements Job, Held, CallOwner, Queued {
       bytesOut: call?.bytesOut ?? 0,
       error: this.error,
       llm: meter
-        ? withFields(llmFigures(meter, this.started, call.endAt, usage), {
+        ? copyWith(llmFigures(meter, this.started, call.endAt, usage), {
             estimated: charged?.estimated,
             reported: charged?.reported,
           })

@@ -21,7 +21,7 @@
 // docs/llm.md, "Fair queueing of a saturated deployment", gives the design and its measures.
 import type { Priority, Route } from '../../routing/types.js';
 import { gatewayError, type GatewayError } from '../http/errors.js';
-import { withFields } from '../../shape.js';
+import { copyWith } from '../../same-shape.js';
 import type { Metrics } from '../../observe/metrics.js';
 import type { EndpointStats, Scraped } from './endpoint-stats.js';
 import type { Target, TargetPicker } from './targets.js';
@@ -133,7 +133,7 @@ export class FairQueues {
     if (ahead === 0 && !this.saturated(route, slack) && (slack || !this.reserved(route, now))) return undefined;
     const labels = { project: route.project, deployment: route.deployment, priority: t.priority };
     if (t.priority === 'sheddable') {
-      this.metrics.queueShed.inc(withFields(labels, { reason: 'sheddable' }));
+      this.metrics.queueShed.inc(copyWith(labels, { reason: 'sheddable' }));
       q.shed(overloaded(route, 'sheddable', this.retryAfter()));
       return 'shed';
     }
@@ -146,7 +146,7 @@ export class FairQueues {
           ? 'queue_bytes'
           : undefined;
     if (full && !this.evictBelow(queue, t, full)) {
-      this.metrics.queueShed.inc(withFields(labels, { reason: full }));
+      this.metrics.queueShed.inc(copyWith(labels, { reason: full }));
       q.shed(overloaded(route, full, this.retryAfter()));
       return 'shed';
     }

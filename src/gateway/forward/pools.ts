@@ -10,7 +10,7 @@
 // an error) is closed and dropped at once: after a burst of 10,000 streams nothing of their connections stays.
 import { connect as netConnect, type NetConnectOpts, type Socket } from 'node:net';
 import { buildConnector, Client, Dispatcher, errors } from 'undici';
-import { withFields } from '../../shape.js';
+import { copyWith } from '../../same-shape.js';
 
 /** The options of every backend connection. */
 const CLIENT_OPTIONS = {
@@ -134,7 +134,7 @@ export class OriginPool extends Dispatcher {
   }
 
   private open(): Conn {
-    const c = new Conn(this.url, withFields(CLIENT_OPTIONS, { connect: this.connector }));
+    const c = new Conn(this.url, copyWith(CLIENT_OPTIONS, { connect: this.connector }));
     this.all.add(c);
     c.on('drain', this.onDrain);
     c.on('disconnect', this.onGone);

@@ -460,7 +460,7 @@ export class TargetPicker {
   }
 }
 
-/** `c` for a canaried route. Written out, not `{ ...c, variant }`: see withFields (src/shape.ts). */
+/** `c` for a canaried route. Written out, not `{ ...c, variant }`: see copyWith (src/same-shape.ts). */
 function withVariant(c: Chosen, variant: Variant): Chosen {
   return { target: c.target, backend: c.backend, variant, reason: c.reason };
 }

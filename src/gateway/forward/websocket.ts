@@ -18,7 +18,7 @@ import { recordAnswer } from '../../observe/record.js';
 import type { Charge, LimitDecision } from '../../limits/per-minute.js';
 import type { BudgetCharge, BudgetDecision } from '../../limits/budgets.js';
 import type { ApiKeyRecord } from '../../routing/types.js';
-import { withFields } from '../../shape.js';
+import { copyWith } from '../../same-shape.js';
 import { RealtimeMeter } from '../openai/realtime-meter.js';
 import { closeFrame, errorEvent, FrameCursor, RealtimeGate } from '../openai/realtime-gate.js';
 import { admit, type Admission } from '../admit/pipeline.js';
@@ -427,7 +427,7 @@ export class UpgradeJob implements Job, UpgradeOwner {
       for (const s of d.spent) ctx.metrics.rateLimited.inc({ scope: s.scope, kind: s.kind, reason: 'per_minute' });
       return d.error;
     };
-    const d = ctx.perMinute.decide(take ? specs : specs.map((s) => withFields(s, { cost: 0 })));
+    const d = ctx.perMinute.decide(take ? specs : specs.map((s) => copyWith(s, { cost: 0 })));
     return d instanceof Promise ? d.then(answer) : answer(d);
   }
 

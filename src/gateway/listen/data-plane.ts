@@ -42,7 +42,7 @@ import { Pools } from '../forward/pools.js';
 import { TargetPicker } from '../forward/targets.js';
 import { FairQueues } from '../forward/fair-queue.js';
 import { TunnelCounts } from '../forward/tunnels.js';
-import { withFields } from '../../shape.js';
+import { copyWith } from '../../same-shape.js';
 import { capIdleParsers } from './parser-pool.js';
 import { guessDialect } from '../admit/route.js';
 
@@ -209,7 +209,7 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
   const tls = deps.tls;
   const server: Server = tls
     ? (createHttpsServer(
-        withFields(options, {
+        copyWith(options, {
           cert: tls.cert,
           key: tls.key,
           minVersion: 'TLSv1.2' as const,

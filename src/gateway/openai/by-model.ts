@@ -6,7 +6,7 @@ import type { ApiKeyRecord, Route, RouteTable } from '../../routing/types.js';
 import { grantsProject } from '../admit/auth.js';
 import { gatewayError, type GatewayError } from '../http/errors.js';
 import { editLlmBody, llmMembers, modelValue, type LlmBody, type LlmMembers } from './llm-body.js';
-import { withFields } from '../../shape.js';
+import { copyWith } from '../../same-shape.js';
 
 /** The path segments of the base URL. */
 export const BASE_SEGMENTS = ['openai', 'v1'] as const;
@@ -131,5 +131,5 @@ export function prepareBody(
   if (!members.object) return gatewayError('invalid_body', 'the request body must be a JSON object with a "model"');
   const route = selectModel(table, d.key, modelValue(raw, members));
   if (route instanceof Error) return route;
-  return withFields(editLlmBody(raw, members, d.rest, servedModel(route)), { route, members });
+  return copyWith(editLlmBody(raw, members, d.rest, servedModel(route)), { route, members });
 }

@@ -4,7 +4,7 @@ import { isObject } from '../../kube/objects.js';
 import { isDnsLabel } from '../names.js';
 import type { Backend, ServiceResource, Snapshot } from '../types.js';
 import { invalid, type Refusal } from './result.js';
-import { withFields } from '../../shape.js';
+import { copyWith } from '../../same-shape.js';
 
 export function parseBackend(
   raw: unknown,
@@ -27,7 +27,7 @@ export function parseBackend(
     for (const u of raw.urls) {
       const one = parseBackend({ url: u }, namespace, source, services);
       if ('reason' in one)
-        return withFields(one, { message: one.message.replace('spec.backend.url', 'spec.backend.urls entry') });
+        return copyWith(one, { message: one.message.replace('spec.backend.url', 'spec.backend.urls entry') });
       const url = (one as { url: string }).url;
       if (!urls.includes(url)) urls.push(url);
     }

@@ -3,7 +3,7 @@
 import http from 'node:http';
 import https from 'node:https';
 import type { KubeConfig } from '@kubernetes/client-node';
-import { withFields } from '../../shape.js';
+import { copyWith } from '../../same-shape.js';
 
 /** An HTTP answer other than 200 from the API server; `code` is the HTTP status. */
 export class ApiStatusError extends Error {
@@ -35,7 +35,7 @@ export async function getJson(
       url,
       {
         method: 'GET',
-        headers: withFields((reqOpts.headers ?? {}) as Record<string, string | string[] | number | undefined>, {
+        headers: copyWith((reqOpts.headers ?? {}) as Record<string, string | string[] | number | undefined>, {
           accept: 'application/json',
         }),
         agent: reqOpts.agent,

@@ -16,7 +16,7 @@ import type { EndpointAddress, EndpointResolver, RouteSource, SourceHealth } fro
 import { toInferenceService, toKeySecret, toService, toServingDeployment, toSlice } from './convert.js';
 import { EndpointIndex } from './endpoints.js';
 import { Reflector, type Backoff, type RawObject, type RestartReason } from './reflector.js';
-import { withFields } from '../../shape.js';
+import { copyWith } from '../../same-shape.js';
 
 export type { RestartReason } from './reflector.js';
 
@@ -130,7 +130,7 @@ export class KubernetesSource implements RouteSource, EndpointResolver {
     if (svc) {
       const ready = this.index.hasReady(svcKey);
       if (svc.readyEndpoints !== ready) {
-        this.services.set(svcKey, withFields(svc, { readyEndpoints: ready }));
+        this.services.set(svcKey, copyWith(svc, { readyEndpoints: ready }));
         this.changed('services');
       }
     }

@@ -5,7 +5,7 @@ import { Watch, type KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from '../../log.js';
 import { apiStatus } from '../../kube/objects.js';
 import { errorText, getJson } from './http.js';
-import { withFields } from '../../shape.js';
+import { copyWith } from '../../same-shape.js';
 
 /** Why a watch was (re)started: the `reason` label of servegate_watch_restarts_total. */
 export type RestartReason = 'closed' | 'error' | 'expired' | 'idle' | 'list_error';
@@ -293,7 +293,7 @@ export class Reflector {
         }
         // A watch that delivered something or stayed open a while was a good one: reset the backoff.
         const healthy = out.healthy ?? (events > 0 || Date.now() - openedAt >= 2_000);
-        resolve(withFields(out, { healthy }));
+        resolve(copyWith(out, { healthy }));
       };
       this.watchAbort = () => finish({ kind: 'stopped' });
       const onEvent = (type: string, obj: unknown) => {

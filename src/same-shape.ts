@@ -7,6 +7,6 @@
  * inline cache that fits and looks every field up (docs/performance.md, "The hidden classes"). Plain property adds from an
  * empty object share V8's transitions.
  */
-export function withFields<T extends object, F extends object>(base: T, fields: F): Omit<T, keyof F> & F {
+export function copyWith<T extends object, F extends object>(base: T, fields: F): Omit<T, keyof F> & F {
   return Object.assign({}, base, fields) as Omit<T, keyof F> & F;
 }
