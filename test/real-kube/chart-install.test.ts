@@ -16,6 +16,7 @@ import { generateKey, keySecretManifest } from '../../src/keys/index.js';
 import { installChart, type ChartRelease } from '../support/helm.js';
 import { otherCrdsDir, sharedKubeCluster, type KubeCluster } from '../support/kube.js';
 import { describeRun } from '../support/processes.js';
+import { waitFor } from '../support/wait.js';
 import { startServegateProcess, type ServegateProcess } from '../support/servegate-process.js';
 
 let cluster: KubeCluster;
@@ -86,14 +87,9 @@ async function key(ns: string, name: string, projects: string[]): Promise<string
   return k.key;
 }
 
-async function until<T>(what: string, f: () => Promise<T | undefined>, timeoutMs = 20_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await f();
-    if (v !== undefined) return v;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
+/** Waits until `f` gives a value (test/support/wait.ts polls; an error thrown meanwhile is retried, then named). */
+function until<T>(what: string, f: () => Promise<T | undefined>, timeoutMs = 20_000): Promise<T> {
+  return waitFor(async () => (await f()) ?? false, what, timeoutMs, 100) as Promise<T>;
 }
 
 /** The status of a request through the gateway, once it is no longer `not` (routes and keys arrive by watch). */

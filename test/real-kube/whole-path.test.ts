@@ -18,6 +18,7 @@ import { startKubeCluster, type KubeCluster } from '../support/kube.js';
 import { TestNetns } from '../support/netns.js';
 import { ROOT } from '../support/paths.js';
 import { describeRun } from '../support/processes.js';
+import { waitFor } from '../support/wait.js';
 import { startServegateProcess, type ServegateProcess } from '../support/servegate-process.js';
 
 /** How soon a change written to the API server reaches the data plane (docs/kubernetes-source.md, Latency). */
@@ -148,14 +149,9 @@ function write(method: string, path: string, body?: object, contentType = 'appli
   });
 }
 
-async function until<T>(what: string, f: () => Promise<T | undefined>, timeoutMs = 30_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await f();
-    if (v !== undefined) return v;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
+/** Waits until `f` gives a value (test/support/wait.ts polls; an error thrown meanwhile is retried, then named). */
+function until<T>(what: string, f: () => Promise<T | undefined>, timeoutMs = 30_000): Promise<T> {
+  return waitFor(async () => (await f()) ?? false, what, timeoutMs, 20) as Promise<T>;
 }
 
 /** Runs the write, then polls until `seen` holds; returns the milliseconds from the start of the write. */
