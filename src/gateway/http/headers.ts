@@ -122,3 +122,60 @@ function withoutAcceptEncoding(list: readonly string[]): string[] {
   for (let i = 0; i < list.length; i += 2) if (list[i] !== 'accept-encoding') out.push(list[i], list[i + 1]);
   return out;
 }
+
+// Editing flat [name, value, ...] lists. Names compare case-insensitively (RFC 9110 §5.1); the gateway's own lists
+// hold lower-case names, so the plain `===` decides almost every line and nothing is allocated per line.
+
+/** Whether header names `a` and `lower` (already lower case) are the same name. */
+function sameName(a: string, lower: string): boolean {
+  if (a === lower) return true;
+  if (a.length !== lower.length) return false;
+  for (let i = 0; i < a.length; i++) {
+    let c = a.charCodeAt(i);
+    if (c >= 0x41 && c <= 0x5a) c += 0x20;
+    if (c !== lower.charCodeAt(i)) return false;
+  }
+  return true;
+}
+
+/** The index of the first `name` line in `list` (its name's index; the value is at +1), or -1. */
+export function headerIndex(list: readonly string[], name: string): number {
+  const lower = name.toLowerCase();
+  for (let i = 0; i < list.length; i += 2) if (sameName(list[i], lower)) return i;
+  return -1;
+}
+
+/** The value of the first `name` line in `list`, or undefined. */
+export function headerValue(list: readonly string[], name: string): string | undefined {
+  const i = headerIndex(list, name);
+  return i === -1 ? undefined : list[i + 1];
+}
+
+/** A copy of `list` without its `name` lines; `list` itself is left as it is (it may be shared). */
+export function withoutHeader(list: readonly string[], name: string): string[] {
+  const lower = name.toLowerCase();
+  const out: string[] = [];
+  for (let i = 0; i < list.length; i += 2) if (!sameName(list[i], lower)) out.push(list[i], list[i + 1]);
+  return out;
+}
+
+/** Takes every `name` line out of `list`, in place. */
+export function removeHeader(list: string[], name: string): void {
+  const lower = name.toLowerCase();
+  for (let i = list.length - 2; i >= 0; i -= 2) if (sameName(list[i], lower)) list.splice(i, 2);
+}
+
+/**
+ * Leaves `list` with one `name` line of `value`, in place: the first such line takes the value where it stands (so the
+ * order of the others holds), later ones go; with none, the line is appended.
+ */
+export function setHeader(list: string[], name: string, value: string): void {
+  const i = headerIndex(list, name);
+  if (i === -1) {
+    list.push(name, value);
+    return;
+  }
+  list[i + 1] = value;
+  const lower = name.toLowerCase();
+  for (let j = list.length - 2; j > i; j -= 2) if (sameName(list[j], lower)) list.splice(j, 2);
+}
