@@ -71,6 +71,7 @@ export function goalTexts(ctx) {
     stretch: 'throughput >= 0.48x nginx (logs off, stretch)',
     addedLatency: `p99 added latency <= 1 ms at ${ctx.rate} req/s`,
     addedVsNginx: `p99 added latency <= 3x nginx's at ${ctx.rate} req/s`,
+    addedVsBare: `p99 added latency <= 1.5x the bare forwarder's at ${ctx.rate} req/s`,
     rss: `RSS flat (±10 %) over ${ctx.rssRequests.toLocaleString('en-US')} requests`,
     sse: 'SSE chunks pass unbuffered',
     sseCost: "SSE per-event CPU <= fastify's ÷ 1.5",
@@ -255,15 +256,24 @@ async function startForwarders(ctx, backendPort, burstPort, sha256, started) {
     try {
       const port = await freePort();
       const url = `http://127.0.0.1:${port}${base}/${DEPLOYMENT}${MODEL_PATH}`;
+      // bare joins the open loop: its garbage per request is counted like servegate's (bench/lib/gc-probe.mjs).
+      const gcLog = name === 'bare' ? join(ctx.dir, 'gateway', `${name}-gc.txt`) : undefined;
       const child = await startForwarder(
         name,
         { ...specs[name], port },
         async () => (await probe(url, ctx.headers)) === BACKEND_BODY,
         allocator,
+        { gcLog },
       );
       started.push(child);
       if (name === 'fastify') await probe(url, { 'content-type': 'application/json' }, 401);
-      const t = { name, url, child, burstUrl: `http://127.0.0.1:${port}${base}/${BURST_DEPLOYMENT}${STREAM_PATH}` };
+      const t = {
+        name,
+        url,
+        child,
+        gcLog,
+        burstUrl: `http://127.0.0.1:${port}${base}/${BURST_DEPLOYMENT}${STREAM_PATH}`,
+      };
       if (name === 'net') {
         const ssePort = await freePort();
         t.burstUrl = `http://127.0.0.1:${ssePort}${base}/${BURST_DEPLOYMENT}${STREAM_PATH}`;
@@ -633,6 +643,19 @@ function printBaselineComparison(ctx, results) {
 
 /** GC events of the gateway (bench/lib/gc-probe.mjs lines): [{ at (epoch ms), kind, ms, flags }]. */
 function readGcLog(file) {
+  return readProbeLines(file)
+    ?.filter((l) => l[1] !== 'alloc')
+    .map(([at, kind, pause, flags]) => ({ at: Number(at), kind, ms: Number(pause), flags: Number(flags) }));
+}
+
+/** The probe's allocation samples: [{ at (epoch ms), bytes allocated since the sample before }]. */
+function readAllocLog(file) {
+  return readProbeLines(file)
+    ?.filter((l) => l[1] === 'alloc')
+    .map(([at, , bytes]) => ({ at: Number(at), bytes: Number(bytes) }));
+}
+
+function readProbeLines(file) {
   let text = '';
   try {
     text = readFileSync(file, 'utf8');
@@ -643,10 +666,7 @@ function readGcLog(file) {
     .trim()
     .split('\n')
     .filter(Boolean)
-    .map((l) => {
-      const [at, kind, pause, flags] = l.split(' ');
-      return { at: Number(at), kind, ms: Number(pause), flags: Number(flags) };
-    });
+    .map((l) => l.split(' '));
 }
 
 /** GC pauses of the gateway inside the given [from, to] epoch windows: count, total and max pause per kind. */
@@ -758,6 +778,13 @@ async function addedLatency(ctx, targets, gateway, results, baselineGw) {
   }
   await sleep(600); // the gateway writes its GC lines every 500 ms
   explainTail(ctx, gateway, runs, schedSamples, results);
+  const gcLogs = {
+    servegate: gateway?.gcLog,
+    [OLD]: baselineGw?.gcLog,
+    bare: targets.find((t) => t.name === 'bare')?.gcLog,
+  };
+  results.garbage = garbagePerRequest(runs, gcLogs);
+  printGarbage(results.garbage);
   const gl = usable(runs.servegate);
   const dl = usable(runs.direct);
   results.added =
@@ -790,6 +817,87 @@ async function addedLatency(ctx, targets, gateway, results, baselineGw) {
       `  ${OLD} added latency at ${ctx.rate} req/s: p50 ${signedMs(a?.p50Ms)}, p99 ${signedMs(a?.p99Ms)} (servegate p99 ${ms(gl?.fromSchedule.p99)} vs ${OLD} ${ms(ol?.fromSchedule.p99)}, same slices)`,
     );
   }
+}
+
+/**
+ * The garbage of a request in each Node target of the open loop (servegate, the old build, the bare forwarder), from
+ * its GC probe (bench/lib/gc-probe.mjs) while its slices were measured: GCs and GC pause time per 1,000 requests,
+ * bytes of JS heap allocated per request, and how many of the sampled slow requests overlapped a GC pause. At a fixed
+ * rate these move far less with the rest of the machine than the p99 does. A process serves requests only in its
+ * own slices, so an allocation sample (100 ms) counts when it overlaps one of them. Resolves { [name]: figures }.
+ */
+function garbagePerRequest(runs, gcLogs) {
+  const out = {};
+  for (const [name, file] of Object.entries(gcLogs)) {
+    const r = runs[name];
+    const events = file && r && readGcLog(file);
+    if (!events) continue;
+    const requests = r.ok + r.non2xx;
+    const windows = r.windows.map(([a, b]) => [a, b + 20]);
+    const byKind = gcInWindows(events, windows);
+    const samples = readAllocLog(file) ?? [];
+    let bytes = 0;
+    let sampled = 0;
+    for (let i = 1; i < samples.length; i++) {
+      const [from, to] = [samples[i - 1].at, samples[i].at];
+      if (!windows.some(([a, b]) => from < b && to > a)) continue;
+      bytes += samples[i].bytes;
+      sampled++;
+    }
+    const count = (k) => byKind[k]?.count ?? 0;
+    const pauseMs = Object.values(byKind).reduce((sum, k) => sum + k.totalMs, 0);
+    const maxMs = Math.max(0, ...Object.values(byKind).map((k) => k.maxMs));
+    out[name] = {
+      requests,
+      minorPer1k: (1000 * count('minor')) / requests,
+      majorPer1k: (1000 * count('major')) / requests,
+      pauseMsPer1k: (1000 * pauseMs) / requests,
+      maxPauseMs: maxMs,
+      bytesPerRequest: sampled ? bytes / requests : NaN,
+      slow: slowDuringGc(events, r),
+      slowCount: r.slowCount,
+    };
+  }
+  return out;
+}
+
+function printGarbage(garbage) {
+  const names = Object.keys(garbage);
+  if (!names.length) return;
+  log('');
+  log("  garbage per request while each Node target's slices were measured (its GC probe; JS heap only):");
+  const rows = [
+    [
+      'target',
+      'requests',
+      'scavenges/1k',
+      'major GCs/1k',
+      'GC pause/1k',
+      'max pause',
+      'KB alloc/request',
+      'slow (>2 ms) during a GC',
+    ],
+  ];
+  for (const name of names) {
+    const g = garbage[name];
+    rows.push([
+      name,
+      g.requests.toLocaleString('en-US'),
+      g.minorPer1k.toFixed(2),
+      g.majorPer1k.toFixed(2),
+      ms(g.pauseMsPer1k),
+      ms(g.maxPauseMs),
+      Number.isFinite(g.bytesPerRequest) ? (g.bytesPerRequest / 1024).toFixed(1) : 'n/a',
+      `${g.slow.duringGc} of ${g.slow.slow} drawn (of ${g.slowCount})`,
+    ]);
+  }
+  table(rows);
+  const n = garbage.servegate;
+  const o = garbage[OLD];
+  if (n && o)
+    log(
+      `  servegate ÷ ${OLD}: KB allocated per request ${ratio(n.bytesPerRequest / o.bytesPerRequest)}, scavenges per 1,000 requests ${ratio(n.minorPer1k / o.minorPer1k)}, GC pause per 1,000 requests ${ratio(n.pauseMsPer1k / o.pauseMsPer1k)}`,
+    );
 }
 
 /**
@@ -1009,6 +1117,14 @@ function judge(ctx, results) {
     a === undefined || n === undefined ? undefined : a <= 3 * Math.max(n, 0),
     'A',
   );
+  // A bare forwarder's added p99 at or below 0 (noise: its slices beat direct's) leaves nothing to be within.
+  const bare = results.added?.bareP99Ms;
+  results.goals.addedVsBare = goal(
+    texts.addedVsBare,
+    bare === undefined ? 'n/a (no usable bare forwarder run)' : `${signedMs(a)} vs bare ${signedMs(bare)}`,
+    a === undefined || bare === undefined ? undefined : a <= 1.5 * Math.max(bare, 0),
+    'A',
+  );
   const r = results.rss;
   const pm = (v) => `${v >= 0 ? '+' : '−'}${Math.abs(v * 100).toFixed(1)} %`;
   const rssFigure = r?.first
@@ -1069,6 +1185,17 @@ function summaryLines(ctx, results) {
     );
   }
   if (results.logModeOff) lines.push(`servegate with access log off ran with: ${results.logModeOff.logMode}`);
+  const g = results.garbage ?? {};
+  const kb = (v) => (Number.isFinite(v) ? `${(v / 1024).toFixed(1)} KB` : 'n/a');
+  if (Object.keys(g).length)
+    lines.push(
+      `garbage at ${ctx.rate.toLocaleString('en-US')} req/s, per request / per 1,000 requests: ${Object.entries(g)
+        .map(
+          ([n, x]) =>
+            `${n} ${kb(x.bytesPerRequest)} / ${x.minorPer1k.toFixed(2)} scavenges + ${x.majorPer1k.toFixed(2)} major, ${ms(x.pauseMsPer1k)} of GC pause`,
+        )
+        .join('; ')}`,
+    );
   const b = results.baseline;
   if (b) {
     for (const mode of Object.keys(MODES)) {

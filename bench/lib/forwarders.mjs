@@ -18,6 +18,7 @@ import { fileURLToPath } from 'node:url';
 import { startProcess, stopProcess, waitFor } from './procs.mjs';
 
 const SELF = fileURLToPath(import.meta.url);
+const GC_PROBE = fileURLToPath(new URL('./gc-probe.mjs', import.meta.url));
 
 /** Request headers not passed on by the bare forwarder (hop-by-hop; host and length are set by undici). */
 const REQUEST_SKIP = new Set([
@@ -59,10 +60,14 @@ export function fastifyInstalled() {
 /**
  * Starts one of the servers above as a child process (bench/lib/procs.mjs startProcess: its own process group) on
  * `spec.port` and waits for `ready()` (an async check, e.g. a probe request); stops it again if it never gets ready.
- * `env`: added to its environment (the forwarders compared with servegate get the allocator it runs with).
+ * `env`: added to its environment (the forwarders compared with servegate get the allocator it runs with). With
+ * `gcLog`, its GC pauses and allocation go to that file (bench/lib/gc-probe.mjs, as servegate's).
  */
-export async function startForwarder(name, spec, ready, env = {}) {
-  const child = startProcess(name, process.execPath, [SELF, JSON.stringify(spec)], { env: { ...process.env, ...env } });
+export async function startForwarder(name, spec, ready, env = {}, { gcLog } = {}) {
+  const args = [...(gcLog ? ['--import', GC_PROBE] : []), SELF, JSON.stringify(spec)];
+  const child = startProcess(name, process.execPath, args, {
+    env: { ...process.env, ...env, ...(gcLog ? { BENCH_GC_LOG: gcLog } : {}) },
+  });
   try {
     await waitFor(`${name} on port ${spec.port}`, ready, { child, timeoutMs: 15_000 });
   } catch (err) {

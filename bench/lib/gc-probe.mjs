@@ -1,8 +1,12 @@
 // Preloaded into the gateway (node --import) by the benchmark: appends one line per garbage collection,
 // "<epoch ms> <kind> <pause ms> <flags>", to the file in BENCH_GC_LOG, so that slow requests can be matched with GC
-// pauses. kind: minor (scavenge), major (mark-compact), incremental (marking step), weakcb. Observes only.
+// pauses. kind: minor (scavenge), major (mark-compact), incremental (marking step), weakcb. Every 100 ms it also
+// appends "<epoch ms> alloc <bytes>": the bytes of JS heap the process allocated since the line before (what its GCs
+// freed, from v8.GCProfiler's heap sizes before and after each, plus the heap's growth), so that the bench can count
+// the garbage per request. Observes only; nothing of it runs unless the benchmark preloads it.
 import { appendFileSync } from 'node:fs';
 import { constants, PerformanceObserver, performance } from 'node:perf_hooks';
+import { GCProfiler, getHeapStatistics } from 'node:v8';
 
 const file = process.env.BENCH_GC_LOG;
 const KINDS = {
@@ -24,6 +28,21 @@ function flush() {
   }
 }
 
+/** Bytes allocated since the last call: freed by the GCs in between plus the growth of the used heap. */
+let profiler;
+let usedBefore = 0;
+function allocated() {
+  const stats = profiler?.stop()?.statistics ?? [];
+  profiler = new GCProfiler();
+  profiler.start();
+  let freed = 0;
+  for (const s of stats) freed += s.beforeGC.heapStatistics.usedHeapSize - s.afterGC.heapStatistics.usedHeapSize;
+  const used = getHeapStatistics().used_heap_size;
+  const bytes = freed + used - usedBefore;
+  usedBefore = used;
+  return bytes;
+}
+
 if (file) {
   new PerformanceObserver((list) => {
     for (const e of list.getEntries()) {
@@ -33,6 +52,8 @@ if (file) {
     }
     if (lines.length > 5000) flush();
   }).observe({ entryTypes: ['gc'] });
+  allocated();
+  setInterval(() => lines.push(`${Date.now()} alloc ${allocated()}\n`), 100).unref();
   setInterval(flush, 500).unref();
   process.on('exit', flush);
 }
