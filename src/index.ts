@@ -7,8 +7,16 @@ export type { Config, ConfigInput } from './config/schema.js';
 export { FilesSource, type FilesSourceOptions } from './sources/files/index.js';
 export { KubernetesSource, type KubernetesSourceOptions } from './sources/kubernetes/index.js';
 export type { EndpointResolver, RouteSource, SourceHealth } from './sources/types.js';
-export { buildRouteTable, type BuildOptions } from './routing/build.js';
+export { buildRouteTable } from './routing/build.js';
 export { RouteStore } from './routing/store.js';
-export type { ApiKeyRecord, BuildResult, DeploymentStatus, Route, RouteTable, Snapshot } from './routing/types.js';
+export type {
+  ApiKeyRecord,
+  BuildOptions,
+  BuildResult,
+  DeploymentStatus,
+  Route,
+  RouteTable,
+  Snapshot,
+} from './routing/types.js';
 export { generateKey, hashKey, type GeneratedKey } from './keys/index.js';
 export { createLogger, type Logger } from './log.js';

@@ -13,6 +13,7 @@ import { buildKeysCached } from './process/keys.js';
 import type { RouteOrError } from './process/result.js';
 import { servingDeploymentRoute } from './process/serving-deployment.js';
 import type {
+  BuildOptions,
   BuildResult,
   InferenceServiceResource,
   RouteTable,
@@ -24,18 +25,6 @@ import type {
 export { BuildCache } from './cache.js';
 export { buildKeys } from './process/keys.js';
 export { kserveModelServer } from './process/inference-service.js';
-
-export interface BuildOptions {
-  publicUrl: string;
-  serverlessDomain: string;
-  keysNamespace: string;
-  /** auth.projectNamespaceKeys: a key Secret in a project's namespace may grant that project (default false). */
-  projectNamespaceKeys?: boolean;
-  /** Default upstream time to response headers. */
-  defaultTimeoutMs: number;
-  /** limits.scaleFromZeroHoldSeconds in ms: the hold of deployments that do not set their own (0 = off). */
-  scaleFromZeroHoldMs?: number;
-}
 
 /** The build options that follow from the configuration: one home for the gateway and `servegate url`. */
 export function buildOptionsOf(

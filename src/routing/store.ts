@@ -1,6 +1,6 @@
 // Holds the route table in use. A swap is one reference assignment: requests in flight keep the table they started with.
-import { BuildCache, buildRouteTable, emptyRouteTable, type BuildOptions } from './build.js';
-import type { BuildResult, DeploymentStatus, KeyProblem, RouteTable, Snapshot } from './types.js';
+import { BuildCache, buildRouteTable, emptyRouteTable } from './build.js';
+import type { BuildOptions, BuildResult, DeploymentStatus, KeyProblem, RouteTable, Snapshot } from './types.js';
 
 export interface AppliedBuild {
   /** False when the new table hashed the same as the running one (the swap was skipped). */

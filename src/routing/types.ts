@@ -275,6 +275,19 @@ export interface KeyProblem {
   message: string;
 }
 
+/** What the builder needs besides the snapshot (buildOptionsOf in build.ts makes them from the configuration). */
+export interface BuildOptions {
+  publicUrl: string;
+  serverlessDomain: string;
+  keysNamespace: string;
+  /** auth.projectNamespaceKeys: a key Secret in a project's namespace may grant that project (default false). */
+  projectNamespaceKeys?: boolean;
+  /** Default upstream time to response headers. */
+  defaultTimeoutMs: number;
+  /** limits.scaleFromZeroHoldSeconds in ms: the hold of deployments that do not set their own (0 = off). */
+  scaleFromZeroHoldMs?: number;
+}
+
 export interface BuildResult {
   table: RouteTable;
   statuses: DeploymentStatus[];

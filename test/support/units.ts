@@ -1,7 +1,6 @@
 // Shared helpers for the unit tests: one-line routes and tables built with the real builder.
 import { buildRouteTable } from '../../src/routing/build.js';
-import type { BuildOptions } from '../../src/routing/build.js';
-import type { BuildResult, Route, Snapshot } from '../../src/routing/types.js';
+import type { BuildOptions, BuildResult, Route, Snapshot } from '../../src/routing/types.js';
 import { buildOptions, snapshot, type SdepBuilder } from './fixtures.js';
 
 export const runtime = { port: 8080, namespace: 'servegate' };

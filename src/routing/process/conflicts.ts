@@ -3,8 +3,7 @@
 import { createHash } from 'node:crypto';
 import { deploymentUrls, legacyHostname, projectNamespaceForm } from '../names.js';
 import { shareParts } from '../share.js';
-import type { DeploymentStatus, ObjectMeta, ReadyReason, Route } from '../types.js';
-import type { BuildOptions } from '../build.js';
+import type { BuildOptions, DeploymentStatus, ObjectMeta, ReadyReason, Route } from '../types.js';
 import { cmp } from './order.js';
 
 export type Candidate = {

@@ -1,8 +1,13 @@
 // The KServe InferenceService processor: project = namespace, deployment = name, backend the predictor Service.
 import { isObject } from '../../kube/objects.js';
 import { isDnsLabel, PROJECT_NAME, routeKindOf, VERBS } from '../names.js';
-import type { InferenceServiceResource, ModelServer, PredictProtocol, ServiceResource } from '../types.js';
-import type { BuildOptions } from '../build.js';
+import type {
+  BuildOptions,
+  InferenceServiceResource,
+  ModelServer,
+  PredictProtocol,
+  ServiceResource,
+} from '../types.js';
 import { serviceBackend } from './backend.js';
 import { invalid, type RouteOrError } from './result.js';
 import { defaultBalancing } from './balancing.js';

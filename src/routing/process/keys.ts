@@ -4,7 +4,7 @@ import { createHash } from 'node:crypto';
 import { KEY_PREFIX, KEY_SHA256, PROJECT_NAME, projectNamespaceForm } from '../names.js';
 import type { ApiKeyRecord, KeyBudget, KeyProblem, KeySecretResource, PerMinuteLimits, Priority } from '../types.js';
 import { parseBudgetPeriod } from '../../limits/budgets.js';
-import { BuildCache, type ParsedKey } from '../cache.js';
+import { BuildCache, type KeysResult, type ParsedKey } from '../cache.js';
 import { cmp } from './order.js';
 
 /** Parses API-key Secrets. A bad one is reported and skipped, never fatal. */
@@ -17,8 +17,6 @@ export function buildKeys(
   const { keys, problems } = buildKeysWithDigests(secrets, scopeOf(keysNamespace, projectNamespaceKeys), cache);
   return { keys, problems };
 }
-
-export type KeysResult = ReturnType<typeof buildKeysWithDigests>;
 
 /** Sources hand over the same array while no key changed: then the key index is reused as it is. */
 export function buildKeysCached(
@@ -43,11 +41,7 @@ function scopeOf(keysNamespace: string, projectNamespaceKeys: boolean): string {
   return `${projectNamespaceKeys ? '+' : '-'}${keysNamespace}`;
 }
 
-function buildKeysWithDigests(
-  secrets: readonly KeySecretResource[],
-  scope: string,
-  cache: BuildCache,
-): { keys: Map<string, ApiKeyRecord[]>; problems: KeyProblem[]; digests: string[] } {
+function buildKeysWithDigests(secrets: readonly KeySecretResource[], scope: string, cache: BuildCache): KeysResult {
   const keys = new Map<string, ApiKeyRecord[]>();
   const problems: KeyProblem[] = [];
   const parsed: Array<{ s: KeySecretResource; p: ParsedKey }> = [];

@@ -11,6 +11,7 @@ import {
   VERBS,
 } from '../names.js';
 import type {
+  BuildOptions,
   Canary,
   ModelServer,
   PerMinuteLimits,
@@ -20,7 +21,6 @@ import type {
   ServingDeploymentResource,
   Snapshot,
 } from '../types.js';
-import type { BuildOptions } from '../build.js';
 import { parseBackend, parsePathPrefix } from './backend.js';
 import { parseBalancing, parseFallbacks } from './balancing.js';
 import { invalid, type Refusal, type RouteOrError } from './result.js';
