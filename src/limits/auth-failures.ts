@@ -1,7 +1,5 @@
-// Failed-authentication throttling (SPEC §9): a client address with more than `maxFailures` failed authentications
-// within `windowSeconds` gets 429 until that window ends. Per replica and per address, so a guesser is slowed without
-// touching valid keys from other addresses. Memory is bounded: windows that ended are swept, and past `maxAddresses`
-// the oldest windows are dropped (forgiving, never blocking, an address).
+// Failed-authentication throttling (SPEC §9), per replica and client address so a guesser never slows other
+// addresses' keys. Past `maxAddresses` the oldest windows go: memory bounded by forgiving, never by blocking.
 
 interface Window {
   start: number;

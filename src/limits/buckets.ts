@@ -1,10 +1,6 @@
-// Per-minute limits as token buckets: capacity = the per-minute limit, refilled continuously at limit/60 s. A full
-// bucket is the same as no bucket, so state exists only for keys that spent something recently (in memory: swept;
-// in Redis: a key expires when its bucket would be full again). Requests take 1 at admission; tokens are charged
-// after the response reports them and may push a bucket below zero (a debt): the next request is admitted only
-// once that bucket has budget again (> 0), as OpenAI does. What a backend reports is not trusted without bounds: the
-// tokens charged are a whole number of at most MAX_CHARGE (anything not a finite positive number charges nothing), and
-// a bucket never goes below `floorOf(limit)` — one window of debt — so one answer refuses a key for at most 60 s.
+// Per-minute limits as token buckets of `limit`, refilled at limit/60 s; a full bucket is no bucket (no state kept).
+// Tokens are charged after the answer and may leave a debt that refuses until repaid, as OpenAI does; the debt stops
+// at one window (`floorOf`) so one answer refuses a key for at most 60 s.
 
 /** The most tokens one answer can charge, whatever its backend reported. */
 export const MAX_CHARGE = 1_000_000_000;
@@ -58,10 +54,7 @@ export function rateOf(limit: number): number {
   return limit / 60_000;
 }
 
-/**
- * The lowest level a bucket can have: one window of debt, less one millisecond's refill — so that a bucket at the floor
- * admits again (level > 0) after at most 60 s, and `Retry-After` never exceeds 60.
- */
+/** One window of debt less one millisecond's refill: a bucket at the floor admits again within 60 s. */
 export function floorOf(limit: number): number {
   return rateOf(limit) - limit;
 }

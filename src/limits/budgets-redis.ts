@@ -1,7 +1,5 @@
-// Budgets shared by every replica (SPEC §14): each window is one Redis hash (fields t<slot> and c<slot>: tokens and
-// cost micro-units per slot), read and charged by one Lua script each, so a charge and the sums it answers are atomic
-// across replicas. Every charge sets the hash to expire after its window. Runs on the per-minute limits' connection
-// (limits.redis.url) and under its breaker: Redis unreachable, `limits.redis.failOpen` decides.
+// Budgets shared by every replica (SPEC §14): a window is one Redis hash (t<slot>, c<slot>), read and charged by one
+// Lua script each (atomic across replicas), on the per-minute limits' connection and breaker.
 import type { RedisLimitStore } from './redis.js';
 import { resetOf, type BudgetStore, type Spent, type Window } from './budgets.js';
 

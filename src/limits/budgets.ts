@@ -1,7 +1,5 @@
-// Budgets (SPEC §14): tokens and cost per key and per project over a calendar day or month (UTC) or a rolling window.
-// Admission checks that what was spent is below the budget; the answer's tokens are charged when it ends (streams
-// included), so the most a budget can be overspent is what the requests in flight when it ran out add (docs/llm.md).
-// The counting is a BudgetStore's: in process (one replica) or Redis (budgets/redis: every replica shares them).
+// Budgets (SPEC §14): tokens and cost per key and project over a UTC day, month or rolling window. Charged when an
+// answer ends, so a budget is overspent by at most the requests in flight when it ran out (docs/llm.md).
 import { chargeable } from './buckets.js';
 import { gatewayError, type GatewayError } from '../gateway/http/errors.js';
 import { projectNamespaceForm as projectForm } from '../routing/names.js';
@@ -329,10 +327,7 @@ export function money(micros: number): string {
   return String(Math.round(micros) / 1e6);
 }
 
-/**
- * `x-servegate-budget-{limit,remaining,reset}-{tokens,cost}`: per kind, the budget with the least left (the one that
- * refuses first); reset in whole seconds.
- */
+/** `x-servegate-budget-*`: per kind, the budget with the least left (it refuses first); reset in whole seconds. */
 export function budgetHeaders(specs: readonly BudgetSpec[], spent: readonly Spent[]): Record<string, string> {
   const h: Record<string, string> = {};
   for (const kind of ['tokens', 'cost'] as const) {

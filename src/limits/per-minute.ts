@@ -1,6 +1,5 @@
-// Requests and tokens per minute (SPEC §9) at the gateway: which buckets a request must pass (its key's, with the
-// configured defaults, and its deployment's), the 429 it gets when one is spent, the OpenAI `x-ratelimit-*` headers,
-// and charging the tokens a response reported. The counting itself is the LimitStore's (in process or Redis).
+// Requests and tokens per minute (SPEC §9): which buckets a request must pass, its 429, the `x-ratelimit-*` headers
+// and the charge of reported tokens. The counting is the LimitStore's (in process or Redis).
 import { chargeable, type Admission, type BucketSpec, type BucketState, type LimitStore } from './buckets.js';
 import { MemoryLimitStore } from './memory.js';
 import { gatewayError, type GatewayError } from '../gateway/http/errors.js';
@@ -54,13 +53,10 @@ export class PerMinuteLimits {
     private readonly defaults: { requestsPerMinute: number; tokensPerMinute: number },
   ) {}
 
-  /**
-   * The buckets this request must pass (its key's, its deployment's; either may be left out to check it alone);
-   * empty when no limit applies (the common case costs nothing more).
-   */
+  /** The buckets this request must pass (key's, deployment's; either may be left out); empty when no limit applies. */
   specs(route: LimitedRoute | undefined, key: LimitedKey | undefined): BucketSpec[] {
     const specs: BucketSpec[] = [];
-    // Bucket ids are built only for a limit that applies: none is the common case.
+    // Ids are built only for a limit that applies: no limit is the common case.
     if (key) {
       const rpm = key.limits?.requestsPerMinute ?? this.defaults.requestsPerMinute;
       const tpm = key.limits?.tokensPerMinute ?? this.defaults.tokensPerMinute;
@@ -78,21 +74,14 @@ export class PerMinuteLimits {
     return specs;
   }
 
-  /**
-   * Admits or refuses. Synchronous for the in-process store (no promise on the hot path), a promise for Redis.
-   * `specs` empty: admitted with no headers.
-   */
+  /** Synchronous for the in-process store (no promise on the hot path), a promise for Redis. */
   decide(specs: BucketSpec[]): LimitDecision | Promise<LimitDecision> {
     if (specs.length === 0) return { ok: true, headers: {}, charge: undefined };
     if (this.store instanceof MemoryLimitStore) return this.answer(specs, this.store.admitNow(specs));
     return this.store.admit(specs).then((a) => this.answer(specs, a));
   }
 
-  /**
-   * Charges the tokens a response reported to every token bucket the request passed. The backend's figure is not
-   * trusted: a whole number of at most MAX_CHARGE is charged (NaN, infinite, negative: nothing), and the stores stop
-   * a bucket's debt at one window.
-   */
+  /** Charges reported tokens to the request's token buckets; the figure is bounded as `chargeable` (not trusted). */
   charge(charge: Charge | undefined, tokens: number): void {
     const units = chargeable(tokens);
     if (!charge || units === 0) return;
@@ -147,10 +136,7 @@ export class PerMinuteLimits {
 /** The longest a per-minute limit makes anyone wait: a bucket at its floor admits again within one window. */
 const MAX_RETRY_AFTER_S = 60;
 
-/**
- * `Retry-After` for a wait of `ms`: whole seconds, rounded up, 1 to 60 — never 0, exponent notation or NaN, whatever
- * a store answered (NaN: 1).
- */
+/** `Retry-After` in whole seconds, 1 to 60, whatever a store answered: never 0, exponent notation or NaN. */
 export function retryAfter(ms: number): string {
   if (Number.isNaN(ms)) return '1';
   return String(Math.min(MAX_RETRY_AFTER_S, Math.max(1, Math.ceil(ms / 1000))));
@@ -162,10 +148,7 @@ function describe(s: BucketSpec): string {
   return `${s.limit} ${what} per minute for ${owner === 'key' ? 'API key' : 'deployment'} ${name}`;
 }
 
-/**
- * OpenAI's headers: limit, remaining and reset for requests and for tokens. Where a key and a deployment both limit
- * the same thing, the one with the least left is reported (it is the one that will refuse first).
- */
+/** OpenAI's `x-ratelimit-*` headers; of a key's and a deployment's bucket, the tighter (it refuses first) is shown. */
 export function rateLimitHeaders(
   specs: readonly BucketSpec[],
   buckets: readonly BucketState[],

@@ -1,11 +1,7 @@
-// Limit store shared by every replica through Redis. Each admission and each charge is one Lua script, so the check
-// and the update are atomic across replicas (no read-modify-write race), and time is Redis's own clock (replicas'
-// clocks may differ). Every write sets the key's expiry to when the bucket would be full again (at most two windows:
-// a bucket never goes below one window of debt), so Redis holds only buckets in use and nothing outlives that.
-// Redis unreachable: commands fail at once (no offline queue) and `failOpen` decides the answer; reconnects go on.
-// Redis hung (connection open, no replies): each command would wait for the command timeout, so after
-// BREAKER_THRESHOLD consecutive failures a circuit breaker opens: requests are answered at once per `failOpen` without
-// asking Redis, and a PING every PROBE_INTERVAL_MS closes it again on the first reply.
+// Limit store shared by every replica through Redis: one Lua script per admission or charge (atomic across replicas,
+// on Redis's clock, since replicas' clocks differ); a key expires when its bucket would be full again.
+// Unreachable: commands fail at once and `failOpen` answers. Hung: each command would wait out its timeout, so after
+// BREAKER_THRESHOLD failures in a row a breaker answers per `failOpen` until a PING gets a reply.
 import { Redis } from 'ioredis';
 import { stateOf, waitOf, admits, chargeable, type Admission, type BucketSpec, type LimitStore } from './buckets.js';
 
@@ -16,11 +12,8 @@ const BREAKER_THRESHOLD = 3;
 /** While open, Redis is sent a PING this often; the first reply closes the breaker. */
 const PROBE_INTERVAL_MS = 1_000;
 
-// Shared by both scripts. A bucket's level now: refilled since it was written, never below the floor (one window of
-// debt less one millisecond's refill, as floorOf in buckets.ts). A stored level below -limit cannot have been written
-// by this version (an older one let debts grow without bound, and its huge expiry failed, leaving the key without
-// one): `fix` is then true and the caller writes the bucket back, in range and with an expiry. Garbage is forgotten.
-// `write` stores a level with the expiry of a bucket at that level (when it would be full again, plus a second).
+// Shared by both scripts: a level now, refilled and never below floorOf (buckets.ts). A level below -limit was written
+// by an older version (unbounded debt, its huge expiry failed): `fix` asks the caller to write it back with an expiry.
 const BUCKET = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -101,10 +94,7 @@ export interface RedisLimitOptions {
   failOpen: boolean;
   /** A command slower than this counts as a failure (ms). */
   commandTimeoutMs?: number;
-  /**
-   * Called on every failed command or lost connection, and for every admission or charge answered without Redis
-   * while the breaker is open (the gateway counts them in a metric).
-   */
+  /** Every failed command, lost connection, and answer given by the open breaker (the gateway's metric). */
   onError?: (err: Error) => void;
 }
 
@@ -196,10 +186,7 @@ export class RedisLimitStore implements LimitStore {
     }
   }
 
-  /**
-   * One more command on this store's connection (the budgets' scripts), under the same breaker and failure counting;
-   * undefined when Redis did not answer.
-   */
+  /** A command on this connection under the same breaker (the budgets' scripts); undefined when Redis did not answer. */
   async command<T>(send: (redis: Redis) => Promise<T>): Promise<T | undefined> {
     if (this.openAfter !== undefined) {
       this.shortCircuit();
