@@ -21,10 +21,7 @@ export interface AccessRecord {
   completionTokens?: number;
   /** LLM answers: time to first token, ms. */
   ttftMs?: number;
-  /**
-   * A token count is the gateway's estimate: the answer reported no usage (cut, or a backend that sends none), or less
-   * than the gateway saw pass.
-   */
+  /** The token counts are the gateway's: the answer reported no usage (cut, or none sent) or less than it saw pass. */
   tokensEstimated?: boolean;
   /** The usage the answer reported, when the gateway charged more. */
   reportedPromptTokens?: number;

@@ -33,9 +33,8 @@ interface VariantSeries {
 }
 
 /**
- * What a route object carries for the metrics, in a hidden (not enumerable) property: its counters and its endpoint
- * pick tallies, so that a request reads one object it already points at instead of looking its route up in maps
- * (with thousands of routes every such lookup is a cache miss; docs/performance.md, "The hidden classes").
+ * A route's counters and pick tallies, in a hidden property of the route object: with thousands of routes a map
+ * lookup per request is a cache miss (docs/performance.md, "The hidden classes").
  */
 interface RouteSlot {
   /** The `perRoute` generation `counters` belong to (a clear starts a new one; another Metrics has its own). */
@@ -56,10 +55,7 @@ function slotOf(route: object): RouteSlot | undefined {
   return slot;
 }
 
-/**
- * A counter series counted as a plain number on the hot path and added to its prom-client Counter when that is
- * scraped (prom-client hashes the label object on every inc(), even through a cached child).
- */
+/** A plain number on the hot path, added to its Counter at scrape (prom-client hashes labels on every inc()). */
 interface Tally {
   readonly labels: Record<string, string>;
   n: number;
@@ -195,11 +191,7 @@ export class Metrics {
   /** The generation of `perRoute` (route objects hold its entries: see RouteSlot). */
   private gen: object = {};
 
-  /**
-   * Counts one answered request with plain numbers (handed to prom-client at scrape time). `variant` is set for
-   * deployments with a canary (SPEC §10): their series carry a `variant` label, the others' do not. `at`: the route
-   * object the request matched, when there is one (a faster lookup than by name).
-   */
+  /** Counts one answer as plain numbers; `variant` only for canaried deployments (SPEC §10); `at`: the route object. */
   observeRequest(
     project: string,
     deployment: string,
@@ -502,10 +494,7 @@ export class Metrics {
     return (await this.registry.metrics()) + this.duration.render() + this.ttft.render() + this.tpot.render();
   }
 
-  /**
-   * `defaults`: the standard process_* and nodejs_* metrics. `sources`: figures read at scrape time (held requests,
-   * LLM endpoints).
-   */
+  /** `defaults`: the process_* and nodejs_* metrics; `sources`: figures read at scrape time. */
   constructor(
     defaults = true,
     private readonly sources: MetricSources = {},

@@ -1,5 +1,4 @@
-// The one place an answered request is counted and logged (plain requests and upgrades): the request metrics, the
-// LLM token and timing metrics, and the access-log line.
+// Counts and logs an answered request, plain or upgrade: request metrics, LLM token and timing metrics, access log.
 import type { IncomingMessage } from 'node:http';
 import type { Route } from '../routing/types.js';
 import type { Variant } from '../gateway/forward/targets.js';
@@ -35,10 +34,7 @@ export interface Answer {
 
 export interface LlmFigures {
   tokens: TokenUsage | undefined;
-  /**
-   * A figure of `tokens` is the gateway's own (what it charged): the answer reported no usage, or less than the gateway
-   * saw pass.
-   */
+  /** `tokens` is the gateway's own count: the answer reported no usage, or less than the gateway saw pass. */
   estimated?: boolean;
   /** The usage the answer reported, when the gateway raised it. */
   reported?: TokenUsage;
@@ -49,9 +45,8 @@ export interface LlmFigures {
 }
 
 /**
- * TTFT: to the first data event of a stream; for a non-streamed answer, to its first byte when it reports generated
- * tokens (an embedding has no first token). Time per output token: streams that completed (`endAt`, else 0) with
- * more than one completion token. An answer cut short gives what it reported before it ended.
+ * TTFT: to a stream's first data event, or a whole answer's first byte when it generated tokens (an embedding has no
+ * first token). Time per output token: completed streams of more than one completion token.
  */
 export function llmFigures(
   m: UsageMeter,

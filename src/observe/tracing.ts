@@ -1,8 +1,5 @@
-// Distributed tracing (SPEC §11), with the OpenTelemetry SDK. On: each request gets a server span that continues the
-// client's W3C `traceparent` (or starts a trace, sampled by `sampleRatio`; a client's sampled flag is respected), the
-// backend gets exactly one `traceparent` — the gateway's span as parent — and the client's `tracestate`, and spans go
-// to `<otlpEndpoint>/v1/traces` (OTLP/HTTP JSON) in batches that drop rather than grow when the collector is away.
-// Off (no endpoint): none of this is constructed, and trace headers pass through untouched.
+// Distributed tracing (SPEC §11): a server span continuing the client's `traceparent`, exactly one `traceparent` to
+// the backend, batches that drop rather than grow while the collector is away. Off: trace headers pass untouched.
 import {
   ROOT_CONTEXT,
   SpanKind,
