@@ -10,7 +10,8 @@ import type { ServerResponse } from 'node:http';
 import type { Duplex, Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
 import type { Metrics } from '../../observe/metrics.js';
-import { downstreamHeaders } from '../http/headers.js';
+import { sendRelayedHead } from '../http/answers.js';
+import { downstreamHeaders, removeHeader } from '../http/headers.js';
 import { JsonUsageMeter, SseUsageMeter, type UsageMeter } from '../openai/usage-meter.js';
 import type { Pools } from './pools.js';
 import { UnsupportedCoding } from './upstream-errors.js';
@@ -154,8 +155,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     // A 204 has no body and no Content-Length (RFC 9110 §8.6); a 304's says what the full answer would weigh.
     if (status === 204 && down.length) removeHeader(list, 'content-length');
     if (this.closeDelimited && sse) this.tail = 0;
-    res.writeHead(status, list);
-    if (sse) res.flushHeaders();
+    sendRelayedHead(res, status, list, sse);
     this.opts = undefined;
     this.owner?.answering(this);
     return true;
@@ -230,11 +230,6 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     this.metrics.inflightNow--;
     this.loads.end(this.origin);
   }
-}
-
-/** Takes every `name` line (lower case) out of a flat [name, value, ...] list, in place. */
-function removeHeader(list: string[], name: string): void {
-  for (let i = list.length - 2; i >= 0; i -= 2) if (list[i] === name) list.splice(i, 2);
 }
 
 /** `tail` with the last bytes of `b` shifted in: the last four bytes of everything seen, as one number. */

@@ -1,5 +1,6 @@
-// The one writer of the gateway's own answers: an error in the route's dialect to a response or to a raw socket, and
-// the graceful close of a raw socket (answer, then read and discard until the peer closes, bounded in time).
+// Every answer head the gateway writes goes out here (headers.ts makes the lists): its own answers (an error in the
+// route's dialect, JSON, an empty 204) and the heads of backends' answers it relays, to a response or a raw socket;
+// and the graceful close of a raw socket (answer, then read and discard until the peer closes, bounded in time).
 import { STATUS_CODES, type ServerResponse } from 'node:http';
 import { Socket as SocketClass, type Socket } from 'node:net';
 import { renderError, type Dialect, type GatewayError } from './errors.js';
@@ -41,7 +42,40 @@ export function sendJson(
   res.end(head ? undefined : body);
 }
 
-/** The same answer as raw bytes on a socket Node's HTTP server has let go of (upgrades, parse errors); then closes. */
+/** An answer with no body (a CORS preflight's 204): `headers` gets its content-length: 0 (and connection: close). */
+export function sendEmpty(res: ServerResponse, status: number, headers: string[], close: boolean): void {
+  headers.push('content-length', '0');
+  if (close) headers.push('connection', 'close');
+  res.writeHead(status, headers);
+  res.end();
+}
+
+/**
+ * The head of a backend's answer the gateway relays; the caller writes the body. `flush`: the head leaves at once
+ * (an event stream: Node would otherwise hold it until the first body write, and the client waits on the first token).
+ */
+export function sendRelayedHead(res: ServerResponse, status: number, headers: string[], flush: boolean): void {
+  res.writeHead(status, headers);
+  if (flush) res.flushHeaders();
+}
+
+/** A backend's head relayed on a raw socket (an upgrade's 101); the tunnel's bytes follow. */
+export function writeRawHead(socket: Socket, status: number, headers: readonly string[]): void {
+  socket.write(rawHead(status, headers));
+}
+
+/** A backend's whole answer relayed on a raw socket (an upgrade it declined), then the socket closes. */
+export function sendRawAnswer(
+  socket: Socket,
+  status: number,
+  headers: readonly string[],
+  body: Buffer,
+  reason?: string,
+): void {
+  closeSocket(socket, Buffer.concat([Buffer.from(rawHead(status, headers, reason), 'latin1'), body]));
+}
+
+/** The same error answer as raw bytes on a socket Node's HTTP server has let go of (upgrades, parse errors); then closes. */
 export function sendRawError(socket: Socket, err: GatewayError, dialect: Dialect, extra: readonly string[]): void {
   const body = renderError(err, dialect);
   const h: string[] = ['content-type', 'application/json', 'content-length', String(Buffer.byteLength(body)), ...extra];

@@ -26,7 +26,7 @@ export interface UpstreamContext {
 
 /** The whole header list for the backend: the client's forwardable lines plus the gateway's own. */
 export function upstreamHeaders(head: RequestHead, ctx: UpstreamContext): string[] {
-  const out = ctx.identity ? withoutAcceptEncoding(head.forward) : head.forward.slice();
+  const out = ctx.identity ? withoutHeader(head.forward, 'accept-encoding') : head.forward.slice();
   const trusted = ctx.trustForwarded;
   out.push('x-forwarded-for', trusted && head.xff ? `${head.xff}, ${ctx.clientIp}` : ctx.clientIp);
   if (!trusted || head.xfProto === undefined) out.push('x-forwarded-proto', ctx.proto);
@@ -115,12 +115,6 @@ const REQUEST_ID = /^[\x21-\x7e]{1,200}$/;
 export function clientRequestId(value: string | string[] | undefined): string | undefined {
   if (typeof value !== 'string') return undefined;
   return REQUEST_ID.test(value) ? value : undefined;
-}
-
-function withoutAcceptEncoding(list: readonly string[]): string[] {
-  const out: string[] = [];
-  for (let i = 0; i < list.length; i += 2) if (list[i] !== 'accept-encoding') out.push(list[i], list[i + 1]);
-  return out;
 }
 
 // Editing flat [name, value, ...] lists. Names compare case-insensitively (RFC 9110 §5.1); the gateway's own lists
