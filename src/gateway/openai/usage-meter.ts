@@ -1,11 +1,6 @@
-// Token usage of LLM answers, read as the bytes pass (SPEC §9), in bounded memory: never the whole answer.
-// - Event streams: parsed line by line; the `usage` of the event that carries one (the last wins: with
-//   continuous usage stats every event carries the running total), and when the first data event came (TTFT).
-//   With `strip`, the gateway asked for the usage the client did not ask for: events are then passed on whole (one
-//   at a time, as they complete) and the usage is taken out — the event dropped when it carries nothing else, else
-//   written again without `usage`.
-// - JSON answers: the bytes pass unchanged; a scanner follows the answer's structure and parses the value of its
-//   top-level `"usage"` member alone (a `usage` nested deeper, or inside a string, is not the answer's).
+// Token usage of LLM answers, read as the bytes pass (SPEC §9), never holding the whole answer. Streams: the last
+// `usage` wins (continuous usage stats send running totals); with `strip` (usage the client did not ask for) events
+// pass whole and lose it. JSON: only the top-level `"usage"` is the answer's (nested or in a string is not).
 import { MAX_CHARGE } from '../../limits/buckets.js';
 import {
   BACKSLASH,
@@ -33,16 +28,9 @@ export interface UsageMeter {
   /** The end of the answer: bytes still held, if any. */
   end(): Buffer | undefined;
   readonly usage: TokenUsage | undefined;
-  /**
-   * Streams: data events that carried generated text (each proves at least one completion token), for charging an
-   * answer that ends without its usage.
-   */
+  /** Streams: data events that carried text (each proves a completion token), to charge an answer without usage. */
   readonly generated: number;
-  /**
-   * Raw bytes (as sent, escapes included) of the generated text that passed: the string values of content, text,
-   * arguments, refusal and reasoning members (streams: the increments only). For charging what the gateway saw when
-   * the answer reports less, or nothing (completionFloor).
-   */
+  /** Raw bytes of the generated text that passed (streams: increments only), for completionFloor. */
   readonly textBytes: number;
   /** performance.now() of the first data event (streams) or the first body byte (JSON); 0 = none yet. */
   readonly firstAt: number;
@@ -77,10 +65,7 @@ export function readUsage(u: unknown): TokenUsage | undefined {
   return { prompt: prompt ?? 0, completion: completion ?? 0 };
 }
 
-/**
- * Where `"usage"` starts in `buf` at or after `from`, else -1. A search for its `u` (a one-byte search is native and
- * fast; a multi-byte needle costs several times more) and a check of the bytes around it.
- */
+/** Where `"usage"` starts at or after `from`, else -1: searches its `u` (a one-byte search is several times faster). */
 export function findUsage(buf: Buffer, from: number): number {
   let u = buf.indexOf(0x75, from + 1);
   while (u !== -1) {
@@ -98,11 +83,7 @@ export function findUsage(buf: Buffer, from: number): number {
   return -1;
 }
 
-/**
- * A token count as a backend reported it, bounded as the limits' buckets bound a charge: a whole number of at most
- * MAX_CHARGE (what is not a finite number of 0 or more: none). One lying answer (`1e300`) would otherwise own the
- * token counters and the access log for good: 1e300 plus any later count is still 1e300.
- */
+/** A reported count bounded as a charge (MAX_CHARGE): one `1e300` would otherwise own the token counters for good. */
 function num(v: unknown): number | undefined {
   return typeof v === 'number' && Number.isFinite(v) && v >= 0 ? Math.min(MAX_CHARGE, Math.floor(v)) : undefined;
 }
@@ -112,11 +93,7 @@ function num(v: unknown): number | undefined {
 const TEXT_KEYS = ['"content":', '"text":', '"arguments":', '"delta":'].map((k) => Buffer.from(k));
 /** Bytes of text per token, as the prompt estimate counts them (llm-body.ts estimatePrompt). */
 export const BYTES_PER_TOKEN = 4;
-/**
- * Against a report, the gateway's figures count half as many tokens (8 bytes a token): about 4 bytes a token is an
- * average, and an honest report of text with long words or a prompt written compactly is often below it. Half of it
- * is what no tokenizer in use comes near, so what is raised is a report that leaves out what passed.
- */
+/** Against a report, text counts at half the rate (4 bytes a token is an average that honest reports fall below). */
 const REPORT_SLACK = 2;
 
 /** What an answer is charged, and whether (and over what report) the gateway's own figures were used. */
@@ -129,11 +106,8 @@ export interface ChargedUsage {
 }
 
 /**
- * The tokens an LLM answer is charged. No report (cut short, the client gone before the usage came, a backend that
- * sends none): what the gateway saw — the prompt estimate, and for the completion a token per event that carried
- * text or the text's bytes at BYTES_PER_TOKEN a token, whichever is more. A report: kept, raised where it is below
- * what the gateway saw counted at half that rate (REPORT_SLACK; the events that carried text count whole), so a
- * backend reporting `{0, 0}` after 50 content events is charged 50. Undefined when there is nothing to charge.
+ * The tokens an answer is charged: no report, what the gateway saw (prompt estimate; text events or bytes); a report,
+ * raised to what was seen at REPORT_SLACK (`{0, 0}` after 50 content events is charged 50).
  */
 export function chargedUsage(m: UsageMeter, promptEstimate: number): ChargedUsage | undefined {
   const reported = m.usage;
@@ -164,11 +138,7 @@ function stringEnd(buf: Buffer, i: number, stop: number): number {
   return -1;
 }
 
-/**
- * Raw bytes of generated text in one data line [s, stop): the string values under TEXT_KEYS. A Responses API event
- * repeats the text it streamed in its `.done` events and in `response.completed`: of those only `delta` strings
- * count.
- */
+/** Raw bytes of text in a data line: only `delta` for the Responses API (its `.done` events repeat the text). */
 export function lineTextBytes(buf: Buffer, s: number, stop: number): number {
   let bytes = 0;
   let delta = 0;
@@ -234,13 +204,8 @@ function escapesUsageLetter(buf: Buffer, s: number, stop: number): boolean {
 }
 
 /**
- * The data line's JSON [s, stop) is an object whose one `"usage"` anywhere is a top-level member valued null, as
- * OpenAI's API (and servers that copy its chunks) send in every chunk once usage is asked for: the span that takes it
- * out (with one comma) as [start, end). Undefined for anything else: another `"usage"` (nested, in a string, a second
- * member), a name written with escapes (or any escape of a letter of `usage` in the line), a value that is not null,
- * a line that is not an object; the line is then parsed. The scan follows the structure without checking every
- * value: a broken line (which JSON.parse would refuse) may lose its null `usage` too, and stays as broken for the
- * client.
+ * The span [start, end) (with one comma) of a line's only `"usage"` when it is a top-level null, as OpenAI sends in
+ * every chunk once usage is asked for; undefined for anything else (escaped names too): the line is then parsed.
  */
 export function nullUsageSpan(buf: Buffer, s: number, stop: number): [number, number] | undefined {
   const at = findUsage(buf, s);
@@ -292,10 +257,7 @@ function usageAt(b: Buffer, m: MemberSpan | undefined): TokenUsage | undefined {
   return readUsage(JSON.parse(b.toString('utf8', m.start, m.end)));
 }
 
-/**
- * The valid JSON object `b` (closing brace at `close`) without its top-level members named `name` (every one, as
- * `delete` takes what JSON.parse kept): the other members' bytes as they came, joined by commas.
- */
+/** The JSON object `b` without every top-level member `name` (as `delete` after JSON.parse); the rest as it came. */
 function withoutMembers(b: Buffer, close: number, name: string): Buffer {
   const open = skipSpace(b, 0);
   const kept: Buffer[] = [b.subarray(0, open + 1)];
@@ -303,8 +265,7 @@ function withoutMembers(b: Buffer, close: number, name: string): Buffer {
   const { members } = objectMembers(b, open, () => true, Infinity);
   for (const m of members) {
     if (m.name === name) continue;
-    // The member's name starts at the quote before the one that ends it (a name that decodes to a member the gateway
-    // reads has no quote in it; any other is kept whole from its own opening quote, found the same way).
+    // The name starts at the quote before its closing quote (a name the gateway reads has no quote in it).
     let q = m.start - 1;
     while (b[q] !== COLON) q--;
     q--;
@@ -329,10 +290,7 @@ const COMMA_BYTE = Buffer.from(',');
 
 type Piece = Buffer | [number, number];
 
-/**
- * Appends `b` to `list`, joining the last pieces while the one before is at most twice the last: the list stays a few
- * dozen pieces long and each byte is copied a few times (log of the count), however small the pieces come.
- */
+/** Appends `b`, joining the last two pieces while the earlier is at most twice the later: few copies, short list. */
 function settle(list: Buffer[], b: Buffer): void {
   list.push(b);
   while (list.length >= 2 && list[list.length - 2].length <= 2 * list[list.length - 1].length) {
@@ -436,9 +394,8 @@ export class SseUsageMeter implements UsageMeter {
 
   end(): Buffer | undefined {
     if (!this.strip) return undefined;
-    // An event the stream did not finish with a blank line goes as it is (unless it was all usage); of a line the
-    // stream did not finish, one that holds a `"usage"` does not go: it could be the usage the client did not ask for,
-    // unread (no client dispatches an event the blank line never ended, but one reading lines would see it).
+    // An unfinished event goes as it is, but not an unfinished line holding `"usage"`: unread, it may be the usage the
+    // client did not ask for (a client reading lines would see it).
     const rest: Buffer[] = this.passing || this.drop ? [] : (this.ev as Buffer[]);
     const carry = this.carry && Buffer.concat(this.carry);
     if (!this.passing && !this.drop && carry && findUsage(carry, 0) === -1) rest.push(carry);
@@ -607,11 +564,8 @@ function isUsageName(raw: Buffer): boolean {
 }
 
 /**
- * Finds the `"usage"` member of a JSON answer's top-level object as the bytes pass, and parses that value alone. The
- * bytes are followed structurally (strings, escapes, object and array depth, across chunk boundaries) with a few
- * numbers of state, so a `"usage"` nested anywhere in the answer (a tool call's arguments, a model's echoed output) or
- * inside a string is never taken. As in JSON.parse, the last top-level `usage` member decides: when it is not an
- * object with token counts (null, too long, not JSON), there is no usage.
+ * Parses a JSON answer's top-level `"usage"` alone as the bytes pass, following the structure across chunks so a
+ * `usage` nested (a tool call's arguments) or in a string is never taken; the last one decides, as in JSON.parse.
  */
 export class JsonUsageMeter implements UsageMeter {
   usage: TokenUsage | undefined;
@@ -654,11 +608,7 @@ export class JsonUsageMeter implements UsageMeter {
     return undefined;
   }
 
-  /**
-   * Follows the structure over one chunk. Outside strings only quotes and brackets matter, inside only quotes (and
-   * the backslashes just before one): each is found with a one-byte native search, its next position kept until the
-   * scan passes it, so a long run of numbers or text costs a few searches, not a step a byte.
-   */
+  /** Follows the structure over one chunk with one-byte native searches for quotes and brackets, not a step a byte. */
   private scan(b: Buffer): void {
     const n = b.length;
     const next = (c: number, from: number): number => {
@@ -796,10 +746,8 @@ export class JsonUsageMeter implements UsageMeter {
 }
 
 /**
- * Counts the raw bytes of the string values under `keys` in JSON as its chunks pass: at each colon, does one of the
- * names end there; then the string that follows is skipped to its closing quote (escapes followed across chunks) and
- * its length counted. A name cut in two by a chunk boundary is found from the last bytes of the chunk before. In valid
- * JSON a name pattern cannot occur inside a string (its quotes would be escaped), so no text is taken for a name.
+ * Counts the raw bytes of string values under `keys` as chunks pass (a name cut by a chunk boundary included); in
+ * valid JSON a name pattern cannot occur inside a string, its quotes would be escaped.
  */
 export class TextCounter {
   bytes = 0;
