@@ -32,24 +32,21 @@ import { isBinaryContentType, validateBody } from '../admit/kind-rules.js';
 import { BODY_RATE_WINDOW_MS, BodyClock } from '../http/body-clock.js';
 import { collectBody } from '../http/body-collect.js';
 import { gatewayError, GatewayError, type Dialect } from '../http/errors.js';
-import { clientRequestId, upstreamHeaders } from '../http/headers.js';
+import { clientRequestId, upstreamHeaders, withoutHeader } from '../http/headers.js';
 import { pathOf } from '../http/path.js';
 import { clientAddress, headProblem, readHead, type RequestHead } from '../http/request-head.js';
 import { closeSocket, sendError, sendJson } from '../http/answers.js';
 import type { Conn, Job } from '../listen/connection.js';
-import { modelId, modelRetrieve, modelsList, prepareBody, selectModel, servedModel } from '../openai/by-model.js';
-import { promptKey } from '../openai/prefix.js';
 import { chargedUsage } from '../openai/usage-meter.js';
-import { estimatePrompt, llmMembers, modelForbidden, modelValue } from '../openai/llm-body.js';
-import { formModel, isFormData, withFormModel, type FormModel } from '../openai/form-model.js';
+import { LlmRequest } from '../openai/llm-request.js';
 import type { PlaneContext } from './context.js';
 import { RETRY, shouldRetry } from './retry.js';
 import { readWhileHeld, type Held } from './scale-from-zero.js';
 import type { Queued } from './fair-queue.js';
-import type { Chosen, PromptKey, Target, Variant } from './targets.js';
+import type { Chosen, Target, Variant } from './targets.js';
 import { bodyForUndici, Diverted, UpstreamCall, type CallOwner } from './upstream-call.js';
 import { bodyBudgetFull, type Reservation } from './body-budget.js';
-import { bodyFor, Fallbacks, type FallbackReason, type LlmRequest } from './fallback.js';
+import { Fallbacks, type FallbackReason } from './fallback.js';
 import { BODY_TOO_LARGE, ClientGone, mapUpstreamError, tooLarge, unavailable } from './upstream-errors.js';
 import { copyWith } from '../../same-shape.js';
 
@@ -81,13 +78,7 @@ export class Exchange implements Job, Held, CallOwner, Queued {
   /** Header lines every answer of this request carries: request id, CORS, rate-limit, variant. */
   private extra: string[] = [];
   private charge: Charge | undefined;
-  /** The gateway asked the backend for usage the client did not ask for: it is taken out of the answer. */
-  private stripUsage = false;
-  /** LLM requests: prompt tokens guessed from the body, charged when the answer reports no usage. */
-  private promptEstimate = 0;
-  /** LLM requests: the prompt's key for endpoint picking (openai/prefix.ts: its conversation's, or its prefix's). */
-  private prefix: PromptKey | undefined;
-  /** LLM JSON requests: the parsed body, kept to rewrite `model` for a fallback deployment. */
+  /** What an LLM request adds: its body's reading and edits, prompt estimate and key (LLM routes only). */
   private llm: LlmRequest | undefined;
   /** Where the request goes when its deployment fails before answering. */
   private fallbacks: Fallbacks | undefined;
@@ -169,7 +160,7 @@ export class Exchange implements Job, Held, CallOwner, Queued {
    */
   private settleRoom(): void {
     const room = this.room;
-    if (!room || this.llm) return;
+    if (!room || this.llm?.keepsBody) return;
     const body = this.body;
     const held = Buffer.isBuffer(body) ? body.buffer.byteLength : 0;
     if (held < room.bytes) room.resize(held);
@@ -285,47 +276,29 @@ export class Exchange implements Job, Held, CallOwner, Queued {
     this.d = a;
     this.routeOf = a.route;
     this.charge = a.charge;
+    if (a.route.kind === 'llm') this.llm = new LlmRequest();
     this.bodyPhase(a.check === 'none');
   }
 
   /** The OpenAI base URL before `model` is read: the model list is the gateway's own answer; the rest is JSON. */
   private byModelPhase(b: ByModel): void {
     const head = this.head!;
-    if (b.modelId !== undefined || b.rest === '/v1/models' || b.rest === '/v1/models/') return this.answerModels(b);
-    if (isBinaryContentType(head.contentType) && !isFormData(head.contentType)) {
-      return this.refuse(
-        gatewayError(
-          'invalid_body',
-          `a ${head.contentType} upload cannot be routed by "model" through /openai/v1: send it to the deployment's own URL (/v1/<project>/<deployment>/v1/...)`,
-        ),
-        true,
-      );
-    }
+    const llm = (this.llm = new LlmRequest());
+    const models = llm.models(this.ctx.store.current(), b, head.method);
+    const unread = head.chunked || (head.contentLength ?? 0) > 0;
+    if (models instanceof Error) return this.refuseModel(models, unread);
+    if (models !== undefined) return this.answerJson(models, unread);
+    const upload = llm.unroutable(head.contentType, isBinaryContentType(head.contentType));
+    if (upload) return this.refuse(upload, true);
     this.bodyPhase(false, b);
   }
 
-  /** `GET /openai/v1/models` and `/models/<id>`: answered by the gateway from the route table. */
-  private answerModels(b: ByModel): void {
-    const method = this.head!.method;
-    const unread = this.head!.chunked || (this.head!.contentLength ?? 0) > 0;
-    if (method !== 'GET' && method !== 'HEAD') {
-      return this.refuse(
-        gatewayError('method_not_allowed', `${method} is not allowed on /openai/v1/models; use GET`, {
-          allow: 'GET, HEAD',
-        }),
-        unread,
-      );
-    }
-    const table = this.ctx.store.current();
-    const body = b.modelId !== undefined ? modelRetrieve(table, b.key, b.modelId) : modelsList(table, b.key);
-    if (body instanceof Error) {
-      modelRefused(body, this.client, this.ctx.admission);
-      return this.refuse(body, unread);
-    }
+  /** The gateway's own JSON answer (the model list). */
+  private answerJson(body: string, unread: boolean): void {
     this.ended = 'answered';
     const closing = unread || this.ctx.drain.draining;
     if (closing) this.closeAfter = true;
-    sendJson(this.res, 200, body, this.extra, closing, method === 'HEAD');
+    sendJson(this.res, 200, body, this.extra, closing, this.head!.method === 'HEAD');
   }
 
   // ---- body --------------------------------------------------------------------------------------------------------
@@ -404,120 +377,55 @@ export class Exchange implements Job, Held, CallOwner, Queued {
 
   /** `wire`: the body as sent; `plain`: decoded (the same buffer without a Content-Encoding). */
   private bodyChecked(wire: Buffer, plain: Buffer, b: ByModel | undefined): void {
-    if (b) return this.routeByModel(b, plain, wire !== plain);
+    if (b) return this.routeByModel(b, wire, plain);
     const d = this.d!;
-    if (d.route.kind === 'llm' && d.check === 'json' && plain.length > 0) return this.llmBody(d, wire, plain);
-    if (d.route.kind === 'llm' && d.check === 'form') return this.formBody(d, wire, plain);
-    const invalid = validateBody(d.check, plain);
-    if (invalid) return this.refuse(invalid);
+    const llm = this.llm;
+    if (llm?.reads(d, plain)) {
+      const refused = llm.checked(this.ctx.store.current(), d, this.head!.contentType ?? '', wire, plain);
+      if (refused) return this.refuseModel(refused);
+    } else {
+      const invalid = validateBody(d.check, plain);
+      if (invalid) return this.refuse(invalid);
+    }
     // Checked decoded, forwarded as sent: the backend gets the client's bytes and their Content-Encoding.
-    this.body = wire;
-    this.bodyLength = wire.length;
-    this.settleRoom();
+    this.holdBody(wire);
     this.pickPhase(undefined);
-  }
-
-  /**
-   * An LLM deployment's own URL: the body is forwarded as sent, once the members the gateway reads are unambiguous
-   * (openai/llm-body.ts) and `model` does not name another deployment's model on a shared backend.
-   */
-  private llmBody(d: Accepted, wire: Buffer, plain: Buffer): void {
-    // Scanned, not parsed (http/json-scan.ts): a tree could cost 20 times the body.
-    const members = llmMembers(plain);
-    if (members instanceof Error) return this.refuse(members);
-    if (members.object) {
-      const forbidden = modelForbidden(this.ctx.store.current(), d.route, modelValue(plain, members), d.key);
-      if (forbidden) {
-        this.ctx.metrics.authFailures.inc({ reason: 'forbidden' });
-        return this.refuse(forbidden);
-      }
-      this.promptEstimate = estimatePrompt(plain, members);
-      if (d.route.balancing.policy === 'llm') this.prefix = promptKey(plain, members, servedModel(d.route));
-      if (d.route.fallbacks) {
-        const q = d.upstreamPath.indexOf('?');
-        const path = q === -1 ? d.upstreamPath : d.upstreamPath.slice(0, q);
-        this.llm = { plain, members, path, encoded: wire !== plain };
-      }
-    }
-    this.body = wire;
-    this.bodyLength = wire.length;
-    this.settleRoom();
-    this.pickPhase(undefined);
-  }
-
-  /**
-   * An LLM deployment's own URL, a form upload: forwarded as sent once its `model` field (read from the part headers,
-   * openai/form-model.ts) does not name another deployment's model on a shared backend, like a JSON body's.
-   */
-  private formBody(d: Accepted, wire: Buffer, plain: Buffer): void {
-    const m = formModel(plain, this.head!.contentType ?? '');
-    if (m instanceof Error) return this.refuse(m);
-    const forbidden = m && modelForbidden(this.ctx.store.current(), d.route, m.value, d.key);
-    if (forbidden) {
-      this.ctx.metrics.authFailures.inc({ reason: 'forbidden' });
-      return this.refuse(forbidden);
-    }
-    this.body = wire;
-    this.bodyLength = wire.length;
-    this.settleRoom();
-    this.pickPhase(undefined);
-  }
-
-  /** The OpenAI base URL, a form upload: its `model` field picks the deployment and is rewritten to the served name. */
-  private formByModel(b: ByModel, buf: Buffer, decoded: boolean): void {
-    const m = formModel(buf, this.head!.contentType ?? '');
-    const route = m instanceof Error ? m : selectModel(this.ctx.store.current(), b.key, m?.value);
-    if (route instanceof Error) {
-      modelRefused(route, this.client, this.ctx.admission);
-      return this.refuse(route);
-    }
-    this.routeOf = route;
-    this.modelRouted(b, route, withFormModel(buf, m as FormModel, servedModel(route)), decoded);
   }
 
   /** The OpenAI base URL: `model` picks the deployment, whose limits apply now; the body goes on with it rewritten. */
-  private routeByModel(b: ByModel, buf: Buffer, decoded: boolean): void {
-    const ctx = this.ctx;
-    if (isFormData(this.head!.contentType)) return this.formByModel(b, buf, decoded);
-    const p = prepareBody(ctx.store.current(), b, buf);
-    if (p instanceof Error) {
-      modelRefused(p, this.client, ctx.admission);
-      return this.refuse(p);
-    }
-    this.routeOf = p.route;
-    this.stripUsage = p.stripUsage;
-    this.promptEstimate = p.promptEstimate;
-    if (p.route.balancing.policy === 'llm') this.prefix = promptKey(buf, p.members, servedModel(p.route));
-    if (p.route.fallbacks) this.llm = { plain: buf, members: p.members, path: b.rest, encoded: decoded };
-    this.modelRouted(b, p.route, p.body, decoded);
+  private routeByModel(b: ByModel, wire: Buffer, plain: Buffer): void {
+    const llm = this.llm!;
+    const route = llm.route(this.ctx.store.current(), b, this.head!.contentType, plain);
+    if (route instanceof Error) return this.refuseModel(route);
+    this.routeOf = route;
+    const body = llm.routed(b, route, wire, plain);
+    if (body instanceof Error) return this.refuse(body);
+    if (llm.decoded) this.head!.forward = withoutHeader(this.head!.forward, 'content-encoding');
+    this.holdBody(body);
+    this.settled(admitModel(b, route, b.search, this.ctx.admission), (x) => this.modelAdmitted(x));
   }
 
-  /** The base URL's deployment is known: the edited body goes on once that deployment's limits pass. */
-  private modelRouted(b: ByModel, route: Route, body: Buffer, decoded: boolean): void {
-    // A `model` in the query (checked at admission) must name the same deployment as the body's.
-    if (b.queryRoute && b.queryRoute !== route) {
-      return this.refuse(
-        gatewayError(
-          'invalid_body',
-          `the query's model names "${modelId(b.queryRoute)}" and the body's "${modelId(route)}": name one model`,
-        ),
-      );
-    }
-    // The rewritten body goes on decoded: its Content-Encoding no longer applies.
-    if (decoded) this.head!.forward = withoutHeader(this.head!.forward, 'content-encoding');
+  private modelAdmitted(x: Accepted | Refused): void {
+    if (this.ended) return;
+    if (!x.ok) return this.refuse(x.error, x.close);
+    // The headers admission gave so far, with the deployment's rate limits merged in.
+    this.extra = ['x-request-id', this.requestId, ...x.headers];
+    this.d = x;
+    this.charge = x.charge;
+    this.pickPhase(undefined);
+  }
+
+  /** The body to forward, held in memory. */
+  private holdBody(body: Buffer): void {
     this.body = body;
     this.bodyLength = body.length;
     this.settleRoom();
-    const a = admitModel(b, route, b.search, this.ctx.admission);
-    this.settled(a, (x) => {
-      if (this.ended) return;
-      if (!x.ok) return this.refuse(x.error, x.close);
-      // The headers admission gave so far, with the deployment's rate limits merged in.
-      this.extra = ['x-request-id', this.requestId, ...x.headers];
-      this.d = x;
-      this.charge = x.charge;
-      this.pickPhase(undefined);
-    });
+  }
+
+  /** A refused `model` counts as a failed authorisation where admission says so (SPEC §9). */
+  private refuseModel(err: GatewayError, close = false): void {
+    modelRefused(err, this.client, this.ctx.admission);
+    this.refuse(err, close);
   }
 
   /** The body stopped (`idle`) or trickles (`slow`): 408, and the backend's request is aborted. */
@@ -544,11 +452,11 @@ export class Exchange implements Job, Held, CallOwner, Queued {
     let chosen: Chosen | undefined;
     if (avoid !== undefined && this.chosen) {
       // The retry: the same backend (and variant), another address when it has one.
-      const target = ctx.picker.pick(route, this.chosen.backend, avoid, this.prefix);
+      const target = ctx.picker.pick(route, this.chosen.backend, avoid, this.llm?.prefix);
       chosen = target && copyWith(this.chosen, { target });
     } else if (!route.notReady) {
       if (this.dequeued !== route.id && this.waitTurn(route)) return;
-      chosen = ctx.picker.choose(route, this.prefix);
+      chosen = ctx.picker.choose(route, this.llm?.prefix);
       // Let go by the fair queue: to an endpoint with room, if the pick has none (§12's picker reads only the reports).
       const room = this.roomAt;
       this.roomAt = undefined;
@@ -638,7 +546,7 @@ export class Exchange implements Job, Held, CallOwner, Queued {
     const old = d.route;
     const current = this.ctx.store.current().byPath.get(`${old.project}/${old.deployment}`);
     const route = current && current.id === old.id ? current : old;
-    const chosen = route.notReady ? undefined : this.ctx.picker.choose(route, this.prefix);
+    const chosen = route.notReady ? undefined : this.ctx.picker.choose(route, this.llm?.prefix);
     if (!chosen) return false;
     this.held = false;
     // A fallback held for scale from zero: the hold does not count against the chain's deadline (SPEC §10).
@@ -697,7 +605,7 @@ export class Exchange implements Job, Held, CallOwner, Queued {
         res: this.res,
         extra: this.extra,
         meter: route.kind === 'llm' && req.method !== 'HEAD',
-        stripUsage: this.stripUsage,
+        stripUsage: this.llm?.stripUsage ?? false,
         stripCors: ctx.cors.enabled,
         closing: ctx.drain.draining,
         head: req.method === 'HEAD',
@@ -756,7 +664,7 @@ export class Exchange implements Job, Held, CallOwner, Queued {
     this.req.headersDistinct = NO_DISTINCT;
     this.head = undefined;
     this.body = null;
-    this.llm = undefined;
+    this.llm?.letGo();
     this.unhold = undefined;
     this.extra = [];
     this.letGoOfBody();
@@ -804,15 +712,13 @@ export class Exchange implements Job, Held, CallOwner, Queued {
       'falling back',
     );
     const llm = this.llm;
-    if (llm && Buffer.isBuffer(this.body)) {
+    if (llm?.keepsBody && Buffer.isBuffer(this.body)) {
       // The edit of the deployment before goes first: one edited copy at a time (within what was reserved).
       this.body = null;
-      const edited = bodyFor(llm, to);
-      if (llm.encoded) this.head!.forward = withoutHeader(this.head!.forward, 'content-encoding');
-      this.body = edited.body;
-      this.bodyLength = edited.body.length;
-      this.stripUsage = edited.stripUsage;
-      if (to.balancing.policy === 'llm') this.prefix = promptKey(llm.plain, llm.members, servedModel(to));
+      const body = llm.forFallback(to)!;
+      if (llm.decoded) this.head!.forward = withoutHeader(this.head!.forward, 'content-encoding');
+      this.body = body;
+      this.bodyLength = body.length;
     }
     d.route = this.routeOf = to;
     this.chosen = undefined;
@@ -1003,7 +909,7 @@ export class Exchange implements Job, Held, CallOwner, Queued {
     // An LLM answer is charged its reported usage, raised to what the gateway saw when that is more or no report came
     // (cut short, the client gone, a backend that never sends it or reports too little): the prompt as guessed from
     // the request, the completion from the generated text that passed.
-    const charged = meter && chargedUsage(meter, this.promptEstimate);
+    const charged = meter && chargedUsage(meter, this.llm?.promptEstimate ?? 0);
     const usage = charged?.tokens;
     if (this.charge && usage) this.ctx.perMinute.charge(this.charge, usage.prompt + usage.completion);
     // Budgets (SPEC §14): the tokens, and their cost at the prices of the deployment that answered.
@@ -1088,12 +994,5 @@ function withoutRateHeaders(list: string[]): string[] {
   const out: string[] = [];
   for (let i = 0; i < list.length; i += 2)
     if (!list[i].startsWith('x-ratelimit-') && list[i] !== 'retry-after') out.push(list[i], list[i + 1]);
-  return out;
-}
-
-/** A flat [name, value, ...] list without the lines named `name` (lower case). */
-function withoutHeader(list: string[], name: string): string[] {
-  const out: string[] = [];
-  for (let i = 0; i < list.length; i += 2) if (list[i] !== name) out.push(list[i], list[i + 1]);
   return out;
 }

@@ -1,23 +1,11 @@
 // Fallbacks (SPEC §12): the deployments a request goes to, in the order `spec.fallbacks` of the deployment first
 // admitted lists them, when it fails before any byte of its answer reached the client. A fallback the key is not
 // granted, or of another kind, is skipped; a fallback's own fallbacks are not followed. On OpenAI routes the body's
-// `model` is rewritten to the fallback's served name (with the edits of openai/llm-body.ts).
+// `model` is rewritten to the fallback's served name (openai/llm-request.ts).
 import type { ApiKeyRecord, Route, RouteTable } from '../../routing/types.js';
 import { grantsProject } from '../admit/auth.js';
-import { servedModel } from '../openai/by-model.js';
-import { editLlmBody, type LlmBody, type LlmMembers } from '../openai/llm-body.js';
 
 export type FallbackReason = 'connect' | '5xx' | '429' | 'no_endpoint' | 'timeout' | 'rate_limited';
-
-/** An LLM JSON body as read: what a fallback needs to name its own model (the bytes, never a parsed tree). */
-export interface LlmRequest {
-  plain: Buffer;
-  members: LlmMembers;
-  /** The OpenAI path, without query. */
-  path: string;
-  /** The client sent it with a Content-Encoding. */
-  encoded: boolean;
-}
 
 export class Fallbacks {
   /** The deployment first admitted (whose list is followed), once a fallback was taken. */
@@ -70,9 +58,4 @@ export class Fallbacks {
 /** One deployment resource, in whichever table. */
 function sameRoute(a: Route, b: Route): boolean {
   return a === b || (a.id === b.id && a.resourceKind === b.resourceKind);
-}
-
-/** The body for the fallback `to`: `model` names its served model. */
-export function bodyFor(llm: LlmRequest, to: Route): LlmBody {
-  return editLlmBody(llm.plain, llm.members, llm.path, servedModel(to));
 }
