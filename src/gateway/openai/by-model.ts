@@ -1,7 +1,5 @@
-// The one OpenAI base URL (SPEC §9): `<publicUrl>/openai/v1` reaches every LLM deployment a key is granted. The
-// body's `model` ("<project>/<deployment>", or the bare deployment name when it is unambiguous among the key's
-// projects) picks the deployment and is rewritten to the name the backend serves; `GET /openai/v1/models` lists what
-// the key may use. Plain functions of the table, the key and the request body.
+// The OpenAI base URL shared by all LLM deployments (SPEC §9), `<publicUrl>/openai/v1`: the body's `model`
+// (`<project>/<deployment>`, or a bare name unambiguous among the key's projects) picks the deployment.
 import type { ApiKeyRecord, Route, RouteTable } from '../../routing/types.js';
 import { grantsProject } from '../admit/auth.js';
 import { gatewayError, type GatewayError } from '../http/errors.js';
@@ -114,11 +112,7 @@ export interface PreparedBody extends LlmBody {
   members: LlmMembers;
 }
 
-/**
- * A JSON body sent to the base URL: the deployment its `model` names, and the body to forward with the edits of
- * llm-body.ts (`model` rewritten to the served name, the stream flag and the usage request). The body is scanned,
- * not parsed (http/json-scan.ts).
- */
+/** A JSON body sent to the base URL: the deployment its `model` names, and the body edited by llm-body.ts. */
 export function prepareBody(
   table: RouteTable,
   d: { key: ApiKeyRecord; rest: string },

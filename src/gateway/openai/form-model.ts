@@ -1,9 +1,8 @@
-// The `model` field of a multipart/form-data upload (OpenAI's /audio/transcriptions, /audio/translations,
-// /images/edits, ...): found by reading the part headers only, never the files. Strict where a lenient reading could
-// differ from the backend's form parser: what is not plainly one `model` field in well-formed multipart is a 400.
+// The `model` field of a multipart upload (/audio/transcriptions, /images/edits, ...), read from part headers only.
+// Strict where a backend's form parser could read otherwise: anything but plainly one `model` field is a 400.
 import { gatewayError, type GatewayError } from '../http/errors.js';
 
-/** Where the one `model` field's value lies in the body, and the value. */
+/** Where the `model` field's value lies in the body (a second one is a 400), and the value. */
 export interface FormModel {
   value: string;
   start: number;
@@ -23,10 +22,8 @@ const malformed = (why: string): GatewayError =>
   gatewayError('invalid_body', `the multipart/form-data body is malformed: ${why}`);
 
 /**
- * The `model` field of a multipart/form-data body, undefined when there is none, or a 400: no boundary, a part
- * without its delimiter or header end, `model` twice or in another case (a backend takes one of them, the gateway
- * could check the other), or a `model` part with a Content-Transfer-Encoding that would change its bytes.
- * Linear in the body's length: each delimiter is found with one search from the last.
+ * The `model` field, undefined when none, or a 400 for what parsers may read differently: `model` twice or in another
+ * case (the backend could read another than was checked), a transfer coding on it, broken framing. Linear in the body.
  */
 export function formModel(body: Buffer, contentType: string): FormModel | undefined | GatewayError {
   const boundary = boundaryOf(contentType);
@@ -73,10 +70,8 @@ function boundaryOf(contentType: string): string | undefined | GatewayError {
 const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 
 /**
- * The parameter `wanted` of a header value (`type; name=value; name="quoted \" value"`), as every form parser reads
- * it, or a 400 where parsers differ: the parameters are not plainly `; token=token` or `; token=quoted-string`, or
- * `wanted` is repeated (in any case; Python's email parser keeps the last, WHATWG's the first) or written in RFC 2231
- * form (`wanted*=`, which Python reads). A `; wanted=` inside another parameter's quoted value is that value.
+ * The parameter `wanted` of a header value, or a 400 where parsers differ: not plain `; token=token|quoted-string`,
+ * repeated (Python's email parser keeps the last, WHATWG's the first) or RFC 2231 `wanted*=` (Python reads it).
  */
 function parameters(value: string, wanted: string, where: string): string | undefined | GatewayError {
   const bad = (why: string) => malformed(`${where} ${why}`);

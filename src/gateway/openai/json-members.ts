@@ -1,7 +1,5 @@
-// Byte-exact edits of a JSON object's top-level members: find where a member's value sits in the raw body, replace
-// it, or add a member. Everything else in the body (spacing, key order, number spelling, other members) stays as the
-// client sent it, which re-serialising would not guarantee (big integers, duplicate keys, -0).
-// The callers have already parsed the body with JSON.parse, so the scanner may trust its structure.
+// JSON's top-level members in raw bytes, edited byte-exactly: the rest stays as sent, which re-serialising would not
+// keep (big integers, duplicate keys, -0). The skips do not validate: on broken JSON they stop at `end`.
 
 export interface MemberSpan {
   /** The member's name, decoded. */

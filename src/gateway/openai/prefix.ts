@@ -1,20 +1,6 @@
-// The keys of a prompt that endpoint picking keeps together (SPEC §12 and its 2026-11-26 amendment; docs/llm.md,
-// "Which endpoint"): requests that share them go to the same endpoint, whose KV cache then holds their prefix.
-// The canonical text is the served model, `tools`, then the messages in order ("role:content" lines) or the prompt.
-// - The shared key (prefixKey): a 32-bit hash of the model, `tools` and the leading part of the history — chat: the
-//   messages before the last one (the system prompt and the history: what the next turn shares), or the first message
-//   when it is the only one; completions: the prompt — cut at a fixed boundary (the largest of 128, 256, 512, 1024 or
-//   2048 characters that the text reaches), so that requests sharing a long system prompt hash alike whatever follows.
-// - The conversation key (promptKey, when the history holds a message past the leading system and developer
-//   messages): the hash of the system part (its first 2,048 characters) and of the first 512 characters that follow
-//   it — the start of the conversation, which its every later turn repeats. Conversations under one system prompt thus
-//   have keys of their own (they spread over the endpoints), and each keeps its key from its second turn to its last,
-//   however long it grows (once the text past the system part reaches 512 characters: below that there is little
-//   history to lose).
-// The text is what JSON.parse then JSON.stringify would give, but read from the body's bytes only as far as the keys
-// need (http/json-scan.ts): at most 2,048 + 512 characters of messages are decoded and hashed, so a 100k-character
-// history, a 24 MiB image part or 15 MiB of tools cost what their first kilobytes cost, plus a quote search or a skip
-// over the rest of the messages the walk passes.
+// A prompt's keys for endpoint picking (SPEC §12; docs/llm.md, "Which endpoint"): the shared key (model, tools, the history
+// cut at 128..2048 characters) and the conversation key (system part + the first 512 characters after it). Read from
+// the bytes only as far as the keys need, so a 24 MiB image part costs what its first kilobytes cost.
 import { FNV_OFFSET, type PromptKey } from '../forward/targets.js';
 import {
   eachElement,
@@ -30,11 +16,7 @@ const BOUNDS = [2048, 1024, 512, 256, 128];
 const MAX = BOUNDS[0];
 /** Characters past the system part that make a conversation's key. */
 export const CONVERSATION_CHARS = 512;
-/**
- * Messages, and parts of a message, read at most: a message object adds at least 2 characters (":" and a new line),
- * so 1,024 of them reach MAX; past this only elements that add nothing (a string as a message, an empty text part)
- * could follow, and a body of millions of them is not walked for its key.
- */
+/** Messages or parts read at most: each adds 2+ characters, so 1,024 reach MAX; millions of empty ones are not walked. */
 const MAX_ITEMS = 1024;
 const STRIDE = 8;
 const FNV_PRIME = 0x01000193;
@@ -48,10 +30,7 @@ export function prefixKey(raw: Buffer, members: LlmMembers, model: string): numb
   return keys(raw, members, model, false)?.hash;
 }
 
-/**
- * The key that picks the endpoint: the conversation key when the history has a conversation, else the shared key.
- * undefined: nothing to key (an embedding's input, a body that is not an object).
- */
+/** The conversation key when the history has a conversation, else the shared key; undefined: nothing to key. */
 export function promptKey(raw: Buffer, members: LlmMembers, model: string): PromptKey | undefined {
   return keys(raw, members, model, true);
 }
@@ -102,11 +81,8 @@ function keys(raw: Buffer, members: LlmMembers, model: string, conversation: boo
 }
 
 /**
- * FNV-1a over s[from, to): its first 256 characters, then every STRIDE-th (eighth). All the text is read (decoded),
- * 480 characters of a 2,048-character part hashed (the hash is the larger part of a pick's CPU). What tells prompts
- * apart is mostly near the start of each part (a tenant's name, a conversation's first words), and texts that agree
- * on every eighth character past it share most of their prefix anyway; two prompts differing only at a few
- * characters past there share a key (and an endpoint), no more.
+ * FNV-1a over the first 256 characters, then every STRIDE-th: the hash is most of a pick's CPU, and prompts differ
+ * mostly near the start (prompts differing only past there between sampled characters share an endpoint, no more).
  */
 export function fold(s: string, from: number, to: number, h: number): number {
   const full = Math.min(to, from + FULL);

@@ -1,9 +1,6 @@
-// Limits inside a realtime (websocket) session: each client `response.create` is a request, admitted against the
-// key's and the deployment's per-minute windows before it reaches the backend; a refused one is answered with an
-// OpenAI realtime `error` event (code rate_limit_exceeded) and never forwarded. The client's frames pass unchanged and
-// in order; a data message is held only until it is whole (at most MAX_READ bytes) to see its `type`. A message too
-// large to read passes only while no window is exhausted (it takes nothing). FrameCursor finds where the backend's
-// stream is between messages, the only place the gateway's own event may be put into it.
+// Limits inside a realtime session: each client `response.create` is admitted against the per-minute windows, a
+// refused one answered with a realtime `error` event, never forwarded. Frames pass unchanged; a message is held only
+// until whole (MAX_READ) to read its `type`. The gateway's event goes into the backend's stream between messages only.
 import { randomUUID } from 'node:crypto';
 import { openaiErrorType, type GatewayError } from '../http/errors.js';
 
@@ -15,19 +12,15 @@ const CREATE = 'response.create';
 export interface GateOwner {
   /** Client bytes for the backend, in order. */
   forward(bytes: Buffer): void;
-  /**
-   * The limits' answer for a response.create (`take`: it counts as a request) or for a message too large to read
-   * (`take` false: refused only when a window is exhausted); undefined admits it.
-   */
+  /** The limits' answer: `take` for a response.create, else a message too large to read (refused only when spent). */
   decide(take: boolean): GatewayError | undefined | Promise<GatewayError | undefined>;
   /** A message was refused (not forwarded): the client is told with an error event. */
   refused(err: GatewayError, eventId: string | undefined): void;
   /** Reading the client pauses while a decision is pending (the store is remote). */
   hold(on: boolean): void;
   /**
-   * The gate is about to hold `bytes` in all (0: nothing): true when the gateway-wide budget of buffered bytes has
-   * room. Without room the message is not read, as one too large to read: held messages of a few hundred sessions
-   * would otherwise take the process past its memory (about 2 MB each, unbounded but by the websocket caps).
+   * True when the gateway-wide budget of held bytes has room for `bytes` in all; else the message passes unread: a
+   * few hundred sessions' held messages (~2 MB each) would take the process past its memory.
    */
   room?(bytes: number): boolean;
 }
@@ -84,10 +77,7 @@ function eventOf(text: string): { type?: unknown; event_id?: unknown } | undefin
 
 export class RealtimeGate {
   private buf: Buffer = Buffer.alloc(0);
-  /**
-   * Chunks come after `buf`, joined to it only once `need` bytes are there: a 1 MiB frame trickled in 100-byte chunks
-   * was joined whole at each chunk (0.6 s of copying for one message; 10-byte chunks, ten times that).
-   */
+  /** Chunks joined to `buf` only once `need` bytes are there: a 1 MiB frame in 100-byte chunks took 0.6 s of copying. */
   private parts: Buffer[] = [];
   private partsLength = 0;
   private need = 0;
@@ -223,10 +213,7 @@ export class RealtimeGate {
   }
 }
 
-/**
- * Follows a websocket byte stream's framing (the backend's, towards the client) without copying it: `quiet` is true
- * between messages, where another message may be written into the stream.
- */
+/** Follows the backend's websocket framing without copying: `quiet` between messages, where one may be written. */
 export class FrameCursor {
   private head: Buffer = Buffer.alloc(0);
   private left = 0;

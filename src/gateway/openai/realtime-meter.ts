@@ -1,7 +1,5 @@
-// Token usage of an LLM websocket (OpenAI's Realtime API and servers that speak it): the backend's frames are read as
-// they pass to the client, and each `response.done` event's `response.usage` (input and output tokens) is reported.
-// The frames are not changed. Text messages longer than MAX_MESSAGE are passed on unread; compressed frames
-// (permessage-deflate) cannot be read, so the gateway does not offer that extension to the backend on LLM routes.
+// Token usage of an LLM websocket (Realtime API): each `response.done`'s usage, read from frames as they pass.
+// Compressed frames cannot be read, so the gateway does not offer permessage-deflate to the backend on LLM routes.
 import { readUsage, type TokenUsage } from './usage-meter.js';
 
 /** A message longer than this is not read for usage. */
