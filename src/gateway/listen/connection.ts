@@ -77,7 +77,7 @@ export class Conn {
 
   private begin(job: Job): void {
     this.active = job;
-    this.drain.busy++;
+    this.drain.hold();
     job.start();
   }
 
@@ -147,7 +147,7 @@ export class Conn {
     const q = this.queue;
     this.queue = undefined;
     if (q) for (const j of q) j.drop();
-    this.drain.connections.delete(this);
+    this.drain.forget(this);
   }
 
   /** Shutdown deadline or immediate close. */

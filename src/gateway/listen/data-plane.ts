@@ -232,7 +232,7 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
     const connOf = (socket: Socket): Conn => Conn.of(socket) ?? track(socket);
     const track = (socket: Socket): Conn => {
       const c = new Conn(socket, drain);
-      drain.connections.add(c);
+      drain.track(c);
       return c;
     };
     // A TLS connection is tracked once its handshake is done (its requests come on the TLSSocket, not the TCP one); a

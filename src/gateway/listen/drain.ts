@@ -4,19 +4,50 @@
 import type { Server } from 'node:http';
 import { Server as NetServer } from 'node:net';
 import type { Logger } from '../../log.js';
-import type { Conn } from './connection.js';
+
+/** What the drain needs of a client connection (listen/connection.ts). */
+export interface Tracked {
+  /** About once a second (the data plane's sweep): timeouts. */
+  tick(now: number): void;
+  /** Shutdown deadline: end what is still running. */
+  deadline(): void;
+  destroy(): void;
+}
 
 export class Drain {
   draining = false;
   /** Connections holding a request being answered (or a tunnel). */
-  busy = 0;
+  private held = 0;
   /** Every open client connection; per connection, not per request. */
-  readonly connections = new Set<Conn>();
+  private readonly open = new Set<Tracked>();
   private waiters: Array<() => void> = [];
 
+  get busy(): number {
+    return this.held;
+  }
+
+  get connections(): ReadonlySet<Tracked> {
+    return this.open;
+  }
+
+  track(c: Tracked): void {
+    this.open.add(c);
+  }
+
+  /** The connection closed. */
+  forget(c: Tracked): void {
+    this.open.delete(c);
+  }
+
+  /** A connection started answering a request (or holding a tunnel). */
+  hold(): void {
+    this.held++;
+  }
+
+  /** A connection's answer (or tunnel) is over. */
   release(): void {
-    this.busy--;
-    if (this.busy === 0 && this.waiters.length) {
+    this.held--;
+    if (this.held === 0 && this.waiters.length) {
       const w = this.waiters;
       this.waiters = [];
       for (const f of w) f();
