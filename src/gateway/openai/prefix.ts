@@ -1,6 +1,6 @@
-// A prompt's keys for endpoint picking (SPEC §12; docs/llm.md, "Which endpoint"): the shared key (model, tools, the history
-// cut at 128..2048 characters) and the conversation key (system part + the first 512 characters after it). Read from
-// the bytes only as far as the keys need, so a 24 MiB image part costs what its first kilobytes cost.
+// A prompt's keys for endpoint picking (SPEC §12; docs/llm.md, "Which endpoint"): the shared key (model, tools, the
+// history cut at 128..2048 characters) and the conversation key (system part + the first 512 characters after it).
+// Read from the bytes only as far as the keys need, so a 24 MiB image part costs what its first kilobytes cost.
 import { FNV_OFFSET, type PromptKey } from '../forward/targets.js';
 import {
   eachElement,
