@@ -186,7 +186,7 @@ export class RedisLimitStore implements LimitStore {
     }
   }
 
-  /** A command on this connection under the same breaker (the budgets' scripts); undefined when Redis did not answer. */
+  /** A command under the same breaker (the budgets' scripts); undefined when Redis did not answer. */
   async command<T>(send: (redis: Redis) => Promise<T>): Promise<T | undefined> {
     if (this.openAfter !== undefined) {
       this.shortCircuit();

@@ -191,7 +191,7 @@ export class Metrics {
   /** The generation of `perRoute` (route objects hold its entries: see RouteSlot). */
   private gen: object = {};
 
-  /** Counts one answer as plain numbers; `variant` only for canaried deployments (SPEC §10); `at`: the route object. */
+  /** Counts one answer in plain numbers; `variant` only when canaried (SPEC §10); `at`: the route object. */
   observeRequest(
     project: string,
     deployment: string,

@@ -16,7 +16,7 @@ const BOUNDS = [2048, 1024, 512, 256, 128];
 const MAX = BOUNDS[0];
 /** Characters past the system part that make a conversation's key. */
 export const CONVERSATION_CHARS = 512;
-/** Messages or parts read at most: each adds 2+ characters, so 1,024 reach MAX; millions of empty ones are not walked. */
+/** Messages or parts read at most: each adds 2+ characters, so 1,024 reach MAX; millions of empty ones are not read. */
 const MAX_ITEMS = 1024;
 const STRIDE = 8;
 const FNV_PRIME = 0x01000193;

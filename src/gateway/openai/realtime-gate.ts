@@ -77,7 +77,7 @@ function eventOf(text: string): { type?: unknown; event_id?: unknown } | undefin
 
 export class RealtimeGate {
   private buf: Buffer = Buffer.alloc(0);
-  /** Chunks joined to `buf` only once `need` bytes are there: a 1 MiB frame in 100-byte chunks took 0.6 s of copying. */
+  /** Joined to `buf` only once `need` bytes are there: a 1 MiB frame in 100-byte chunks took 0.6 s of copying. */
   private parts: Buffer[] = [];
   private partsLength = 0;
   private need = 0;
