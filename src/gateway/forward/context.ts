@@ -10,7 +10,6 @@ import type { AdmitContext } from '../admit/pipeline.js';
 import type { CorsPolicy } from '../admit/cors.js';
 import type { DecodeBudget } from '../http/body-encoding.js';
 import type { HeadOptions } from '../http/request-head.js';
-import type { Drain } from '../listen/drain.js';
 import type { BodyBudget } from './body-budget.js';
 import type { Pools } from './pools.js';
 import type { HoldQueues } from './scale-from-zero.js';
@@ -30,7 +29,8 @@ export interface PlaneContext {
   perMinute: PerMinuteLimits;
   picker: TargetPicker;
   pools: Pools;
-  drain: Drain;
+  /** The drain (listen/drain.ts): once the gateway stops, every answer closes its connection. */
+  drain: { readonly draining: boolean };
   head: HeadOptions;
   maxBody: number;
   /** Decoded size limit of a compressed body the gateway reads (never above maxBody). */

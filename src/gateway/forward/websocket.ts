@@ -27,7 +27,7 @@ import { clientRequestId, downstreamHeaders, upstreamHeaders } from '../http/hea
 import { pathOf } from '../http/path.js';
 import { clientAddress, headProblem, readHead, type RequestHead } from '../http/request-head.js';
 import { closeSocket, rawHead, sendRawError } from '../http/answers.js';
-import type { Conn, Job } from '../listen/connection.js';
+import type { Conn, Job } from './job.js';
 import { BodyBudget, type Reservation } from './body-budget.js';
 import type { PlaneContext } from './context.js';
 import { DECLINE_BODY_MAX, UpgradeCall, type UpgradeOwner } from './upstream-call.js';

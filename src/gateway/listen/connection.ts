@@ -5,26 +5,14 @@ import type { Socket } from 'node:net';
 import type { Drain } from './drain.js';
 import type { Dialect, GatewayError } from '../http/errors.js';
 import { lingerAfterAnswer, sendRawError } from '../http/answers.js';
-
-/** A request (or upgrade) waiting for, or holding, its turn on the connection. */
-export interface Job {
-  start(): void;
-  /** The connection closed before the job's turn came. */
-  drop(): void;
-  /** Called about once a second while the job holds the turn (timeouts). */
-  tick(now: number): void;
-  /** Shutdown deadline: end what is still running. */
-  deadline(): void;
-  /** A parse error while this job's own request is still being read: true when the job answers it. */
-  interrupt?(err: GatewayError): boolean;
-}
+import type { Conn as JobConn, Job } from '../forward/job.js';
 
 /** Pipelined requests parsed ahead of the one being served, beyond which the connection stops reading. */
 const MAX_QUEUED = 16;
 
 const kConn = Symbol('servegate.conn');
 
-export class Conn {
+export class Conn implements JobConn {
   active: Job | undefined;
   private queue: Job[] | undefined;
   private paused = false;
