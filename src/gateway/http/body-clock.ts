@@ -1,8 +1,5 @@
-// The clocks of a request body that is still arriving, read once a second by the connection sweep: idle (no byte for
-// limits.requestBodyIdleTimeoutSeconds) and slow (on average below limits.requestBodyMinBytesPerSecond over any
-// window of BODY_RATE_WINDOW_MS, once the body has been coming that long). Only the client can be late: a second in
-// which the gateway itself held the body back (bytes waiting in the request's buffer) restarts the rate window and
-// counts as progress.
+// An arriving body's clocks, read each second by the connection sweep: idle and slow (below the minimum rate over
+// BODY_RATE_WINDOW_MS). Only the client can be late: a second the gateway held the body back counts as progress.
 
 /** The window of the minimum body rate, and the time before it starts. */
 export const BODY_RATE_WINDOW_MS = 10_000;
@@ -25,10 +22,7 @@ export class BodyClock {
     this.seenAt = this.startedAt = now;
   }
 
-  /**
-   * One look: `bytesRead` of the connection now, `backpressured` when bytes wait in the request's own buffer.
-   * 'idle' or 'slow' when the body broke its bound.
-   */
+  /** One look (`backpressured`: bytes wait in the request's own buffer); 'idle' or 'slow' when a bound broke. */
   look(now: number, bytesRead: number, backpressured: boolean): 'idle' | 'slow' | undefined {
     if (backpressured) {
       this.rate = undefined;

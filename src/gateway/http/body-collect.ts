@@ -1,9 +1,6 @@
-// A request body read whole, into one buffer grown by doubling as bytes arrive (never past its Content-Length). Each
-// chunk is copied in as it comes and let go, so a body costs its own size (at most twice, while it grows) — not its
-// chunks, then their join, at once. Room is asked for as the body grows, at most twice what has come (from STEP):
-// never for what a Content-Length only declares, nor a fixed first buffer — a client that declares 32 MiB and
-// trickles holds what it has sent, and a thousand that each sent a few bytes hold a few KiB each, not the budget every
-// other tenant's body needs.
+// A request body read whole into one buffer that doubles as bytes arrive: a body costs its size (twice while it grows),
+// not its chunks plus their join. Room follows what came, never a declared Content-Length: a client that declares
+// 32 MiB and trickles holds only what it sent.
 import type { IncomingMessage } from 'node:http';
 
 /** The smallest buffer (and room asked for): a body's first bytes. */
@@ -12,11 +9,8 @@ const STEP = 1024;
 export type CollectEnd = { body: Buffer } | { problem: 'too_large' | 'no_room' };
 
 /**
- * Reads `req` to its end. `declared`: its Content-Length (the buffer never grows past it). The body asks `grow` for
- * room before each buffer it takes (reading pauses until it answers; `false`: no room): the first holds its first
- * chunk (at least STEP bytes), each next one twice the last or what has come. `max`: a body past it ends the read
- * with 'too_large'. `done` is called once; the listeners are removed first. Returns what stops the read without an
- * end (the request was answered otherwise): what was read is let go.
+ * Reads `req` to its end, asking `grow` for room before each buffer (reading pauses until it answers). Returns what
+ * stops the read without `done` (the request was answered otherwise).
  */
 export function collectBody(
   req: IncomingMessage,

@@ -1,8 +1,5 @@
-// A Content-Encoding on a body the gateway must read (JSON checks, the `model` of /openai/v1): decoded off the event
-// loop (zlib's thread pool), never past the decoded-body limit (limits.maxDecodedBodyBytes, far below the body limit:
-// a few hundred bytes of brotli must not become tens of megabytes of JSON to parse; a bomb stops at the limit: 413),
-// a few at a time (the rest wait their turn, a bounded queue, then 503), and refused with 415 for codings the gateway
-// does not know. Routes that forward bodies unread never get here.
+// A body the gateway must read, decoded off the event loop and never past limits.maxDecodedBodyBytes (a few hundred
+// bytes of brotli must not become tens of megabytes of JSON: 413), a few at a time (a bounded queue, then 503).
 import { brotliDecompress, gunzip, inflate, inflateRaw, type InputType } from 'node:zlib';
 import { gatewayError, type GatewayError } from './errors.js';
 
@@ -27,10 +24,7 @@ function isTooLarge(err: Error): boolean {
   return (err as NodeJS.ErrnoException).code === 'ERR_BUFFER_TOO_LARGE' || err instanceof RangeError;
 }
 
-/**
- * Decodes `buf` as sent with `Content-Encoding: coding` (lower case, as the header gave it). `done` gets the decoded
- * bytes, or the error to answer: 415 for an unknown coding or a chain of codings, 413 past `max`, 400 for a corrupt body.
- */
+/** Decodes `buf` per `coding` (lower case), or the error: 415 unknown coding or chain, 413 past `max`, 400 corrupt. */
 export function decodeBody(
   buf: Buffer,
   coding: string,

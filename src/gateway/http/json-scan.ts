@@ -1,8 +1,6 @@
-// Request bodies the gateway checks as JSON (LLM and predictive routes) are read without building their tree: one
-// linear pass checks that the bytes are what JSON.parse accepts and notes where the wanted top-level members are; the
-// few values the gateway needs are then read from the bytes, each only as far as it is needed. A parsed tree costs
-// up to ~22 times the body in heap (`{},` repeated), so a body under the size limit could take the process down; this
-// pass allocates nothing that grows with the body (docs/decisions.md, "JSON bodies are scanned, not parsed").
+// JSON bodies checked without a tree: one linear pass validates as JSON.parse would and notes the wanted top-level
+// members. A tree costs up to ~22 times the body in heap (`{},` repeated): a body under the limit could take the
+// process down (docs/decisions.md, "JSON bodies are scanned, not parsed").
 import { gatewayError, type GatewayError } from './errors.js';
 
 export interface MemberSpan {
@@ -139,11 +137,7 @@ function nameAt(b: Buffer, start: number, end: number, hasEscape: boolean): stri
   return hasEscape ? (JSON.parse(b.toString('utf8', start, end)) as string) : b.toString('utf8', start + 1, end - 1);
 }
 
-/**
- * Checks that `b` is one JSON text as JSON.parse reads it (b decoded as UTF-8) and, when it is an object, notes its
- * top-level members that `keep` wants. Linear in the body; what it allocates does not grow with the body but for
- * the nesting stack (a bit per level) and the kept members. The 400 says where the text stops being JSON.
- */
+/** Validates `b` as JSON.parse would and notes the top-level members `keep` wants; the 400 says where it stops. */
 export function scanJson(b: Buffer, keep?: NameFilter): ScannedJson | GatewayError {
   const n = b.length;
   let i = skipSpace(b, 0);
@@ -329,10 +323,7 @@ export function memberOf(b: Buffer, start: number, name: string): MemberSpan | u
   return members[members.length - 1];
 }
 
-/**
- * Calls `each` with the start of every element of the valid array at `start`, and whether another element follows
- * it; stops when `each` returns false. An element is skipped only to find the next one.
- */
+/** Calls `each` with each element's start in the valid array at `start` (and whether more follow) until it says no. */
 export function eachElement(b: Buffer, start: number, each: (at: number, more: () => boolean) => boolean): void {
   let i = skipSpace(b, start + 1);
   while (b[i] !== CLOSE_BRACKET) {
@@ -359,11 +350,7 @@ const SHORT_ESCAPES: Record<number, string> = {
   0x74: '\t',
 };
 
-/**
- * The first `max` UTF-16 units of the valid string at `i` (a quote), decoded as JSON.parse decodes it. Reads about
- * `max` bytes of a plain ASCII string (a native search for the closing quote or a backslash within them, one decode),
- * and a few more rounds of the same when the text has longer characters or escapes: never the rest of the string.
- */
+/** The first `max` UTF-16 units of the valid string at `i`, decoded; reads about `max` bytes, never the rest. */
 export function stringPrefix(b: Buffer, i: number, max: number): string {
   let out = '';
   let j = i + 1;
@@ -426,9 +413,8 @@ function quote(s: string): string {
 }
 
 /**
- * The first `max` characters of JSON.stringify(JSON.parse(value)) for the valid value at `start`, reading no further
- * than they need. Members are written in the order sent: a repeated name or an integer-like one, which JSON.parse
- * would merge or move first, is written as sent (only the prefix key reads this).
+ * The first `max` characters of JSON.stringify(JSON.parse(value)), reading no further; members in the order sent
+ * (JSON.parse would merge repeats and move integer-like names first: only the prefix key reads this).
  */
 export function stringifyPrefix(b: Buffer, start: number, max: number): string {
   let out = '';

@@ -1,6 +1,5 @@
-// One normalised view of the request path, used alike by auth, routing and forwarding.
-// Ambiguous forms (dot segments, encoded or back slashes, NUL, empty segments) are refused, not rewritten,
-// so no form can be authorised as one deployment and reach another.
+// The request path as auth, routing and forwarding all see it. Ambiguous forms (dot segments, encoded or back slashes,
+// NUL, empty segments) are refused, not rewritten, so no form can be authorised as one deployment and reach another.
 import { gatewayError, type GatewayError } from './errors.js';
 
 export interface RequestTarget {

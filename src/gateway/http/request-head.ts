@@ -79,24 +79,20 @@ function reserved(name: string, trustForwarded: boolean): boolean {
   );
 }
 
-// host[:port] (RFC 9110 §7.2): a reg-name or IPv4 address, or an IP literal in brackets; no userinfo, path or second port.
+// host[:port] (RFC 9110 §7.2): a reg-name, IPv4 address or bracketed IP literal; no userinfo, path or second port.
 const AUTHORITY = /^(?:[A-Za-z0-9._~!$&'()*+,;=%-]+|\[[0-9A-Fa-f:.]+\])(?::\d{0,5})?$/;
 
 const ONLY_CHUNKED = /^[\s,]*chunked[\s,]*$/i;
 const ENDS_CHUNKED = /(^|[\s,])chunked[\s,]*$/i;
 
-/**
- * A Transfer-Encoding value (its lines joined with commas) that is chunked alone, as the gateway and Node frame it
- * (RFC 9112 §7: names are case-insensitive; empty list elements are allowed).
- */
+/** A Transfer-Encoding value that is chunked alone (RFC 9112 §7: case-insensitive, empty list elements allowed). */
 export function onlyChunked(te: string): boolean {
   return te === 'chunked' || ONLY_CHUNKED.test(te);
 }
 
 /**
- * What makes a request's head untrustworthy, for plain requests and upgrades alike: more header lines than allowed
- * (431), not exactly one valid Host (RFC 9112 §3.2; HTTP/1.0 may omit it), or a Transfer-Encoding other than chunked
- * alone (400 or 501). undefined when the head is sound.
+ * Why a head is untrustworthy (plain and upgrade): too many lines (431), not exactly one valid Host (RFC 9112 §3.2;
+ * HTTP/1.0 may omit it), a Transfer-Encoding other than chunked alone (400 or 501); undefined when sound.
  */
 
 export function headProblem(head: RequestHead, req: IncomingMessage, maxHeaders: number): GatewayError | undefined {
@@ -248,7 +244,7 @@ export function readHead(req: IncomingMessage, opts: HeadOptions): RequestHead {
   return head;
 }
 
-/** The address failed-authentication throttling counts: the peer, or behind a trusted proxy the last X-Forwarded-For hop. */
+/** The address failed-auth throttling counts: the peer, or behind a trusted proxy the last X-Forwarded-For hop. */
 export function clientAddress(peer: string, head: RequestHead, trustForwarded: boolean): string {
   if (!trustForwarded || !head.xff) return peer;
   const last = head.xff.slice(head.xff.lastIndexOf(',') + 1).trim();
