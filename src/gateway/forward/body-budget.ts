@@ -1,12 +1,6 @@
-// The gateway-wide budget of request-body bytes held in memory (limits.maxBufferedBodyBytes): bodies read whole to be
-// checked, their decoded and edited copies, bodies kept for a fallback, and the parts of streamed bodies read while
-// held for scale from zero. Buffers live outside V8's heap, so --max-old-space-size does not bound them: without this
-// budget, eight near-limit bodies at once took the gateway past the chart's memory limit (docs/install.md, "Memory").
-//
-// Each request holds one Reservation, sized to the most it may hold (its body, and a second copy when it may be
-// edited), grown as a chunked body grows and settled to what it holds once the edits are made. A reservation that
-// does not fit waits its turn, in arrival order, for at most `waitMs`; then the request is answered 503 with
-// Retry-After. A request alone in the budget always fits: one body up to maxRequestBodyBytes is always possible.
+// The gateway-wide budget of request-body bytes held in memory (limits.maxBufferedBodyBytes). Buffers live outside
+// V8's heap, so --max-old-space-size does not bound them: eight near-limit bodies took the gateway past the chart's
+// memory limit (docs/install.md, "Memory"). No room within `waitMs`: 503; a request alone always fits.
 import { gatewayError, type GatewayError } from '../http/errors.js';
 
 interface Waiter {
@@ -105,10 +99,7 @@ export class Reservation {
     return true;
   }
 
-  /**
-   * Holds `bytes` in all, now or once room is freed: `done(true)` (called at once when it fits now); `done(false)`
-   * when it did not within the budget's wait.
-   */
+  /** Holds `bytes` in all, now or once room is freed (`done(true)`), or `done(false)` after the budget's wait. */
   acquire(bytes: number, done: (ok: boolean) => void): void {
     if (this.resize(bytes)) return done(true);
     this.waitingFor = true;

@@ -1,13 +1,7 @@
-// The keep-alive connections to each backend origin (origins unused for a while are let go), the one fact undici does
-// not tell a response's handler (whether the connection it ended on was reset), and the one answer undici cannot take
-// (a `100 Continue` nobody asked for, which it treats as a broken connection).
-//
-// Each origin keeps its own list of undici Clients (one connection each, one request at a time) instead of an undici
-// Pool: a Pool without a connection limit looks for a free client by walking the list of every client it ever made
-// (twice per request: measured as 43 % of the gateway's CPU while 9,900 streams opened, 256 at a time), and keeps a
-// client object for every connection it ever held at once until one of its later picks walks past it. Here a request
-// takes the most recently freed client (O(1)), and a client whose connection closed (keep-alive timeout, the backend,
-// an error) is closed and dropped at once: after a burst of 10,000 streams nothing of their connections stays.
+// Keep-alive connections per backend origin, plus what undici does not tell a handler (was the connection reset) and
+// cannot take (an unasked `100 Continue`, which it treats as a broken connection). A free list of undici Clients, not
+// a Pool: an unbounded Pool walks every client it ever made twice per request (43 % of the gateway's CPU while 9,900
+// streams opened) and keeps them; here a pick is O(1) and a closed connection's client goes at once.
 import { connect as netConnect, type NetConnectOpts, type Socket } from 'node:net';
 import { buildConnector, Client, Dispatcher, errors } from 'undici';
 import { copyWith } from '../../same-shape.js';
@@ -22,11 +16,8 @@ const CLIENT_OPTIONS = {
 const CONNECT_TIMEOUT_MS = 5_000;
 
 /**
- * A TCP connection to an http backend, as undici's own connector makes it (keep-alive probes after 60 s, no Nagle,
- * a 64 KB read buffer, `UND_ERR_CONNECT_TIMEOUT` after 5 s) but with listeners that go once it is connected: undici's
- * keeps an error listener, its connect-timeout closure and timer on the socket for the socket's whole life (about
- * 0.3 KB per backend connection, one per open stream). The caller adds its own error listener in the callback, before
- * undici's client adds its.
+ * A TCP connection made as undici's connector makes it, but whose connect listeners go once connected: undici's keep
+ * a closure and timer on the socket for life (~0.3 KB per open stream). The caller's error listener goes on first.
  */
 export function connectPlain(
   opts: buildConnector.Options,
@@ -126,9 +117,8 @@ export class OriginPool extends Dispatcher {
     }
     if (c) c.free = -1;
     else c = this.open();
-    // One request at a time on a connection: the client says so (false) until its 'drain'. A request undici refuses
-    // on the spot (it calls the handler's onError itself) is not queued: no 'drain' follows, and a new client that
-    // never connects sends no 'disconnect' either, so the client goes back at once.
+    // A request undici refuses on the spot gets no 'drain' (nor 'disconnect' from a client never connected): the
+    // client goes back at once.
     if (c.dispatch(opts, handler) || c.stats.size === 0) this.release(c);
     return true;
   }
@@ -183,10 +173,8 @@ export class OriginPool extends Dispatcher {
 export class Pools {
   private pools = new Map<string, { pool: OriginPool; used: number }>();
   private sweeper: NodeJS.Timeout;
-  // undici ends a close-delimited response (no length, not chunked) on the socket's close, also when the close was a
-  // reset: the client would get a clean end of a cut answer. undici reports the reset from its own 'error' listener
-  // and completes the response synchronously inside it; the listener added here runs just before undici's (it is
-  // added first), so a handler completing in that same turn can tell a reset from a clean close (`resetNow`).
+  // undici ends a close-delimited answer cleanly on a reset too, completing it inside its own 'error' listener: this
+  // one, added first, runs just before, so a handler completing in that turn sees `resetNow` (a cut, not an end).
   private resetting = false;
   private readonly connect: buildConnector.connector;
 
@@ -254,11 +242,7 @@ export class Pools {
   }
 }
 
-/**
- * An interim answer at the start of `b` (13 bytes or more): "HTTP/1.x 100", "102" or "103", then a space or the end
- * of the status line (a status line with no reason phrase, which undici's parser takes too) — never 101, which is the
- * answer a websocket upgrade waits for.
- */
+/** An interim answer (100, 102 or 103, reason phrase optional) at the start of `b`: never 101, an upgrade's answer. */
 const isInterim = (b: Buffer): boolean =>
   b[9] === 0x31 &&
   b[10] === 0x30 &&
@@ -279,12 +263,8 @@ const kAtStart = Symbol('servegate.atStart');
 const kHeld = Symbol('servegate.held');
 
 /**
- * A backend may send `100 Continue` before its answer without being asked (RFC 9110 §15.2: a client must accept any
- * number of 1xx answers). undici never sends Expect, so it takes an unasked 100 for a broken connection and destroys
- * it — after the backend processed the request. The gateway does not forward interim answers, so every 100, 102 or
- * 103 before the final answer is taken out of the bytes before undici reads them (a 100 after a 103 included).
- * The socket's read and write (its class's: a socket fresh from the connector has no own ones) are replaced by two
- * shared functions that call them.
+ * Takes interim answers (never forwarded) out of the bytes before undici reads them: a client must accept any 1xx
+ * (RFC 9110 §15.2), but undici, never sending Expect, destroys the connection on a 100 after the backend processed it.
  */
 function dropUnaskedContinue(socket: Socket): void {
   const s = socket as Filtered;

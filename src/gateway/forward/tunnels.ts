@@ -1,6 +1,5 @@
-// Open websocket tunnels per API key and per client address (limits.websocketsPerKey, limits.websocketsPerClient): an
-// upgrade past either cap is refused with 429 before the backend is asked; a tunnel counts from its admission to its
-// end. 0 = no cap.
+// Open websocket tunnels per API key and client address (limits.websocketsPer*, 0 = no cap): past a cap, 429 before
+// the backend is asked.
 import { gatewayError, type GatewayError } from '../http/errors.js';
 
 export class TunnelCounts {

@@ -29,10 +29,7 @@ export class ClientGone extends Error {
   }
 }
 
-/**
- * `first`: a fallback's call (SPEC §12), the deployment first admitted, whose `timeoutSeconds` is the whole request's
- * deadline.
- */
+/** `first`: on a fallback (SPEC §12), the deployment first admitted: its `timeoutSeconds` bounds the whole request. */
 export function mapUpstreamError(code: string, route: Route, first?: Route): { error: GatewayError; cause: string } {
   const where = `deployment ${route.project}/${route.deployment}`;
   if (code === 'UND_ERR_HEADERS_TIMEOUT') {
@@ -80,10 +77,7 @@ export function tooLarge(max: number): GatewayError {
   return gatewayError('body_too_large', `request body is larger than the limit of ${max} bytes`);
 }
 
-/**
- * 503 with Retry-After for a deployment that cannot take a request now: the resource says it is not ready (an
- * InferenceService's Ready condition), it has no ready endpoint, or it held the request as long as it may.
- */
+/** 503 with Retry-After: not Ready (an InferenceService's condition), no ready endpoint, or held as long as it may. */
 export function unavailable(route: Route, why: 'now' | 'hold_timeout' | 'hold_full' = 'now'): GatewayError {
   const where = `deployment ${route.project}/${route.deployment}`;
   const message =
