@@ -57,9 +57,8 @@ export function verifyKey(
 }
 
 /**
- * Does the key grant this project (as written in the path, either form) — and namespace, for scoped keys?
- * A scoped key (Secret outside the keys namespace) grants routes of its own namespace only; with no route
- * (unknown deployment) it grants only the project named like its namespace, so it answers 403, not 404, elsewhere.
+ * Does the key grant this project (either form) and, for a scoped key, namespace? With no route a scoped key grants
+ * only the project named like its namespace, so elsewhere it gets 403, not a 404 that would tell what exists.
  */
 export function grantsProject(record: ApiKeyRecord, projectSegment: string, routeNamespace?: string): boolean {
   if (record.scopeNamespace !== undefined) {

@@ -1,6 +1,5 @@
-// Where a request points, before anything about its key is known: the route by legacy Host or by
-// /v1/<project>/<deployment>, the path left to forward, the OpenAI base URL, and the error dialect. A plain function
-// of the target, the Host and the table.
+// Where a request points before its key is known (route by legacy Host or /v1/<project>/<deployment>, the rest of
+// the path, the OpenAI base URL, the error dialect): a plain function of the target, the Host and the table.
 import type { Route, RouteTable } from '../../routing/types.js';
 import { gatewayError, type Dialect, type GatewayError } from '../http/errors.js';
 import { BASE_SEGMENTS } from '../openai/by-model.js';
@@ -28,7 +27,7 @@ export interface Located {
   hostFallback: string | undefined;
 }
 
-/** The one OpenAI base URL: the deployment is named later, by `model`. */
+/** The OpenAI base URL shared by all deployments: the deployment is named later, by `model`. */
 export interface OnBaseUrl {
   at: 'openai';
   /** The OpenAI path as a deployment URL would forward it: "/v1/chat/completions". */
@@ -60,10 +59,8 @@ export function hostOnly(host: string | undefined): string | undefined {
 const MODELS_PREFIX = '/openai/v1/models/';
 
 /**
- * The error dialect from the request target alone, no route looked up: `/openai/v1/...`, and a deployment URL (or a
- * legacy Host's path) whose rest is an OpenAI-style `/v1/...` path, are OpenAI's. For answers given before the key is
- * known to grant the deployment (so that they say nothing about whether it exists, or what it serves) and for targets
- * that do not parse.
+ * The error dialect from the target alone (`/openai/v1/...` and a deployment's `/v1/...` rest are OpenAI's), for
+ * answers before the key is known to grant the deployment: they must not tell whether it exists or what it serves.
  */
 export function guessDialect(url: string, host: string | undefined, serverlessDomain: string): Dialect {
   const q = url.indexOf('?');

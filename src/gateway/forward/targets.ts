@@ -15,6 +15,7 @@
 //   docs/llm.md, "Which endpoint", gives the design and its measures.
 import type { Backend, Route } from '../../routing/types.js';
 import type { EndpointAddress, EndpointResolver } from '../../sources/types.js';
+import type { PromptKey } from '../openai/prefix.js';
 import type { EndpointStats } from './endpoint-stats.js';
 
 export interface Target {
@@ -30,13 +31,6 @@ export interface Target {
 }
 
 export type Variant = 'primary' | 'canary';
-
-/** The key that picks an endpoint (openai/prefix.ts promptKey). */
-export interface PromptKey {
-  hash: number;
-  /** prefix: the shared prefix's key (a system prompt, a tenant); conversation: the conversation's own key. */
-  rule: 'prefix' | 'conversation';
-}
 
 /**
  * prefix / conversation: the first endpoint of that key's rendezvous order; spill: a later one, the earlier being

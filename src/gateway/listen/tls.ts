@@ -1,7 +1,5 @@
-// The gateway's certificate and key (SPEC §11): read and checked at start (a bad pair stops start-up naming the file),
-// then re-read when either file changes — polled, because a Kubernetes Secret volume swaps a `..data` symlink rather
-// than writing the files, which file watchers miss. A bad pair at reload keeps the certificate in use and is reported.
-// A certificate outside its validity period (expired, or not valid yet) is a bad pair.
+// The gateway's certificate and key (SPEC §11), re-read on change by polling: a Secret volume swaps a `..data`
+// symlink, which file watchers miss. A bad pair (or one outside its validity) at reload keeps the current pair.
 import { X509Certificate, createPrivateKey } from 'node:crypto';
 import { readFileSync, statSync } from 'node:fs';
 
@@ -34,10 +32,7 @@ export class CertificateError extends Error {
   }
 }
 
-/**
- * Reads and checks a pair: each file readable and PEM, the key the certificate's own, and `now` (epoch ms) within the
- * certificate's validity period.
- */
+/** Reads and checks a pair: readable PEM files, the key the certificate's own, `now` within its validity. */
 export function loadCertificatePair(files: TlsFiles, now: number = Date.now()): CertificatePair {
   const cert = read(files.certFile, 'tls.certFile');
   const key = read(files.keyFile, 'tls.keyFile');
@@ -155,10 +150,8 @@ export class CertificateReloader {
   }
 
   /**
-   * One poll. A change is loaded once the files have stayed the same for one more poll, so that a pair being written
-   * (the certificate renamed into place before the key, a large file still being copied) is not mistaken for a bad one.
-   * A certificate refused as not valid yet is loaded again when its notBefore comes, the files unchanged (an issuer
-   * whose clock is ahead of this machine's must not leave the old certificate in use until it expires).
+   * One poll: a change loads once stable for a poll (a pair half written is not a bad one); a not-yet-valid one loads
+   * at its notBefore (an issuer's clock ahead must not keep the old certificate until it expires).
    */
   check(): void {
     const now = signature(this.files);

@@ -1,7 +1,6 @@
 // A prompt's keys for endpoint picking (SPEC §12; docs/llm.md, "Which endpoint"): the shared key (model, tools, the
 // history cut at 128..2048 characters) and the conversation key (system part + the first 512 characters after it).
 // Read from the bytes only as far as the keys need, so a 24 MiB image part costs what its first kilobytes cost.
-import { FNV_OFFSET, type PromptKey } from '../forward/targets.js';
 import {
   eachElement,
   memberOf,
@@ -12,6 +11,13 @@ import {
 } from '../http/json-scan.js';
 import type { LlmMembers } from './llm-body.js';
 
+/** The key that picks an endpoint (forward/targets.ts TargetPicker). */
+export interface PromptKey {
+  hash: number;
+  /** prefix: the shared prefix's key (a system prompt, a tenant); conversation: the conversation's own key. */
+  rule: 'prefix' | 'conversation';
+}
+
 const BOUNDS = [2048, 1024, 512, 256, 128];
 const MAX = BOUNDS[0];
 /** Characters past the system part that make a conversation's key. */
@@ -19,6 +25,8 @@ export const CONVERSATION_CHARS = 512;
 /** Messages or parts read at most: each adds 2+ characters, so 1,024 reach MAX; millions of empty ones are not read. */
 const MAX_ITEMS = 1024;
 const STRIDE = 8;
+/** FNV-1a's 32-bit offset basis and prime (forward/targets.ts hashes addresses with the same). */
+const FNV_OFFSET = 0x811c9dc5;
 const FNV_PRIME = 0x01000193;
 const FULL = 256;
 const QUOTE = 0x22;

@@ -1,9 +1,9 @@
 // Endpoint picking (SPEC §12) as plain functions: the prefix hash, the policies, saturation and bounded load, and what
 // a server's metrics text says.
 import { describe, expect, jest, test } from '@jest/globals';
-import { TargetPicker, type PromptKey, type Target } from '../../../src/gateway/forward/targets.js';
+import { TargetPicker, type Target } from '../../../src/gateway/forward/targets.js';
 import { EndpointStats, parseServerMetrics, type Scraped } from '../../../src/gateway/forward/endpoint-stats.js';
-import { promptKey as bodyKey } from '../../../src/gateway/openai/prefix.js';
+import { promptKey as bodyKey, type PromptKey } from '../../../src/gateway/openai/prefix.js';
 import { llmMembers } from '../../../src/gateway/openai/llm-body.js';
 import type { Balancing, Backend, Route } from '../../../src/routing/types.js';
 

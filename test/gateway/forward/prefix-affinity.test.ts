@@ -6,9 +6,9 @@
 // one of n endpoints moves about 1/n of the keys, and only those of that endpoint.
 import { describe, expect, test } from '@jest/globals';
 import fc from 'fast-check';
-import { TargetPicker, type PromptKey } from '../../../src/gateway/forward/targets.js';
+import { TargetPicker } from '../../../src/gateway/forward/targets.js';
 import { llmMembers } from '../../../src/gateway/openai/llm-body.js';
-import { promptKey } from '../../../src/gateway/openai/prefix.js';
+import { promptKey, type PromptKey } from '../../../src/gateway/openai/prefix.js';
 import type { Backend, Route } from '../../../src/routing/types.js';
 
 type Message = { role: string; content: string };
