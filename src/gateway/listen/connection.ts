@@ -7,7 +7,7 @@ import type { Dialect, GatewayError } from '../http/errors.js';
 import { lingerAfterAnswer, sendRawError } from '../http/answers.js';
 import type { Conn as JobConn, Job } from '../forward/job.js';
 
-/** Pipelined requests parsed ahead of the one being served, beyond which the connection stops reading. */
+/** Pipelined requests parsed ahead of the request being served, beyond which the connection stops reading. */
 const MAX_QUEUED = 16;
 
 const kConn = Symbol('servegate.conn');
@@ -70,9 +70,8 @@ export class Conn implements JobConn {
   }
 
   /**
-   * The active job's answer is the connection's last (`connection: close`, a body left unread): no request parsed
-   * after it is served (it may be a body's bytes read as a request), and the socket lingers after the answer instead
-   * of being reset under the client's unread answer.
+   * The active answer is the last: nothing parsed after it is served (it may be body bytes read as a request), and the
+   * socket lingers rather than being reset under the client's unread answer.
    */
   lastAnswer(): void {
     if (this.last) return;
@@ -101,10 +100,7 @@ export class Conn implements JobConn {
     }
   }
 
-  /**
-   * Node's parser failed on this connection (a malformed request, or headers not received in time): answered in its
-   * place in the pipeline, once every earlier request is answered, in `dialect`, with `headers` (CORS).
-   */
+  /** Node's parser failed (malformed, or headers too slow): answered in its place in the pipeline, after earlier ones. */
   fail(err: GatewayError, dialect: Dialect = 'kserve', headers: readonly string[] = []): void {
     if (this.closed || this.pendingError || this.last) return;
     const answered = this.active?.interrupt?.(err) ?? false;

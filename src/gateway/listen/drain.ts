@@ -1,6 +1,5 @@
-// The drain: owns the one `draining` flag, knows every client connection and how many are being answered, and runs
-// the graceful stop (readiness off, Connection: close on every answer, wait for answers in flight, end the rest at the
-// deadline, close every socket so the process can exit).
+// The drain: the `draining` flag, every client connection and how many are being answered, and the graceful stop
+// (readiness off, Connection: close, wait for answers in flight, end the rest at the deadline, close every socket).
 import type { Server } from 'node:http';
 import { Server as NetServer } from 'node:net';
 import type { Logger } from '../../log.js';
