@@ -10,16 +10,12 @@
 // the call, or the gateway's own (http/answers.ts). record: one metric and one access-log line when the answer is
 // complete or the client is gone. Every phase starts with the one guard `if (this.ended) return`.
 // A class rather than closures: one object is made per request, and it drops its references when it is over.
-import { randomUUID } from 'node:crypto';
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import { Transform, type Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
 import type { Route } from '../../routing/types.js';
-import type { Charge } from '../../limits/per-minute.js';
-import type { RequestTrace } from '../../observe/tracing.js';
-import { llmFigures, recordAnswer } from '../../observe/record.js';
+import { llmFigures } from '../../observe/record.js';
 import {
-  admit,
   admitFallback,
   admitModel,
   modelRefused,
@@ -32,14 +28,14 @@ import { isBinaryContentType, validateBody } from '../admit/kind-rules.js';
 import { BODY_RATE_WINDOW_MS, BodyClock } from '../http/body-clock.js';
 import { collectBody } from '../http/body-collect.js';
 import { gatewayError, GatewayError, type Dialect } from '../http/errors.js';
-import { clientRequestId, upstreamHeaders, withoutHeader } from '../http/headers.js';
-import { pathOf } from '../http/path.js';
-import { clientAddress, headProblem, readHead, type RequestHead } from '../http/request-head.js';
-import { closeSocket, sendError, sendJson } from '../http/answers.js';
-import type { Conn, Job } from '../listen/connection.js';
+import { upstreamHeaders, withoutHeader } from '../http/headers.js';
+import { readHead, type RequestHead } from '../http/request-head.js';
+import { closeSocket, sendEmpty, sendError, sendJson } from '../http/answers.js';
+import type { Conn, Job } from './job.js';
 import { chargedUsage } from '../openai/usage-meter.js';
 import { LlmRequest } from '../openai/llm-request.js';
 import type { PlaneContext } from './context.js';
+import { RequestStart } from './request-start.js';
 import { RETRY, shouldRetry } from './retry.js';
 import { readWhileHeld, type Held } from './scale-from-zero.js';
 import type { Queued } from './fair-queue.js';
@@ -61,23 +57,11 @@ class EndedByGateway extends Error {
  */
 type Ended = 'answered' | 'gone' | 'over';
 
-export class Exchange implements Job, Held, CallOwner, Queued {
-  private readonly started = performance.now();
+export class Exchange extends RequestStart implements Job, Held, CallOwner, Queued {
   private ended: Ended | undefined;
-  private requestId = '';
-  private trace: RequestTrace | undefined;
   private head: RequestHead | undefined;
-  /** Admitted for one deployment (set once the OpenAI base URL's `model` is read, too). */
-  private d: Accepted | undefined;
-  /** The route and key name as far as admission got (for the metric and the log line of a refusal too). */
-  private routeOf: Route | undefined;
-  private keyName = '';
-  /** The address failed authentications count against. */
-  private client: string | undefined;
-  private dialect: Dialect = 'kserve';
-  /** Header lines every answer of this request carries: request id, CORS, rate-limit, variant. */
-  private extra: string[] = [];
-  private charge: Charge | undefined;
+  /** Admitted for one deployment (once the OpenAI base URL's `model` is read, too); `route` says where it goes now. */
+  private admission: Accepted | undefined;
   /** What an LLM request adds: its body's reading and edits, prompt estimate and key (LLM routes only). */
   private llm: LlmRequest | undefined;
   /** Where the request goes when its deployment fails before answering. */
@@ -114,19 +98,20 @@ export class Exchange implements Job, Held, CallOwner, Queued {
   /** Held with its body still coming: stops reading it and gives the body to forward. */
   private unhold: (() => Buffer | Readable) | undefined;
   private closeAfter = false;
-  private error: string | undefined;
   /** The body's idle and rate clocks (started with the request: the sweep reads them once a second). */
   private clock: BodyClock | undefined;
 
   constructor(
-    private readonly ctx: PlaneContext,
-    private conn: Conn,
-    private req: IncomingMessage,
-    private res: ServerResponse,
+    ctx: PlaneContext,
+    conn: Conn,
+    req: IncomingMessage,
+    private readonly res: ServerResponse,
     private readonly continueRequested: boolean,
     /** An Expect header other than 100-continue (Node's 'checkExpectation'): refused with 417. */
     private readonly expectation?: string,
-  ) {}
+  ) {
+    super(ctx, conn, req);
+  }
 
   // ---- the connection's view (Job) --------------------------------------------------------------------------------
 
@@ -136,7 +121,7 @@ export class Exchange implements Job, Held, CallOwner, Queued {
     // The body idle clock starts now: the sweep then fires between bodyIdleMs and bodyIdleMs + its 1 s period.
     const { bodyIdleMs, bodyMinRate } = this.ctx;
     this.clock = new BodyClock(this.conn.socket.bytesRead, Date.now(), bodyIdleMs, bodyMinRate);
-    this.guarded(() => this.admitPhase());
+    this.guarded(this.admitPhase, undefined);
   }
 
   drop(): void {
@@ -217,65 +202,20 @@ export class Exchange implements Job, Held, CallOwner, Queued {
   // ---- admit -------------------------------------------------------------------------------------------------------
 
   private admitPhase(): void {
-    const { ctx, req } = this;
-    const head = (this.head = readHead(req, ctx.head));
-    this.requestId = clientRequestId(head.requestId) ?? randomUUID();
-    this.extra.push('x-request-id', this.requestId);
-    this.trace = ctx.tracing?.start(head.method, pathOf(req.url), head.traceparent, head.tracestate, this.conn.client);
-    const a = admit(
-      {
-        method: head.method,
-        url: req.url ?? '/',
-        host: head.authority,
-        authorization: head.authorization,
-        contentType: head.contentType,
-        now: Date.now(),
-        client: (this.client = clientAddress(this.conn.client, head, ctx.head.trustForwarded)),
-        origin: head.origin,
-        preflight: head.method === 'OPTIONS' && !!head.origin && head.acrMethod,
-        acrHeaders: head.acrHeaders,
-        headProblem: headProblem(head, req, ctx.maxHeaders),
-        expectation: this.expectation,
-      },
-      ctx.admission,
-    );
-    this.settled(a, (x) => this.admitted(x));
-  }
-
-  /** Goes on with an admission decision now, or when the shared limit store answers. */
-  private settled<T extends Admission>(a: T | Promise<T>, next: (a: T) => void): void {
-    if (!(a instanceof Promise)) return next(a);
-    a.then(
-      (x) => this.guarded(() => next(x)),
-      (err: unknown) => {
-        this.ctx.logger.error({ err }, 'rate-limit check failed');
-        this.fail500();
-      },
-    );
+    const head = (this.head = readHead(this.req, this.ctx.head));
+    this.settle(this.admitHead(head, false, this.expectation), this.admitted);
   }
 
   private admitted(a: Admission): void {
     if (this.ended) return;
     if (a.kind === 'preflight') {
-      const h = a.headers;
-      h.push('x-request-id', this.requestId, 'content-length', '0');
-      if (this.ctx.drain.draining) h.push('connection', 'close');
-      this.res.writeHead(204, h);
-      this.res.end();
-      return;
+      a.headers.push('x-request-id', this.requestId);
+      return sendEmpty(this.res, 204, a.headers, this.ctx.drain.draining);
     }
-    for (let i = 0; i < a.headers.length; i++) this.extra.push(a.headers[i]);
-    this.dialect = a.dialect;
-    if (!a.ok) {
-      this.routeOf = a.route;
-      this.keyName = a.key?.name ?? '';
-      return this.refuse(a.error, a.close);
-    }
-    this.keyName = a.key.name;
+    this.took(a);
+    if (!a.ok) return this.refuse(a.error, a.close);
     if (a.kind === 'by-model') return this.byModelPhase(a);
-    this.d = a;
-    this.routeOf = a.route;
-    this.charge = a.charge;
+    this.admission = a;
     if (a.route.kind === 'llm') this.llm = new LlmRequest();
     this.bodyPhase(a.check === 'none');
   }
@@ -298,7 +238,7 @@ export class Exchange implements Job, Held, CallOwner, Queued {
     this.ended = 'answered';
     const closing = unread || this.ctx.drain.draining;
     if (closing) this.closeAfter = true;
-    sendJson(this.res, 200, body, this.extra, closing, this.head!.method === 'HEAD');
+    sendJson(this.res, 200, body, this.answerHeaders, closing, this.head!.method === 'HEAD');
   }
 
   // ---- body --------------------------------------------------------------------------------------------------------
@@ -345,7 +285,7 @@ export class Exchange implements Job, Held, CallOwner, Queued {
 
   /** Whether the body may be edited (a copy made): through the base URL, or kept for a fallback. */
   private edited(b: ByModel | undefined): boolean {
-    return b !== undefined || (this.d?.route.kind === 'llm' && this.d.route.fallbacks !== undefined);
+    return b !== undefined || (this.route?.kind === 'llm' && this.route.fallbacks !== undefined);
   }
 
   /** No room in the budget of buffered bodies within its wait: 503. */
@@ -366,7 +306,7 @@ export class Exchange implements Job, Held, CallOwner, Queued {
     const room = this.room!;
     room.acquire(room.bytes + maxDecoded * (this.edited(b) ? 2 : 1), (ok) => {
       if (this.ended) return;
-      if (!ok) return this.guarded(() => this.bodyBusy());
+      if (!ok) return this.guarded(this.bodyBusy, undefined);
       this.ctx.decoder.decode(wire, coding, maxDecoded, (err, plain) => {
         if (this.ended) return;
         if (err) return this.refuse(err);
@@ -378,7 +318,7 @@ export class Exchange implements Job, Held, CallOwner, Queued {
   /** `wire`: the body as sent; `plain`: decoded (the same buffer without a Content-Encoding). */
   private bodyChecked(wire: Buffer, plain: Buffer, b: ByModel | undefined): void {
     if (b) return this.routeByModel(b, wire, plain);
-    const d = this.d!;
+    const d = this.admission!;
     const llm = this.llm;
     if (llm?.reads(d, plain)) {
       const refused = llm.checked(this.ctx.store.current(), d, this.head!.contentType ?? '', wire, plain);
@@ -397,21 +337,20 @@ export class Exchange implements Job, Held, CallOwner, Queued {
     const llm = this.llm!;
     const route = llm.route(this.ctx.store.current(), b, this.head!.contentType, plain);
     if (route instanceof Error) return this.refuseModel(route);
-    this.routeOf = route;
+    this.route = route;
     const body = llm.routed(b, route, wire, plain);
     if (body instanceof Error) return this.refuse(body);
     if (llm.decoded) this.head!.forward = withoutHeader(this.head!.forward, 'content-encoding');
     this.holdBody(body);
-    this.settled(admitModel(b, route, b.search, this.ctx.admission), (x) => this.modelAdmitted(x));
+    this.settle(admitModel(b, route, b.search, this.ctx.admission), this.modelAdmitted);
   }
 
   private modelAdmitted(x: Accepted | Refused): void {
     if (this.ended) return;
     if (!x.ok) return this.refuse(x.error, x.close);
     // The headers admission gave so far, with the deployment's rate limits merged in.
-    this.extra = ['x-request-id', this.requestId, ...x.headers];
-    this.d = x;
-    this.charge = x.charge;
+    this.answerHeaders = ['x-request-id', this.requestId, ...x.headers];
+    this.admission = x;
     this.pickPhase(undefined);
   }
 
@@ -446,9 +385,8 @@ export class Exchange implements Job, Held, CallOwner, Queued {
 
   /** A backend address; `avoid`: the address of a try that failed to connect (the retry goes elsewhere if it can). */
   private pickPhase(avoid: string | undefined): void {
-    const { ctx, d } = this;
-    if (this.ended || !d) return;
-    const route = d.route;
+    const { ctx, route } = this;
+    if (this.ended || !this.admission || !route) return;
     let chosen: Chosen | undefined;
     if (avoid !== undefined && this.chosen) {
       // The retry: the same backend (and variant), another address when it has one.
@@ -478,7 +416,7 @@ export class Exchange implements Job, Held, CallOwner, Queued {
   private waitTurn(route: Route): boolean {
     const queues = this.ctx.queues;
     if (!queues || route.kind !== 'llm' || !(this.body === null || Buffer.isBuffer(this.body))) return false;
-    const key = this.d!.key;
+    const key = this.key!;
     const at = queues.enter(route, this, {
       priority: key.priority ?? route.priority ?? 'standard',
       tenant: key.tenant ?? `${key.namespace}/${key.secretName ?? key.name}`,
@@ -498,16 +436,16 @@ export class Exchange implements Job, Held, CallOwner, Queued {
   dispatch(room: Target): void {
     if (!this.queued) return;
     this.queued = false;
-    this.dequeued = this.d?.route.id;
+    this.dequeued = this.route?.id;
     this.roomAt = room;
     if (this.deadlineAt) this.deadlineAt += performance.now() - this.queuedSince;
-    this.guarded(() => this.pickPhase(undefined));
+    this.guarded(this.pickPhase, undefined);
   }
 
   /** Refused by the fair queue: 429 or 503 `overloaded`. */
   shed(err: GatewayError): void {
     this.queued = false;
-    this.guarded(() => this.refuse(err));
+    this.guarded(this.refuse, err);
   }
 
   /**
@@ -541,9 +479,8 @@ export class Exchange implements Job, Held, CallOwner, Queued {
 
   /** Held: forwards now if the deployment (as the current table has it) has a ready endpoint. */
   tryForward(): boolean {
-    const d = this.d;
-    if (this.ended || !d) return true;
-    const old = d.route;
+    const old = this.route;
+    if (this.ended || !this.admission || !old) return true;
     const current = this.ctx.store.current().byPath.get(`${old.project}/${old.deployment}`);
     const route = current && current.id === old.id ? current : old;
     const chosen = route.notReady ? undefined : this.ctx.picker.choose(route, this.llm?.prefix);
@@ -556,7 +493,7 @@ export class Exchange implements Job, Held, CallOwner, Queued {
       if (Buffer.isBuffer(body)) this.bodyLength = body.length;
       this.unhold = undefined;
     }
-    d.route = this.routeOf = route;
+    this.route = route;
     this.callPhase(chosen);
     return true;
   }
@@ -564,23 +501,22 @@ export class Exchange implements Job, Held, CallOwner, Queued {
   /** Held as long as the deployment allows: 503 with Retry-After. */
   expire(): void {
     this.held = false;
-    const d = this.d;
-    if (this.ended || !d) return;
+    const route = this.route;
+    if (this.ended || !this.admission || !route) return;
     this.ctx.metrics.upstreamErrors.inc({ cause: 'hold_timeout' });
-    this.refuse(unavailable(d.route, 'hold_timeout'));
+    this.refuse(unavailable(route, 'hold_timeout'));
   }
 
   // ---- call --------------------------------------------------------------------------------------------------------
 
   private callPhase(chosen: Chosen): void {
-    const { ctx, req, d } = this;
-    if (this.ended || !d) return;
-    const route = d.route;
+    const { ctx, req, admission, route } = this;
+    if (this.ended || !admission || !route) return;
     const target = chosen.target;
     this.chosen = chosen;
     if (chosen.variant && !this.variant) {
       this.variant = chosen.variant;
-      this.extra.push('x-servegate-variant', chosen.variant);
+      this.answerHeaders.push('x-servegate-variant', chosen.variant);
     }
     if (route.fallbacks || this.fallbacks?.named(route))
       this.setExtra('x-servegate-deployment', `${route.project}/${route.deployment}`);
@@ -590,7 +526,7 @@ export class Exchange implements Job, Held, CallOwner, Queued {
       requestId: this.requestId,
       project: route.project,
       deployment: route.deployment,
-      keyName: d.key.name,
+      keyName: this.key!.name,
       backendAuthority: target.authority,
       trustForwarded: ctx.head.trustForwarded,
       contentLength: this.bodyLength,
@@ -603,7 +539,7 @@ export class Exchange implements Job, Held, CallOwner, Queued {
       this,
       {
         res: this.res,
-        extra: this.extra,
+        extra: this.answerHeaders,
         meter: route.kind === 'llm' && req.method !== 'HEAD',
         stripUsage: this.llm?.stripUsage ?? false,
         stripCors: ctx.cors.enabled,
@@ -618,7 +554,7 @@ export class Exchange implements Job, Held, CallOwner, Queued {
     try {
       ctx.pools.get(target.origin).dispatch(
         {
-          path: target.basePath + (route.pathPrefix ?? '') + d.upstreamPath,
+          path: target.basePath + (route.pathPrefix ?? '') + admission.upstreamPath,
           method: req.method as Dispatcher.HttpMethod,
           headers,
           body: bodyForUndici(this.body, route.fallbacks ? undefined : () => this.bodyWritten(call)),
@@ -666,7 +602,7 @@ export class Exchange implements Job, Held, CallOwner, Queued {
     this.body = null;
     this.llm?.letGo();
     this.unhold = undefined;
-    this.extra = [];
+    this.answerHeaders = [];
     this.letGoOfBody();
   }
 
@@ -690,12 +626,12 @@ export class Exchange implements Job, Held, CallOwner, Queued {
    * the client, and the chain's deadline has not passed.
    */
   private nextFallback(): Route | undefined {
-    const d = this.d;
-    if (!d || this.res.headersSent || this.bodySent || !(this.body === null || Buffer.isBuffer(this.body)))
-      return undefined;
-    if (!d.route.fallbacks && !this.fallbacks) return undefined;
+    const route = this.route;
+    if (!this.admission || !route) return undefined;
+    if (this.res.headersSent || this.bodySent || !(this.body === null || Buffer.isBuffer(this.body))) return undefined;
+    if (!route.fallbacks && !this.fallbacks) return undefined;
     if (this.deadlineAt && performance.now() >= this.deadlineAt) return undefined;
-    return (this.fallbacks ??= new Fallbacks()).peek(this.ctx.store.current(), d.route, d.key);
+    return (this.fallbacks ??= new Fallbacks()).peek(this.ctx.store.current(), route, this.key!);
   }
 
   /** Sends the request to the next fallback deployment; false when there is none. */
@@ -703,8 +639,7 @@ export class Exchange implements Job, Held, CallOwner, Queued {
     if (this.ended) return true;
     const to = this.nextFallback();
     if (!to) return false;
-    const d = this.d!;
-    const from = this.fallbacks!.take(d.route, to);
+    const from = this.fallbacks!.take(this.route!, to);
     const ref = `${to.project}/${to.deployment}`;
     this.ctx.metrics.fallbacks.inc({ project: from.project, deployment: from.deployment, to: ref, reason });
     this.ctx.logger.info(
@@ -720,11 +655,11 @@ export class Exchange implements Job, Held, CallOwner, Queued {
       this.body = body;
       this.bodyLength = body.length;
     }
-    d.route = this.routeOf = to;
+    this.route = to;
     this.chosen = undefined;
     this.attempts = 0;
     // The fallback's own per-minute limits, checked and charged as a direct call's (SPEC §9).
-    this.settled(admitFallback(d, to, this.extra, this.ctx.admission), (x) => this.fallbackAdmitted(x));
+    this.settle(admitFallback(this.admission!, to, this.answerHeaders, this.ctx.admission), this.fallbackAdmitted);
     return true;
   }
 
@@ -732,19 +667,18 @@ export class Exchange implements Job, Held, CallOwner, Queued {
   private fallbackAdmitted(x: Accepted | Refused): void {
     if (this.ended) return;
     if (!x.ok) {
-      const route = this.d!.route;
+      const route = this.route!;
       this.ctx.logger.info(
         { requestId: this.requestId, project: route.project, deployment: route.deployment, err: x.error.message },
         'fallback refused by its limits',
       );
       if (this.fallback('rate_limited')) return;
       // The refusal's own x-ratelimit-* lines replace those of the deployments before it.
-      this.extra = withoutRateHeaders(this.extra);
+      this.answerHeaders = withoutRateHeaders(this.answerHeaders);
       return this.refuse(x.error);
     }
-    this.d = x;
-    this.extra = x.headers;
-    this.charge = x.charge;
+    this.admission = x;
+    this.answerHeaders = x.headers;
     this.pickPhase(undefined);
   }
 
@@ -759,8 +693,8 @@ export class Exchange implements Job, Held, CallOwner, Queued {
     if (this.ended === 'over' || this.ended === 'gone' || call !== this.call) return;
     // Answered by whoever ended it; or the answer was a 5xx/429 and a fallback deployment takes the request.
     if (err instanceof ClientGone || err instanceof EndedByGateway || err instanceof Diverted) return;
-    const { ctx, d } = this;
-    const route = d!.route;
+    const { ctx } = this;
+    const route = this.route!;
     const code = (err as { code?: string }).code ?? '';
     const replayable = !this.bodySent && (this.body === null || Buffer.isBuffer(this.body));
     if (shouldRetry({ code, answerStarted: this.res.headersSent, replayable, attempts: this.attempts })) {
@@ -790,7 +724,7 @@ export class Exchange implements Job, Held, CallOwner, Queued {
 
   /** A failure after the answer started: the connection is cut so the client sees an incomplete answer. */
   private cut(cause: string): void {
-    const route = this.d!.route;
+    const route = this.route!;
     this.ctx.metrics.upstreamErrors.inc({ cause });
     this.ctx.logger.warn(
       { requestId: this.requestId, project: route.project, deployment: route.deployment, cause },
@@ -813,13 +747,13 @@ export class Exchange implements Job, Held, CallOwner, Queued {
 
   /** Sets one header line of `extra` (replacing an earlier value). */
   private setExtra(name: string, value: string): void {
-    for (let i = 0; i < this.extra.length; i += 2) {
-      if (this.extra[i] === name) {
-        this.extra[i + 1] = value;
+    for (let i = 0; i < this.answerHeaders.length; i += 2) {
+      if (this.answerHeaders[i] === name) {
+        this.answerHeaders[i + 1] = value;
         return;
       }
     }
-    this.extra.push(name, value);
+    this.answerHeaders.push(name, value);
   }
 
   /** The gateway's own answer. `close`: the connection closes after it (a body not read, or not to be trusted). */
@@ -854,26 +788,16 @@ export class Exchange implements Job, Held, CallOwner, Queued {
     }
     this.error = err.message;
     this.letGoOfBody();
-    sendError(res, err, this.dialect, this.extra, closing);
+    sendError(res, err, this.dialect, this.answerHeaders, closing);
   }
 
-  private fail500(): void {
+  protected internalError(): void {
     const res = this.res;
     if (!res || res.headersSent || res.destroyed) {
       res?.destroy();
       return;
     }
     this.refuse(gatewayError('internal_error', 'internal gateway error'), true);
-  }
-
-  /** Runs a phase; a throw in it is the gateway's fault: 500, logged. */
-  private guarded(phase: () => void): void {
-    try {
-      phase();
-    } catch (err) {
-      this.ctx.logger.error({ err, url: this.req?.url }, 'request handling failed');
-      this.fail500();
-    }
   }
 
   // ---- record ------------------------------------------------------------------------------------------------------
@@ -904,43 +828,25 @@ export class Exchange implements Job, Held, CallOwner, Queued {
   }
 
   private record(status: number): void {
-    const call = this.call;
+    const { call, admission } = this;
     const meter = call?.meter;
     // An LLM answer is charged its reported usage, raised to what the gateway saw when that is more or no report came
-    // (cut short, the client gone, a backend that never sends it or reports too little): the prompt as guessed from
-    // the request, the completion from the generated text that passed.
+    // (cut short, the client gone, a backend that never sends it or reports too little).
     const charged = meter && chargedUsage(meter, this.llm?.promptEstimate ?? 0);
     const usage = charged?.tokens;
-    if (this.charge && usage) this.ctx.perMinute.charge(this.charge, usage.prompt + usage.completion);
+    if (admission?.charge && usage) this.ctx.perMinute.charge(admission.charge, usage.prompt + usage.completion);
     // Budgets (SPEC §14): the tokens, and their cost at the prices of the deployment that answered.
-    const d = this.d;
-    if (d?.budget && usage)
-      this.ctx.admission.budgets?.charge(d.budget, usage.prompt, usage.completion, d.route.pricing);
-    if (this.trace) {
-      if (this.routeOf) this.trace.route(this.routeOf.project, this.routeOf.deployment);
-      this.trace.end(status, this.error);
-    }
-    recordAnswer(this.ctx, {
-      req: this.req,
-      client: this.conn.client,
-      requestId: this.requestId,
-      route: this.routeOf,
-      keyName: this.keyName,
-      status,
-      started: this.started,
-      upstream: this.chosen?.target.origin.slice(7) ?? '',
-      pick: this.chosen?.reason,
-      bytesIn: this.bodyLength ?? 0,
-      bytesOut: call?.bytesOut ?? 0,
-      error: this.error,
-      llm: meter
-        ? copyWith(llmFigures(meter, this.started, call.endAt, usage), {
-            estimated: charged?.estimated,
-            reported: charged?.reported,
-          })
-        : undefined,
-      variant: this.variant,
-    });
+    if (admission?.budget && usage)
+      this.ctx.admission.budgets?.charge(admission.budget, usage.prompt, usage.completion, this.route!.pricing);
+    const llm = meter
+      ? copyWith(llmFigures(meter, this.started, call.endAt, usage), {
+          estimated: charged?.estimated,
+          reported: charged?.reported,
+        })
+      : undefined;
+    const chosen = this.chosen;
+    const upstream = chosen?.target.origin.slice(7) ?? '';
+    this.recordAs(status, upstream, this.bodyLength ?? 0, call?.bytesOut ?? 0, chosen?.reason, llm, this.variant);
   }
 
   /** The call lets go of this exchange: undici may keep a finished handler queued for a while. */

@@ -1,0 +1,131 @@
+// The start and end every request shares, plain (exchange.ts) or an upgrade (websocket.ts): head → facts → the
+// admission decision settled → what it gives the request; a trace span and one access-log line at the end.
+// A base class so that neither adds an object per request for it.
+import { randomUUID } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
+import type { ApiKeyRecord, Route } from '../../routing/types.js';
+import type { RequestTrace } from '../../observe/tracing.js';
+import { recordAnswer, type LlmFigures } from '../../observe/record.js';
+import { admit, type Admission } from '../admit/pipeline.js';
+import type { Dialect } from '../http/errors.js';
+import { clientRequestId } from '../http/headers.js';
+import { pathOf } from '../http/path.js';
+import { clientAddress, headProblem, type RequestHead } from '../http/request-head.js';
+import type { Conn } from './job.js';
+import type { PlaneContext } from './context.js';
+import type { Variant } from './targets.js';
+
+export abstract class RequestStart {
+  protected readonly started = performance.now();
+  protected requestId = '';
+  protected trace: RequestTrace | undefined;
+  /** The deployment and key as far as admission got: the log line of a refusal names them too. */
+  protected route: Route | undefined;
+  protected key: ApiKeyRecord | undefined;
+  /** The address failed authentications and tunnels count against (the peer, or the trusted X-Forwarded-For hop). */
+  protected client = '';
+  protected dialect: Dialect = 'kserve';
+  /** Lines every answer of this request carries: request id, CORS, rate-limit, variant. */
+  protected answerHeaders: string[] = [];
+  protected error: string | undefined;
+
+  constructor(
+    protected readonly ctx: PlaneContext,
+    protected readonly conn: Conn,
+    protected readonly req: IncomingMessage,
+  ) {}
+
+  /** A throw in a step, or a limit store that failed: the gateway's fault. */
+  protected abstract internalError(): void;
+
+  /** The request id and trace, then admission's decision on the head's facts. `upgrade`: a websocket. */
+  protected admitHead(head: RequestHead, upgrade: boolean, expectation?: string): Admission | Promise<Admission> {
+    const { ctx, req } = this;
+    this.requestId = clientRequestId(head.requestId) ?? randomUUID();
+    this.answerHeaders.push('x-request-id', this.requestId);
+    this.trace = ctx.tracing?.start(head.method, pathOf(req.url), head.traceparent, head.tracestate, this.conn.client);
+    this.client = clientAddress(this.conn.client, head, ctx.head.trustForwarded);
+    return admit(
+      {
+        method: head.method,
+        url: req.url ?? '/',
+        host: head.authority,
+        authorization: head.authorization,
+        contentType: upgrade ? undefined : head.contentType,
+        now: Date.now(),
+        client: this.client,
+        origin: head.origin,
+        preflight: !upgrade && head.method === 'OPTIONS' && !!head.origin && head.acrMethod,
+        acrHeaders: upgrade ? undefined : head.acrHeaders,
+        headProblem: headProblem(head, req, ctx.maxHeaders),
+        expectation,
+        upgrade,
+      },
+      ctx.admission,
+    );
+  }
+
+  /** Goes on with `step` now, or when the shared limit store answers. */
+  protected settle<T>(decision: T | Promise<T>, step: (this: this, decided: T) => void): void {
+    if (!(decision instanceof Promise)) return step.call(this, decision);
+    decision.then(
+      (decided) => this.guarded(step, decided),
+      (err: unknown) => {
+        this.ctx.logger.error({ err }, 'rate-limit check failed');
+        this.internalError();
+      },
+    );
+  }
+
+  /** Runs a step; a throw in it is logged and answered 500. */
+  protected guarded<T>(step: (this: this, arg: T) => void, arg: T): void {
+    try {
+      step.call(this, arg);
+    } catch (err) {
+      this.ctx.logger.error({ err, url: this.req.url }, 'request handling failed');
+      this.internalError();
+    }
+  }
+
+  /** What a decision other than a preflight gives the request: its answer lines, dialect, deployment and key. */
+  protected took(decided: Exclude<Admission, { kind: 'preflight' }>): void {
+    const lines = decided.headers;
+    for (let i = 0; i < lines.length; i++) this.answerHeaders.push(lines[i]);
+    this.dialect = decided.dialect;
+    if (decided.kind !== 'by-model') this.route = decided.route;
+    this.key = decided.key;
+  }
+
+  /** Ends the trace and counts and logs the answer (observe/record.ts). */
+  protected recordAs(
+    status: number,
+    upstream: string,
+    bytesIn: number,
+    bytesOut: number,
+    pick?: string,
+    llm?: LlmFigures,
+    variant?: Variant,
+  ): void {
+    const { trace, route } = this;
+    if (trace) {
+      if (route) trace.route(route.project, route.deployment);
+      trace.end(status, this.error);
+    }
+    recordAnswer(this.ctx, {
+      req: this.req,
+      client: this.conn.client,
+      requestId: this.requestId,
+      route,
+      keyName: this.key?.name ?? '',
+      status,
+      started: this.started,
+      upstream,
+      pick,
+      bytesIn,
+      bytesOut,
+      error: this.error,
+      llm,
+      variant,
+    });
+  }
+}
