@@ -71,7 +71,7 @@ export class CommandError extends ServegateError {
   }
 }
 
-/** The one rendering of an error for a terminal: `error[SG_CODE]: message`. */
+/** An error as a terminal shows it: `error[SG_CODE]: message`. */
 export function errorLine(err: unknown): string {
   if (err instanceof ServegateError) return `error[${err.code}]: ${err.message}`;
   return `error[SG_FAILED]: ${(err as Error)?.message ?? String(err)}`;

@@ -93,7 +93,7 @@ export async function startDemo(opts: DemoOptions): Promise<Demo> {
   const closeBackends = () => Promise.all(backends.map((b) => b.close().catch(() => undefined)));
   let server: Servegate;
   try {
-    const ports = new Map<number, number>(); // the port examples/deployments.yaml names → the one in use
+    const ports = new Map<number, number>(); // the port examples/deployments.yaml names → the port in use
     for (const [i, b] of DEMO_BACKENDS.entries()) {
       const want = wanted[i];
       const mod = (await import(pathToFileURL(join(EXAMPLES_DIR, 'backends', b.file)).href)) as SampleModule;
@@ -164,7 +164,7 @@ export function curlFor(route: Route, baseUrl: string, key = DEMO_API_KEY): stri
     case 'predictive':
       return `curl -s -H 'Authorization: ApiKey ${key}' ${json} -d '{"instances": [[5.1, 3.5, 1.4, 0.2]]}' ${urls.inferenceUrl}`;
     case 'llm':
-      // Several endpoints: -i shows the x-vllm-replica header of the one picked (the same again for the same prompt).
+      // Several endpoints: -i shows the x-vllm-replica header of the endpoint picked (the same for the same prompt).
       return `curl -s${route.backend.kind === 'urls' ? 'i' : ''} -H 'Authorization: Bearer ${key}' ${json} -d '{"model": "${route.modelName ?? route.deployment}", "messages": [{"role": "user", "content": "Hello!"}]}' ${urls.openaiUrl}/chat/completions`;
     case 'python':
       return `curl -s -H 'Authorization: ApiKey ${key}' '${urls.endpointUrl}/hello?name=world'`;

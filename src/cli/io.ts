@@ -1,5 +1,5 @@
-// What every command shares: where it writes (tests pass their own), the commander set-up that sends usage errors
-// through the error catalogue (exit 2, `error[SG_USAGE]`), and the one place an error becomes a message and an exit status.
+// What every command shares: where it writes (tests pass their own), usage errors through the error catalogue (exit 2,
+// `error[SG_USAGE]`), and `run`, which turns a command's error into a message and an exit status.
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import { errorLine, exitCodeOf, UsageError, ServegateError } from '../errors.js';
 

@@ -1,6 +1,5 @@
-// `servegate usage [--key NAME] [--project P]`: what budgets (SPEC §14) have spent and what is left, read from a
-// running gateway's admin listener (/budgets). The gateway is the one place that knows every budget (key Secrets, the
-// configuration's projects) and where they are counted (Redis with limits.redis.url, or that replica alone).
+// `servegate usage [--key NAME] [--project P]`: what budgets (SPEC §14) have spent and have left, asked of a running
+// gateway's admin listener (/budgets): it knows every budget (key Secrets, projects) and where each is counted.
 import type { Command } from 'commander';
 import { CommandError } from '../errors.js';
 import type { BudgetUsage } from '../limits/budget-usage.js';

@@ -1,4 +1,4 @@
-// The one configuration schema: chart values `gateway:`, `servegate serve --config FILE`, the chart's ConfigMap.
+// The configuration schema, read alike from chart values `gateway:`, `servegate serve --config FILE` and the ConfigMap.
 // Every key has a default, so an empty document is a valid configuration.
 import { z } from 'zod';
 import { parseBudgetPeriod } from '../limits/budgets.js';

@@ -103,7 +103,7 @@ export class StatusController {
   private readonly maxRetryMs: number;
   /** The ServingDeployments of the latest kubernetes build, by "namespace/name". */
   private latest = new Map<string, Entry>();
-  /** What we wrote, valid while the object's resourceVersion is the one we saw when writing (the informer lags). */
+  /** What we wrote, valid while the object's resourceVersion is still what we saw when writing (the informer lags). */
   private written = new Map<string, Written>();
   private queue: string[] = [];
   private queued = new Set<string>();

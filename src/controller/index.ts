@@ -1,4 +1,4 @@
-// Wires the status controller to leader election: the one call the kubernetes serve path makes.
+// Wires the status controller to leader election, for the kubernetes serve path.
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { Config } from '../config/schema.js';
 import { silentLogger, type Logger } from '../log.js';

@@ -1,4 +1,4 @@
-// The one string order of the builder's outputs (code units, as Array.prototype.sort would, but stable to read).
+// String order by code units (Array.prototype.sort's default), for the outputs of conflicts.ts and keys.ts.
 export function cmp(a: string, b: string): number {
   return a < b ? -1 : a > b ? 1 : 0;
 }

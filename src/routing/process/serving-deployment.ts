@@ -65,7 +65,7 @@ export function servingDeploymentRoute(
       return invalid(`spec.modelName "${String(modelName)}" must be letters, digits, '_', '.' or '-'`);
     }
   } else if (kind === 'llm' && spec.modelName !== undefined && spec.modelName !== '') {
-    // The name the LLM server serves; the one OpenAI base URL writes it into the body's `model` (SPEC §9).
+    // The name the LLM server serves; the shared OpenAI base URL writes it into the body's `model` (SPEC §9).
     if (typeof spec.modelName !== 'string' || spec.modelName.length > 253 || !SERVED_MODEL_NAME.test(spec.modelName)) {
       return invalid(
         `spec.modelName ${JSON.stringify(spec.modelName)} must be the name the LLM server serves: letters, digits and _ . : / @ + -`,
