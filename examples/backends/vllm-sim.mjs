@@ -32,7 +32,8 @@
 //                   vllm:kv_cache_usage_perc (or, with kvMetric 'gpu_cache_usage_perc', the older
 //                   vllm:gpu_cache_usage_perc), vllm:cache_config_info{block_size="16",...}, and the counters
 //                   vllm:prefix_cache_queries_total / vllm:prefix_cache_hits_total (in tokens, as vLLM counts),
-//                   vllm:prompt_tokens_total, vllm:generation_tokens_total, vllm:request_success_total.
+//                   vllm:prompt_tokens_total, vllm:generation_tokens_total, vllm:request_success_total (one series
+//                   per finished_reason: stop, length, abort).
 // Memory is bounded: at most `kvBlocks` cached block hashes and `maxWaiting` waiting requests (more: 503).
 // A client that hangs up frees its place at once (queue slot, running slot, pinned blocks).
 import { createHash } from 'node:crypto';
@@ -554,13 +555,18 @@ function metrics(req, res, ctx) {
     'Number of generation tokens processed.',
     engine.c.generationTokens,
   );
-  metric(
-    'vllm:request_success_total',
-    'counter',
-    'Count of successfully processed requests.',
-    engine.c.served,
-    'finished_reason="length",',
+  // One series per finished_reason, as vLLM prints them (an aborted request is counted under abort); the sim's answers
+  // all end at max_tokens (length).
+  lines.push(
+    '# HELP vllm:request_success_total Count of successfully processed requests.',
+    '# TYPE vllm:request_success_total counter',
   );
+  for (const [reason, n] of [
+    ['stop', 0],
+    ['length', engine.c.served],
+    ['abort', engine.c.aborted],
+  ])
+    lines.push(`vllm:request_success_total{engine="0",finished_reason="${reason}",model_name="${o.model}"} ${num(n)}`);
   const text = lines.join('\n') + '\n';
   res.writeHead(200, {
     'content-type': 'text/plain; version=0.0.4; charset=utf-8',

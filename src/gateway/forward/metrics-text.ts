@@ -11,6 +11,12 @@ export interface ServerFigures {
   /** KV-cache use, 0-1 (undefined: the server does not say). */
   kv: number | undefined;
   blockSize: number | undefined;
+  /**
+   * Requests the server has finished since it started (vLLM's `vllm:request_success_total`, summed over its
+   * finished_reason series: stop, length, abort); undefined: it does not say. With running and waiting, it counts the
+   * requests the server was sent, whose rate the rendezvous weights follow (targets.ts).
+   */
+  finished?: number;
 }
 
 /** Most bytes of metrics text read per scrape by default (1 MiB; vLLM serves tens of kilobytes per model). */
@@ -37,6 +43,7 @@ const CACHE_INFO = 4;
 const SG_QUEUE = 5;
 const SG_RUNNING = 6;
 const SG_TOKENS = 7;
+const FINISHED = 8;
 /** The names read, by the indexes above; the others are dropped at their first bytes. */
 const NAMES = [
   'vllm:num_requests_waiting',
@@ -47,11 +54,18 @@ const NAMES = [
   'sglang:num_queue_reqs',
   'sglang:num_running_reqs',
   'sglang:token_usage',
+  'vllm:request_success_total',
 ].map((n) => Buffer.from(n, 'latin1'));
-const IS_SHARE = [false, false, true, true, false, false, false, true];
+const IS_SHARE = [false, false, true, true, false, false, false, true, false];
 const VLLM = Buffer.from('vllm:', 'latin1');
 const SGLANG = Buffer.from('sglang:', 'latin1');
 const BLOCK_SIZE = /(?:^|,)\s*block_size\s*=\s*"(\d{1,7})"/;
+
+/**
+ * Lines read on, once vLLM's four figures are in, for `vllm:request_success_total` (vLLM prints it after the gauges and
+ * a few counters, before its histograms, and its cache_config_info last): a text without it costs this much more.
+ */
+const FINISHED_LOOKAHEAD = 512;
 
 /** A name's state (0: not seen yet). */
 const OPEN = 1;
@@ -78,6 +92,8 @@ export class MetricsReader {
   private open = -1;
   private blockSize: number | undefined;
   private done = false;
+  /** Lines read since vLLM's four figures were in (-1: not yet). */
+  private after = -1;
 
   constructor(
     private readonly maxBytes = DEFAULT_MAX_BYTES,
@@ -105,7 +121,7 @@ export class MetricsReader {
     const running = v[RUNNING] ?? v[SG_RUNNING];
     const kv = v[KV] ?? v[GPU_KV] ?? v[SG_TOKENS];
     if (waiting === undefined && running === undefined && kv === undefined) return undefined;
-    return { waiting: waiting ?? 0, running: running ?? 0, kv, blockSize: this.blockSize };
+    return { waiting: waiting ?? 0, running: running ?? 0, kv, blockSize: this.blockSize, finished: v[FINISHED] };
   }
 
   private read(b: Uint8Array): void {
@@ -217,10 +233,14 @@ export class MetricsReader {
     }
   }
 
-  /** Every figure this server's kind reports has been read in full (vLLM: its newer KV name). */
+  /**
+   * Every figure this server's kind reports has been read in full (vLLM: its newer KV name, and the finished requests
+   * or FINISHED_LOOKAHEAD lines past the others without them).
+   */
   private complete(): boolean {
     const s = this.state;
-    if (s[WAITING] === CLOSED && s[RUNNING] === CLOSED && s[KV] === CLOSED && s[CACHE_INFO] === CLOSED) return true;
+    if (s[WAITING] === CLOSED && s[RUNNING] === CLOSED && s[KV] === CLOSED && s[CACHE_INFO] === CLOSED)
+      return s[FINISHED] === CLOSED || ++this.after > FINISHED_LOOKAHEAD;
     return s[SG_QUEUE] === CLOSED && s[SG_RUNNING] === CLOSED && s[SG_TOKENS] === CLOSED;
   }
 }
@@ -243,7 +263,7 @@ function nameAt(b: Uint8Array, s: number, e: number): number {
   let prefix: Buffer;
   if (c === 118 /* v */) {
     first = WAITING;
-    last = CACHE_INFO;
+    last = FINISHED;
     prefix = VLLM;
   } else if (c === 115 /* s */) {
     first = SG_QUEUE;
@@ -251,7 +271,8 @@ function nameAt(b: Uint8Array, s: number, e: number): number {
     prefix = SGLANG;
   } else return -1;
   if (!startsWith(b, s, e, prefix, 1)) return -1;
-  for (let f = first; f <= last; f++) {
+  // vLLM's names are WAITING to CACHE_INFO, then FINISHED.
+  for (let f = first; f <= last; f = f === CACHE_INFO ? FINISHED : f + 1) {
     const name = NAMES[f];
     const after = s + name.length;
     if (after >= e || !startsWith(b, s, e, name, prefix.length)) continue;

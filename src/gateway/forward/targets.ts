@@ -8,9 +8,10 @@
 //   unless it is saturated (scraped waiting requests or KV-cache use over their bounds, or in-flight requests over
 //   the bounded load): then the next endpoint in the key's rendezvous order that is not (a hot prefix spreads over
 //   its first, second, third... choices, the same on every replica); when every one is saturated, the least loaded.
-//   The weights are 1 but where the load the endpoints themselves report (running + waiting, smoothed over seconds)
-//   stays off the mean (in steps of 1/8 of a doubling), so that a lasting imbalance of keys (32 tenants over 4
-//   endpoints are rarely 8 each) moves a few keys off the busiest endpoint, alike on every replica that reads the same
+//   The weights are 1 but where the rate of requests the endpoints themselves report they were sent (vLLM's finished
+//   requests plus running and waiting, smoothed over 1.5 s; else the load they report) stays off the mean (in steps
+//   of 1/8 of a doubling), so that an imbalance of keys (32 tenants over 4 endpoints are rarely 8 each) moves the
+//   keys the busiest endpoint wins by the least to their next choice, alike on every replica that reads the same
 //   figures.
 //   docs/llm.md, "Which endpoint", gives the design and its measures.
 import type { Backend, Route } from '../../routing/types.js';
@@ -62,9 +63,16 @@ export const DEFAULT_LIMITS: BalancingLimits = { maxWaiting: 5, maxKvCache: 0.8,
 
 /** The weights are brought up to date at most this often (at a pick), from the endpoints' figures. */
 const WEIGHT_STEP_MS = 250;
-/** Time constant of the smoothed load. */
+/** Time constant of the smoothed request rates. */
+const RATE_TAU_MS = 1500;
+/** An endpoint's weight, in doublings, per doubling of its smoothed request rate over the mean (past the dead band). */
+const RATE_GAIN = 4;
+/** Rates within this of the mean (in doublings, about ±3.5 %) leave the weight at 1. */
+const RATE_DEADBAND = 0.05;
+/** Below this many requests per endpoint within RATE_TAU_MS, the rates say too little to move a weight. */
+const RATE_MIN_REQUESTS = 4;
+/** The same for endpoints that do not report their finished requests: their load (running + waiting). */
 const LOAD_TAU_MS = 2000;
-/** An endpoint's weight, in doublings, per doubling of its smoothed load over the mean (past the dead band). */
 const WEIGHT_GAIN = 2;
 /** Loads within this of the mean (in doublings, about ±7 %) leave the weight at 1. */
 const WEIGHT_DEADBAND = 0.1;
@@ -82,6 +90,11 @@ interface Balance {
   weight: Float64Array;
   level: Float64Array;
   load: Float64Array;
+  /** Requests each endpoint was sent per second (smoothed), from the counts it reports. */
+  rate: Float64Array;
+  /** Each endpoint's count of requests it was sent (finished + running + waiting) at its scrape of `countAt` (ms). */
+  count: Float64Array;
+  countAt: Float64Array;
   uniform: boolean;
   /** Date.now() of the last update (0: none yet). */
   at: number;
@@ -224,6 +237,9 @@ export class TargetPicker {
         weight: new Float64Array(n).fill(1),
         level: new Float64Array(n),
         load: new Float64Array(n),
+        rate: new Float64Array(n),
+        count: new Float64Array(n),
+        countAt: new Float64Array(n),
         uniform: true,
         at: 0,
         picks: new Float64Array(n),
@@ -236,10 +252,14 @@ export class TargetPicker {
   }
 
   /**
-   * The weights follow the load each endpoint reports (running + waiting; the in-flight count here when it reports
-   * nothing), smoothed: an endpoint lastingly above the mean has less weight, one below more, so a few of its keys
-   * move to their next choice. Figures every replica scrapes alike give weights alike; the steps of 1/8 of a doubling
-   * keep small differences from moving keys.
+   * The weights follow the rate of requests each endpoint reports it was sent — the change in its finished requests
+   * plus running and waiting ones (vLLM's request_success_total and its two gauges), smoothed over RATE_TAU_MS: an
+   * endpoint above the mean rate has less weight, one below more, so the keys it wins by the least move to their next
+   * choice until the requests, not only the keys, are spread evenly. Where an endpoint does not report its count, they
+   * follow the load the endpoints report (running + waiting; the in-flight count here when it reports nothing), as a
+   * less direct measure (an endpoint whose prompts hit its cache serves more requests for the same load). Figures
+   * every replica scrapes alike give weights alike; the steps of 1/8 of a doubling keep small differences from moving
+   * keys.
    */
   private reweigh(list: readonly Target[], b: Balance, now: number): void {
     const n = list.length;
@@ -247,22 +267,52 @@ export class TargetPicker {
     b.at = now;
     const a = 1 - Math.exp(-dt / LOAD_TAU_MS);
     let sum = 0;
+    let rates = 0;
+    let counted = true;
     for (let i = 0; i < n; i++) {
       const s = this.stats?.fresh(list[i].origin, now);
       const load = s ? s.running + s.waiting : this.inflightAt(list[i].origin);
       b.load[i] += a * (load - b.load[i]);
       sum += b.load[i];
+      if (s?.finished === undefined) {
+        counted = false;
+        b.countAt[i] = 0;
+        continue;
+      }
+      // The endpoint's count at each new scrape: its rate over the time between the two scrapes, smoothed.
+      const count = s.finished + s.running + s.waiting;
+      if (s.at !== b.countAt[i]) {
+        const since = s.at - b.countAt[i];
+        const d = count - b.count[i];
+        // d < 0: the server started again (its counter too); its rate is taken from its next scrape on.
+        if (b.countAt[i] !== 0 && since > 0 && d >= 0) {
+          const w = 1 - Math.exp(-Math.min(since, 4 * RATE_TAU_MS) / RATE_TAU_MS);
+          b.rate[i] += w * ((d * 1000) / since - b.rate[i]);
+        }
+        b.count[i] = count;
+        b.countAt[i] = s.at;
+      }
+      rates += b.rate[i];
     }
-    const mean = sum / n;
-    if (mean < WEIGHT_MIN_LOAD) return;
     // A function of the smoothed figures alone (no state of its own): replicas reading the same figures come to the
     // same weights, whenever each started.
     let levels = 0;
-    for (let i = 0; i < n; i++) {
-      const r = Math.log2(Math.max(b.load[i], mean / 16) / mean);
-      const over = Math.sign(r) * Math.max(0, Math.abs(r) - WEIGHT_DEADBAND);
-      b.level[i] = -WEIGHT_GAIN * over;
-      levels += b.level[i];
+    if (counted) {
+      const mean = rates / n;
+      if ((mean * RATE_TAU_MS) / 1000 < RATE_MIN_REQUESTS) return;
+      for (let i = 0; i < n; i++) {
+        const r = Math.log2(Math.max(b.rate[i], mean / 16) / mean);
+        b.level[i] = -RATE_GAIN * Math.sign(r) * Math.max(0, Math.abs(r) - RATE_DEADBAND);
+        levels += b.level[i];
+      }
+    } else {
+      const mean = sum / n;
+      if (mean < WEIGHT_MIN_LOAD) return;
+      for (let i = 0; i < n; i++) {
+        const r = Math.log2(Math.max(b.load[i], mean / 16) / mean);
+        b.level[i] = -WEIGHT_GAIN * Math.sign(r) * Math.max(0, Math.abs(r) - WEIGHT_DEADBAND);
+        levels += b.level[i];
+      }
     }
     let uniform = true;
     for (let i = 0; i < n; i++) {

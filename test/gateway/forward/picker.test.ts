@@ -183,27 +183,77 @@ describe('TargetPicker, llm policy', () => {
     expect(p.choose(r, key)!.target.origin).toBe(home.target.origin);
   });
 
-  test('the weights are a function of what the endpoints report: a replica started later comes to the same', () => {
+  test.each([
+    // One endpoint lastingly half again as busy as the others (running, as it reports it)...
+    ['load', (i: number) => ({ running: i === 0 ? 6 : 4 })],
+    // ...or sent half again as many requests (its finished requests, as vLLM counts them: 15 a second against 10).
+    ['requests sent', (i: number, ms: number) => ({ finished: Math.floor(((i === 0 ? 15 : 10) * ms) / 1000) })],
+  ])(
+    'the weights are a function of what the endpoints report (%s): a replica started later comes to the same',
+    (_n, fig) => {
+      jest.useFakeTimers({ now: 1_000_000 });
+      try {
+        const r = route('llm');
+        const stats = new FixedStats();
+        const early = new TargetPicker(undefined, stats);
+        const late = new TargetPicker(undefined, stats);
+        const key: PromptKey = { hash: 7, rule: 'conversation' };
+        for (let ms = 0; ms <= 20_000; ms += 100) {
+          jest.setSystemTime(1_000_000 + ms);
+          urls(4).forEach((u, i) => stats.figures.set(u, { ...busy(0), ...fig(i, ms), at: Date.now() }));
+          early.choose(r, key);
+          if (ms >= 15_000) late.choose(r, key);
+        }
+        const list = early.targets(r.backend)!;
+        const weights = early.picksOf(list).map((p) => p.weight);
+        expect(late.picksOf(late.targets(r.backend)!).map((p) => p.weight)).toEqual(weights);
+        expect(weights[0]).toBeLessThan(1);
+        for (const w of weights.slice(1)) expect(w).toBeGreaterThan(weights[0]);
+      } finally {
+        jest.useRealTimers();
+      }
+    },
+  );
+
+  test('the weights spread the requests the endpoints report, not their load: 32 tenants ranked unevenly come out even', () => {
     jest.useFakeTimers({ now: 1_000_000 });
     try {
       const r = route('llm');
+      const list = new TargetPicker().targets(r.backend)!;
+      const at = (t: Target) => list.findIndex((x) => x.origin === t.origin);
+      const keys = Array.from({ length: 32 }, (_, k) => prefixKey(chat(`Tenant ${k} policy. `.repeat(100), 'q'), 'm')!);
+      // Without weights these addresses rank 10, 5, 12 and 5 of the tenants first.
+      const ranked = [0, 0, 0, 0];
+      const plain = new TargetPicker();
+      for (const k of keys) ranked[at(plain.choose(r, k)!.target)]++;
+      expect(ranked).toEqual([10, 5, 12, 5]);
+      // A fleet that reports what vLLM does, scraped every 100 ms: the third endpoint, whose prompts hit its cache,
+      // answers in 120 ms, the others in 240 ms; 40 requests a second, the tenants in turn.
       const stats = new FixedStats();
-      // One endpoint lastingly half again as busy as the others (running, as it reports it).
-      urls(4).forEach((u, i) => stats.figures.set(u, { ...busy(0), running: i === 0 ? 6 : 4 }));
-      const early = new TargetPicker(undefined, stats);
-      const late = new TargetPicker(undefined, stats);
-      const key: PromptKey = { hash: 7, rule: 'conversation' };
-      for (let ms = 0; ms <= 20_000; ms += 100) {
+      const p = new TargetPicker(undefined, stats);
+      const serviceMs = [240, 240, 120, 240];
+      const ends: number[][] = [[], [], [], []];
+      const finished = [0, 0, 0, 0];
+      const shares = [0, 0, 0, 0];
+      for (let ms = 0, i = 0; ms <= 20_000; ms += 25, i++) {
         jest.setSystemTime(1_000_000 + ms);
-        for (const u of urls(4)) stats.figures.get(u)!.at = Date.now();
-        early.choose(r, key);
-        if (ms >= 15_000) late.choose(r, key);
+        const now = Date.now();
+        ends.forEach((e, j) => {
+          for (; e.length && e[0] <= now; finished[j]++) {
+            e.shift();
+            p.end(list[j].origin);
+          }
+          if (ms % 100 === 0)
+            stats.figures.set(list[j].origin, { ...busy(0), running: e.length, finished: finished[j], at: now });
+        });
+        const j = at(p.choose(r, keys[i % 32])!.target);
+        p.begin(list[j].origin);
+        ends[j].push(now + serviceMs[j]);
+        if (ms >= 10_000) shares[j]++;
       }
-      const list = early.targets(r.backend)!;
-      const weights = early.picksOf(list).map((p) => p.weight);
-      expect(late.picksOf(late.targets(r.backend)!).map((p) => p.weight)).toEqual(weights);
-      expect(weights[0]).toBeLessThan(1);
-      for (const w of weights.slice(1)) expect(w).toBeGreaterThan(weights[0]);
+      // Weighted by the load they report, the fast endpoint took 1.67x its share and two others 0.71x.
+      const even = shares.map((n) => Math.round((400 * n) / shares.reduce((a, b) => a + b)) / 100);
+      for (const x of even) expect([even, x >= 0.75 && x <= 1.25]).toEqual([even, true]);
     } finally {
       jest.useRealTimers();
     }
@@ -268,6 +318,12 @@ describe('parseServerMetrics', () => {
       'older vLLM (gpu_cache_usage_perc), two engines',
       'vllm:num_requests_waiting{engine="0"} 1\nvllm:num_requests_waiting{engine="1"} 2\nvllm:gpu_cache_usage_perc 0.5\nvllm:gpu_cache_usage_perc{engine="1"} 0.7',
       { waiting: 3, running: 0, kv: 0.7, blockSize: undefined },
+    ],
+    [
+      "vLLM's finished requests: its finished_reason series summed (read after the other figures)",
+      `${vllm}\nvllm:prompt_tokens_total 900\nvllm:request_success_total{finished_reason="stop",model_name="m"} 5\n` +
+        'vllm:request_success_total{finished_reason="length"} 7\nvllm:request_success_total{finished_reason="abort"} 1',
+      { waiting: 3, running: 7, kv: 0.42, blockSize: 32, finished: 13 },
     ],
     [
       'SGLang',

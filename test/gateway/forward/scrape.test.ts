@@ -79,6 +79,24 @@ describe('reading the metrics text', () => {
     expect(read).toBeLessThanOrEqual((1 << 20) + 65_536);
   });
 
+  test("vLLM's finished requests are read after its other figures, and looked for only a few hundred lines further", () => {
+    const success = 'vllm:request_success_total{finished_reason="length"} 12\n';
+    const counted = new MetricsReader();
+    expect(counted.push(Buffer.from(FIGURES + otherSeries(4_000) + success + otherSeries(4 << 20), 'latin1'))).toBe(
+      true,
+    );
+    expect(counted.end()).toEqual({ ...WANT, finished: 12 });
+    // Without it (or far past the others), the rest is not read: a 4 MiB text costs its first few tens of kilobytes.
+    for (const text of [FIGURES + otherSeries(4 << 20), FIGURES + otherSeries(1 << 20) + success]) {
+      const reader = new MetricsReader();
+      const bytes = Buffer.from(text, 'latin1');
+      let at = 0;
+      while (!reader.push(bytes.subarray(at, at + 4096))) at += 4096;
+      expect(at).toBeLessThan(64 << 10);
+      expect(reader.end()).toEqual(WANT);
+    }
+  });
+
   test('a text of many short lines stops at the line bound', () => {
     const reader = new MetricsReader();
     expect(() => reader.push(Buffer.from('x 1\n'.repeat(60_000)))).toThrow(expect.objectContaining({ bound: 'lines' }));
