@@ -1,17 +1,7 @@
-// The edits the gateway makes to an LLM request body before forwarding it (per-deployment URLs and the OpenAI base URL
-// alike), so that what the backend serves and what the gateway meters cannot be steered by how the client spells
-// things:
-// - `model`, `stream` and `stream_options` are read the way servers read them: one member each, in lower case (Go's
-//   JSON decoder matches names case-insensitively, so `"MODEL"` could name another model than the one checked) — any
-//   other spelling or a repeat is refused;
-// - `model` is set to the name the deployment serves, when the gateway knows it;
-// - `stream` is read as vLLM's and LiteLLM's request models coerce it (`1`, `"true"`, `"yes"`, ...) and written back
-//   as a JSON boolean, so every server reads the same value;
-// - a stream of a route that reports usage only when asked is asked for it (`stream_options.include_usage`), and the
-//   usage event is then taken out of the answer again (`stripUsage`): the client gets what it asked for, the
-//   gateway meters every stream.
-// The body is never parsed into a tree (http/json-scan.ts): the members above and the prompt's are found by one scan,
-// and the edits are made on the bytes; every other byte is forwarded as the client sent it.
+// The gateway's edits to an LLM request body, made on the bytes so that how a client spells things cannot steer what
+// the backend serves or the gateway meters: `model`, `stream`, `stream_options` once each in lower case (Go's decoder
+// folds case, so `"MODEL"` could name a model not checked); `model` set to the served name; `stream` written back as a
+// boolean; usage asked for on streams that report it only when asked, and stripped again (`stripUsage`).
 import type { ApiKeyRecord, Backend, Route, RouteTable } from '../../routing/types.js';
 import { grantsProject } from '../admit/auth.js';
 import { gatewayError, type GatewayError } from '../http/errors.js';
@@ -49,7 +39,7 @@ export interface LlmBody {
   promptEstimate: number;
 }
 
-/** Where the members the gateway reads sit in a body that is valid JSON; refused when one is spelled otherwise or repeated. */
+/** Where the members the gateway reads sit in a valid JSON body; refused when one is spelled otherwise or repeated. */
 export interface LlmMembers {
   /** The body is a JSON object (nothing else is known of another value). */
   object: boolean;
@@ -133,10 +123,7 @@ function foldName(name: string): string {
 /** Bigger values than this are not read for an error message. */
 const SHOWN_MAX = 4096;
 
-/**
- * A scalar or small value as JSON.parse reads it; undefined when absent. An object or array larger than a few KiB is
- * not read: it stands as an empty object (which is no model and no flag) that says its size when shown.
- */
+/** A small value as JSON.parse reads it (undefined: absent); an object or array over a few KiB stands as `{}`. */
 function valueAt(raw: Buffer, m: MemberSpan | undefined): unknown {
   if (!m) return undefined;
   const c = raw[m.start];
@@ -153,10 +140,7 @@ export function modelValue(raw: Buffer, members: LlmMembers): unknown {
   return valueAt(raw, members.seen.get('model'));
 }
 
-/**
- * `raw`: the (decoded) body; `members`: llmMembers(raw), an object. `path`: the OpenAI path without query
- * ("/v1/chat/completions"). `servedModel`: the model the deployment serves, when known.
- */
+/** `members`: llmMembers(raw); `path`: the OpenAI path without query; `servedModel`: when known. */
 export function editLlmBody(raw: Buffer, members: LlmMembers, path: string, servedModel: string | undefined): LlmBody {
   const { seen } = members;
   const edits: Array<{ start: number; end: number; text: string }> = [];
@@ -207,9 +191,8 @@ export function editLlmBody(raw: Buffer, members: LlmMembers, path: string, serv
 }
 
 /**
- * A flag as pydantic's lax mode reads it (vLLM's and LiteLLM's request models): booleans, 0 and 1, and the strings
- * "true"/"false", "1"/"0", "yes"/"no", "on"/"off", "t"/"f", "y"/"n" in any case, with nothing around them
- * (pydantic refuses " true "). undefined: absent or not a flag (the server refuses it; the gateway leaves it alone).
+ * A flag as pydantic's lax mode reads it (vLLM's and LiteLLM's models): booleans, 0/1, and true/false, 1/0, yes/no,
+ * on/off, t/f, y/n in any case with nothing around them; undefined: absent or not a flag (left for the server to refuse).
  */
 export function coerceBool(v: unknown): boolean | undefined {
   if (typeof v === 'boolean') return v;
@@ -222,11 +205,7 @@ export function coerceBool(v: unknown): boolean | undefined {
   return undefined;
 }
 
-/**
- * About 4 bytes of text a token (the usual rule of thumb for BPE vocabularies), over what the model reads: the first
- * of `messages`, `prompt`, `input` that is not null, as JSON.stringify would write it (a string: its bytes as sent),
- * but for media sent inline (promptTextLength): an image is hundreds of tokens, not its base64 bytes over 4.
- */
+/** About 4 bytes a token (BPE's rule of thumb) of what the model reads, media left out (an image is not base64/4). */
 export function estimatePrompt(raw: Buffer, members: LlmMembers): number {
   const notNull = (m: MemberSpan | undefined) => (m && raw[m.start] !== 0x6e ? m : undefined);
   const p = members.prompt;
@@ -236,11 +215,7 @@ export function estimatePrompt(raw: Buffer, members: LlmMembers): number {
   return Math.ceil(bytes / 4);
 }
 
-/**
- * Members of a content part whose values are media, never text the model reads: `url` and `image_url` (images,
- * audio and video by URL or inline as data URLs), `data` (`input_audio`), `file_data` (files), `images` (Ollama's
- * base64 list). Their values are left out of the estimate, names and all.
- */
+/** Content-part members whose values are media, not text (`input_audio`'s data, Ollama's images): not estimated. */
 const MEDIA_MEMBERS = ['"url"', '"image_url"', '"data"', '"file_data"', '"images"'].map((n) => Buffer.from(n));
 
 /** compactLength of the valid value [start, end), without the values of MEDIA_MEMBERS. Linear in the value. */
@@ -279,10 +254,7 @@ function backendKey(b: Backend): string {
   return `svc:${b.namespace}/${b.service}:${b.port}`;
 }
 
-/**
- * The 403 for a `model` (in a JSON body, the query or a form field) that names another deployment's served model on
- * this route's backend, one the key is not granted (otherDeploymentsModel); undefined when the request may go on.
- */
+/** The 403 for a `model` (body, query or form field) naming a model on this backend the key is not granted. */
 export function modelForbidden(
   table: RouteTable,
   route: Route,
@@ -297,10 +269,8 @@ export function modelForbidden(
 }
 
 /**
- * A deployment's own URL forwards the body unchanged, so on a backend that serves several deployments' models (one
- * vLLM with several LoRA adapters, one Ollama) `model` could name another deployment's model than this one's. When
- * it names the served model of another deployment on the same backend that the key is not granted, the request is
- * refused.
+ * On a backend serving several deployments' models (LoRA adapters, one Ollama) `model` could name another's: the
+ * deployment it names that the key is not granted, else undefined.
  */
 export function otherDeploymentsModel(
   table: RouteTable,
