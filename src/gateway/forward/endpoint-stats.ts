@@ -1,11 +1,6 @@
-// What each LLM endpoint says about its own load (SPEC §12), scraped in the background from its Prometheus metrics —
-// vLLM's `vllm:num_requests_waiting`, `vllm:num_requests_running`, `vllm:kv_cache_usage_perc` (or the older
-// `vllm:gpu_cache_usage_perc`), `vllm:cache_config_info{block_size}`, and SGLang's `sglang:num_queue_reqs` and
-// `sglang:token_usage` — every `scrapeIntervalMs`, one scrape per endpoint at a time, never on a request's path. A
-// figure older than `staleAfterMs` is not used: such an endpoint is judged by the gateway's in-flight count alone.
-// A scrape is bounded in bytes, lines and total time (past a bound it is aborted, counted as an error, and the
-// endpoint is left alone for a while), read as it streams in and only as far as the figures need (metrics-text.ts),
-// and aborted when its endpoint leaves the list.
+// What each LLM endpoint reports of its own load (SPEC §12; vLLM's and SGLang's metrics, metrics-text.ts), scraped in
+// the background, never on a request's path. A figure older than `staleAfterMs` is not used (in-flight counts then
+// judge). A scrape is bounded in bytes, lines and time: an endpoint past a bound is left alone for a while.
 import { Agent, request } from 'undici';
 import { copyWith } from '../../same-shape.js';
 import { DEFAULT_MAX_BYTES, MetricsReader, ScrapeBoundError, type ServerFigures } from './metrics-text.js';

@@ -1,7 +1,6 @@
-// Fallbacks (SPEC §12): the deployments a request goes to, in the order `spec.fallbacks` of the deployment first
-// admitted lists them, when it fails before any byte of its answer reached the client. A fallback the key is not
-// granted, or of another kind, is skipped; a fallback's own fallbacks are not followed. On OpenAI routes the body's
-// `model` is rewritten to the fallback's served name (openai/llm-request.ts).
+// Fallbacks (SPEC §12): the first admitted deployment's `spec.fallbacks`, in order, while no byte of the answer has
+// reached the client; those the key is not granted or of another kind are skipped, their own fallbacks not followed.
+// On OpenAI routes `model` is rewritten to the fallback's served name (openai/llm-request.ts).
 import type { ApiKeyRecord, Route, RouteTable } from '../../routing/types.js';
 import { grantsProject } from '../admit/auth.js';
 
@@ -31,9 +30,8 @@ export class Fallbacks {
     if (!list) return undefined;
     while (this.at < list.length) {
       const r = table.byPath.get(list[this.at]);
-      // Same key rules as any request; a fallback of another kind could not take this request. Routes are compared
-      // by resource, not by how the list wrote them: the deployment itself, or one already tried, is never called
-      // again (a project has two forms, and the table may have been reloaded since).
+      // Compared by resource, not as the list wrote them (a project has two forms; the table may have been
+      // reloaded): the deployment itself or one already tried is never called again.
       if (
         r &&
         r.kind === current.kind &&

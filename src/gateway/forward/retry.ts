@@ -1,7 +1,5 @@
-// When a failed backend call is tried again: only when nothing reached the backend (the connection itself failed),
-// the answer has not started, the body can be sent again (none, or held whole in memory), and the attempts left
-// allow it. The exchange then picks again, avoiding the address that failed. A plain function, so that fallbacks to
-// another deployment can reuse the same rule.
+// A failed backend call is tried again only when nothing reached the backend (the connect failed), no answer started,
+// the body can be sent again (none, or held whole) and tries are left; a plain function, so fallbacks share the rule.
 import { CONNECT_FAILURES } from './upstream-errors.js';
 
 export interface RetryFacts {

@@ -1,7 +1,5 @@
-// Scale from zero (SPEC §10): requests of a deployment that has no ready endpoint wait here, per deployment and in
-// arrival order, until one is ready (an EndpointSlice event, a route-table swap, or the once-a-second look), and are
-// answered 503 after the deployment's hold time. Bounded per deployment in requests and in bytes of held bodies, so
-// holding cannot exhaust memory; a client that leaves is taken out at once.
+// Scale from zero (SPEC §10): requests of a deployment with no ready endpoint wait here in arrival order until one is
+// ready, else 503 after the hold time; bounded per deployment in requests and held body bytes, so memory is too.
 import { PassThrough, type Readable } from 'node:stream';
 import type { Route } from '../../routing/types.js';
 import { BODY_TOO_LARGE } from './upstream-errors.js';
@@ -63,10 +61,7 @@ export class HoldQueues {
     return undefined;
   }
 
-  /**
-   * `held` received `bytes` more of its body while waiting: counted; false when that passes the queue's byte bound
-   * (the caller answers 503 and takes it out).
-   */
+  /** `held` received `bytes` more of its body: false when that passes the byte bound (the caller answers 503). */
   grow(held: Held, bytes: number): boolean {
     const id = this.where.get(held);
     if (id === undefined) return true;
@@ -137,10 +132,7 @@ export class HoldQueues {
     return m;
   }
 
-  /**
-   * servegate_pending_requests: every deployment that can hold (or holds) has a series, 0 when nothing waits, so that
-   * an autoscaler (KEDA) sees the deployment before its first request.
-   */
+  /** servegate_pending_requests, 0 for every deployment that can hold: an autoscaler (KEDA) sees it before a request. */
   pending(routes: Iterable<Route>): Array<{ project: string; deployment: string; count: number }> {
     const out: Array<{ project: string; deployment: string; count: number }> = [];
     for (const r of routes)
@@ -164,10 +156,8 @@ export class HoldQueues {
 }
 
 /**
- * A held request's body that is still coming: read while it waits and counted as it arrives (`grow` false: the
- * queue's byte bound is passed, `full` answers). `tooLarge`: a chunked body passed the body limit. Returns what to
- * call when the request leaves the queue to be forwarded: the body, whole (a buffer) when it all came while held,
- * else what came followed by the rest as it comes.
+ * A held request's body, read and counted while it waits (`grow` false: past the byte bound). Returns what to call
+ * when it is forwarded: the body whole when it all came, else what came followed by the rest.
  */
 export function readWhileHeld(
   body: Readable,
