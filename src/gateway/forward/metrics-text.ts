@@ -1,7 +1,5 @@
-// Reading the few figures endpoint picking needs (SPEC §12) from an LLM server's Prometheus text as it streams in: line
-// by line, each byte looked at once at most and no search past a line's end (a crafted body cannot make it
-// quadratic), a line of another name dropped after its first bytes, the whole text bounded in bytes and lines, and
-// every figure clamped to what it means (a count is finite and >= 0, a share is in [0, 1]).
+// The few figures endpoint picking needs (SPEC §12), read from an LLM server's Prometheus text as it streams: each byte
+// looked at once at most (a crafted body cannot make it quadratic), bounded in bytes and lines, every figure clamped.
 
 /** What an LLM server says about its own load. */
 export interface ServerFigures {
@@ -72,10 +70,8 @@ const OPEN = 1;
 const CLOSED = 2;
 
 /**
- * One scrape's text, read as it arrives. `push` each piece; it returns true once every figure needed has been read in
- * full (the text format keeps the lines of one name together, so a name followed by another is complete), and the
- * rest of the text need not be read; `end` gives the figures. Past `maxBytes` or `maxLines`, `push` throws
- * ScrapeBoundError (what came before the byte bound is read first: figures complete within it are still taken).
+ * One scrape's text: `push` is true once every figure is complete (a name's lines come together, so the next name
+ * ends it) and the rest need not be read; past `maxBytes` or `maxLines` it throws ScrapeBoundError.
  */
 export class MetricsReader {
   private bytes = 0;
