@@ -7,29 +7,24 @@
 // A tunnel is closed after limits.websocketIdleTimeoutSeconds with no data either way; tunnels are counted per key and
 // per client address (tunnels.ts); its access-log line is written when it ends, with its bytes and upstream. On LLM
 // routes each client response.create passes the per-minute limits first (openai/realtime-gate.ts).
-import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, Server } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Dispatcher } from 'undici';
-import type { Route } from '../../routing/types.js';
-import type { RequestTrace } from '../../observe/tracing.js';
-import { recordAnswer } from '../../observe/record.js';
-import type { Charge, LimitDecision } from '../../limits/per-minute.js';
-import type { BudgetCharge, BudgetDecision } from '../../limits/budgets.js';
-import type { ApiKeyRecord } from '../../routing/types.js';
+import type { LimitDecision } from '../../limits/per-minute.js';
+import type { BudgetDecision } from '../../limits/budgets.js';
 import { copyWith } from '../../same-shape.js';
 import { RealtimeMeter } from '../openai/realtime-meter.js';
 import { closeFrame, errorEvent, FrameCursor, RealtimeGate } from '../openai/realtime-gate.js';
-import { admit, type Admission } from '../admit/pipeline.js';
-import { gatewayError, type Dialect, type GatewayError } from '../http/errors.js';
-import { clientRequestId, downstreamHeaders, upstreamHeaders } from '../http/headers.js';
-import { pathOf } from '../http/path.js';
-import { clientAddress, headProblem, readHead, type RequestHead } from '../http/request-head.js';
-import { closeSocket, rawHead, sendRawError } from '../http/answers.js';
+import type { Accepted, Admission } from '../admit/pipeline.js';
+import { gatewayError, type GatewayError } from '../http/errors.js';
+import { downstreamHeaders, removeHeader, upstreamHeaders } from '../http/headers.js';
+import { readHead, type RequestHead } from '../http/request-head.js';
+import { sendRawAnswer, sendRawError, writeRawHead } from '../http/answers.js';
 import type { Conn, Job } from './job.js';
 import { BodyBudget, type Reservation } from './body-budget.js';
 import type { PlaneContext } from './context.js';
+import { RequestStart } from './request-start.js';
 import { DECLINE_BODY_MAX, UpgradeCall, type UpgradeOwner } from './upstream-call.js';
 import { ClientGone, mapUpstreamError, unavailable } from './upstream-errors.js';
 
@@ -44,14 +39,9 @@ interface Inject {
   closing: { code: number; reason: string; why: string } | undefined;
 }
 
-export class UpgradeJob implements Job, UpgradeOwner {
-  private readonly started = performance.now();
-  private requestId = '';
-  private trace: RequestTrace | undefined;
-  private route: Route | undefined;
-  private keyName = '';
-  private dialect: Dialect = 'kserve';
-  private extra: string[] = [];
+export class UpgradeJob extends RequestStart implements Job, UpgradeOwner {
+  private head: RequestHead | undefined;
+  private admission: Accepted | undefined;
   private call: UpgradeCall | undefined;
   private tunnel: Duplex | undefined;
   /**
@@ -60,36 +50,31 @@ export class UpgradeJob implements Job, UpgradeOwner {
    * waiting for room: without room the message passes unread (limits then hold at the backend's response.created).
    */
   private room: { all: Reservation; realtime: Reservation } | undefined;
-  /** The token buckets the upgrade passed: charged with each realtime response's usage. */
-  private charge: Charge | undefined;
-  /** The budgets the upgrade passed (SPEC §14): each response.done is charged to them, each response.create checked. */
-  private budget: BudgetCharge | undefined;
   private finished = false;
-  /** The address the tunnel counts against (as failed authentications do), set once it is counted. */
-  private client = '';
+  /** The tunnel counts against its key and client address (tunnels.ts). */
   private counted = false;
-  private key: ApiKeyRecord | undefined;
   private status = 0;
   private upstream = '';
   private bytesIn = 0;
   private bytesOut = 0;
   /** Date.now() of the last data either way. */
   private lastActive = 0;
-  /** Why the gateway ended the tunnel (the log line's error). */
-  private why: string | undefined;
   /** Gateway events for the client, waiting for the backend's stream to be between messages. */
   private inject: Inject | undefined;
   /** Client response.create events admitted by the limits whose response.created has not passed yet. */
   private admittedCreates = 0;
 
   constructor(
-    private readonly ctx: PlaneContext,
-    private readonly conn: Conn,
+    ctx: PlaneContext,
+    conn: Conn,
     private readonly server: Server,
-    private readonly req: IncomingMessage,
+    req: IncomingMessage,
     private readonly socket: Socket,
-    private readonly head: Buffer,
-  ) {}
+    /** What the client sent after the head: the tunnel's first bytes. */
+    private readonly firstBytes: Buffer,
+  ) {
+    super(ctx, conn, req);
+  }
 
   start(): void {
     const { socket } = this;
@@ -124,9 +109,9 @@ export class UpgradeJob implements Job, UpgradeOwner {
     this.finished = true;
     this.room?.all.release();
     this.room?.realtime.release();
-    if (this.counted) this.ctx.tunnels.close(this.keyName, this.client);
+    if (this.counted) this.ctx.tunnels.close(this.key!.name, this.client);
     // A tunnel is logged when it ends: its bytes, its length and the backend it reached.
-    if (this.tunnel) this.record(this.status, this.why);
+    if (this.tunnel) this.record(this.status);
     this.conn.done(this);
   }
 
@@ -136,8 +121,8 @@ export class UpgradeJob implements Job, UpgradeOwner {
    */
   private shut(code: number, reason: string, why: string): void {
     const { socket, tunnel } = this;
-    if (!tunnel || this.why !== undefined) return;
-    this.why = why;
+    if (!tunnel || this.error !== undefined) return;
+    this.error = why;
     this.inject = undefined;
     tunnel.unpipe(socket);
     socket.unpipe(tunnel);
@@ -152,59 +137,29 @@ export class UpgradeJob implements Job, UpgradeOwner {
   }
 
   private run(): void {
-    const { ctx, req } = this;
-    const h = readHead(req, ctx.head);
-    if (h.upgrade !== 'websocket') return this.asPlainRequest();
-
-    this.requestId = clientRequestId(h.requestId) ?? randomUUID();
-    this.trace = ctx.tracing?.start(h.method, pathOf(req.url), h.traceparent, h.tracestate, this.conn.client);
-    this.extra.push('x-request-id', this.requestId);
-    const a = admit(
-      {
-        method: h.method,
-        url: req.url ?? '/',
-        host: h.authority,
-        authorization: h.authorization,
-        contentType: undefined,
-        now: Date.now(),
-        client: clientAddress(this.conn.client, h, ctx.head.trustForwarded),
-        origin: h.origin,
-        headProblem: headProblem(h, req, ctx.maxHeaders),
-        upgrade: true,
-      },
-      ctx.admission,
-    );
-    if (!(a instanceof Promise)) return this.admitted(h, a);
-    a.then(
-      (x) => this.admitted(h, x),
-      (err: unknown) => {
-        ctx.logger.error({ err }, 'rate-limit check failed');
-        this.refuse(gatewayError('internal_error', 'internal gateway error'));
-      },
-    );
+    const head = (this.head = readHead(this.req, this.ctx.head));
+    if (head.upgrade !== 'websocket') return this.asPlainRequest();
+    this.settle(this.admitHead(head, true), this.admitted);
   }
 
-  private admitted(h: RequestHead, a: Admission): void {
+  protected internalError(): void {
+    this.refuse(gatewayError('internal_error', 'internal gateway error'));
+  }
+
+  private admitted(a: Admission): void {
     if (this.finished || this.socket.destroyed) return this.end();
-    if (a.kind === 'preflight' || a.kind === 'by-model') {
-      // admit() settles the OpenAI base URL's model and never answers a preflight for an upgrade.
-      return this.refuse(gatewayError('internal_error', 'internal gateway error'));
-    }
-    for (let i = 0; i < a.headers.length; i++) this.extra.push(a.headers[i]);
-    this.dialect = a.dialect;
-    this.route = a.route;
-    this.keyName = a.key?.name ?? '';
+    // admit() settles the OpenAI base URL's model and never answers a preflight for an upgrade.
+    if (a.kind === 'preflight' || a.kind === 'by-model') return this.internalError();
+    this.took(a);
     if (!a.ok) return this.refuse(a.error);
 
     const { ctx } = this;
     const route = a.route;
-    this.client = clientAddress(this.conn.client, h, ctx.head.trustForwarded);
-    const tooMany = ctx.tunnels.open(this.keyName, this.client);
+    const tooMany = ctx.tunnels.open(a.key.name, this.client);
     if (tooMany) {
       ctx.metrics.rateLimited.inc({ scope: tooMany.scope, kind: 'websockets', reason: 'open_websockets' });
       return this.refuse(tooMany.error);
     }
-    this.key = a.key;
     this.counted = true;
     const chosen = route.notReady ? undefined : ctx.picker.choose(route);
     if (!chosen) {
@@ -213,10 +168,9 @@ export class UpgradeJob implements Job, UpgradeOwner {
     }
     const target = chosen.target;
     this.upstream = target.origin.replace(/^https?:\/\//, '');
-    if (chosen.variant) this.extra.push('x-servegate-variant', chosen.variant);
-    this.charge = a.charge;
-    this.budget = a.budget;
-    const headers = upstreamHeaders(h, {
+    if (chosen.variant) this.answerHeaders.push('x-servegate-variant', chosen.variant);
+    this.admission = a;
+    const headers = upstreamHeaders(this.head!, {
       clientIp: this.conn.client,
       proto: this.conn.proto,
       requestId: this.requestId,
@@ -229,10 +183,7 @@ export class UpgradeJob implements Job, UpgradeOwner {
       tracestate: this.trace?.tracestate,
     });
     // An LLM websocket is metered from its frames: a compressed extension would hide them, so none is offered.
-    if (route.kind === 'llm') {
-      for (let i = headers.length - 2; i >= 0; i -= 2)
-        if (headers[i] === 'sec-websocket-extensions') headers.splice(i, 2);
-    }
+    if (route.kind === 'llm') removeHeader(headers, 'sec-websocket-extensions');
     const call = (this.call = new UpgradeCall(this));
     try {
       ctx.pools.get(target.origin).dispatch(
@@ -258,7 +209,7 @@ export class UpgradeJob implements Job, UpgradeOwner {
     this.lastActive = Date.now();
     const list: string[] = [];
     for (let i = 0; i < raw.length; i += 2) list.push(raw[i].toString('latin1'), raw[i + 1].toString('latin1'));
-    socket.write(rawHead(status, list));
+    writeRawHead(socket, status, list);
     up.on('error', () => socket.destroy());
     up.on('close', () => socket.destroy());
     // Data either way is activity (a ping or a pong is a frame like any other) and is counted for the log line.
@@ -270,10 +221,10 @@ export class UpgradeJob implements Job, UpgradeOwner {
       this.bytesIn += c.length;
       this.lastActive = Date.now();
     });
-    this.bytesIn += this.head.length;
+    this.bytesIn += this.firstBytes.length;
     const route = this.route;
     if (route?.kind !== 'llm') {
-      if (this.head.length) up.write(this.head);
+      if (this.firstBytes.length) up.write(this.firstBytes);
       up.pipe(socket);
       socket.pipe(up);
       return;
@@ -283,9 +234,9 @@ export class UpgradeJob implements Job, UpgradeOwner {
     const { metrics, perMinute } = this.ctx;
     const meter = new RealtimeMeter(
       (u) => {
-        metrics.observeLlm(route.project, route.deployment, this.keyName, u, undefined, undefined);
-        perMinute.charge(this.charge, u.prompt + u.completion);
-        this.ctx.admission.budgets?.charge(this.budget, u.prompt, u.completion, route.pricing);
+        metrics.observeLlm(route.project, route.deployment, this.key!.name, u, undefined, undefined);
+        perMinute.charge(this.admission!.charge, u.prompt + u.completion);
+        this.ctx.admission.budgets?.charge(this.admission!.budget, u.prompt, u.completion, route.pricing);
       },
       () => this.responseStarted(),
     );
@@ -322,7 +273,7 @@ export class UpgradeJob implements Job, UpgradeOwner {
     });
     socket.on('data', (c: Buffer) => gate.push(c));
     socket.on('end', () => up.end());
-    if (this.head.length) gate.push(this.head);
+    if (this.firstBytes.length) gate.push(this.firstBytes);
   }
 
   /** The realtime gate would hold `bytes` in all: whether both budgets have room (see `room`). */
@@ -344,7 +295,7 @@ export class UpgradeJob implements Job, UpgradeOwner {
    */
   private toClient(c: Buffer, inject: Inject, own = false): void {
     const { socket } = this;
-    if (this.why !== undefined) return;
+    if (this.error !== undefined) return;
     const write = (b: Buffer): void => {
       if (b.length && !socket.write(b)) this.tunnel?.pause();
     };
@@ -397,7 +348,8 @@ export class UpgradeJob implements Job, UpgradeOwner {
   private decide(take: boolean, fromClient = true): GatewayError | undefined | Promise<GatewayError | undefined> {
     // A response.create of a key or project whose budget is spent is refused before its per-minute windows are asked.
     const budgets = this.ctx.admission.budgets;
-    const b = take && this.budget?.length ? budgets?.decide(this.budget.slice()) : undefined;
+    const budget = this.admission?.budget;
+    const b = take && budget?.length ? budgets?.decide(budget.slice()) : undefined;
     if (!b) return this.decidePerMinute(take, fromClient);
     const after = (d: BudgetDecision): GatewayError | undefined | Promise<GatewayError | undefined> => {
       if (d.ok) return this.decidePerMinute(take, fromClient);
@@ -451,8 +403,8 @@ export class UpgradeJob implements Job, UpgradeOwner {
     const down = downstreamHeaders(raw, ctx.cors.enabled);
     const list = down.list;
     if (!down.length) list.push('content-length', String(body.length));
-    list.push('connection', 'close', ...this.extra);
-    closeSocket(socket, Buffer.concat([Buffer.from(rawHead(status, list, statusText), 'latin1'), body]));
+    list.push('connection', 'close', ...this.answerHeaders);
+    sendRawAnswer(socket, status, list, body, statusText);
     this.record(status);
     this.end();
   }
@@ -465,29 +417,14 @@ export class UpgradeJob implements Job, UpgradeOwner {
   }
 
   private refuse(err: GatewayError): void {
-    sendRawError(this.socket, err, this.dialect, this.extra);
-    this.record(err.status, err.message);
+    sendRawError(this.socket, err, this.dialect, this.answerHeaders);
+    this.error = err.message;
+    this.record(err.status);
     this.end();
   }
 
-  private record(status: number, error?: string): void {
-    if (this.trace) {
-      if (this.route) this.trace.route(this.route.project, this.route.deployment);
-      this.trace.end(status, error);
-    }
-    recordAnswer(this.ctx, {
-      req: this.req,
-      client: this.conn.client,
-      requestId: this.requestId,
-      route: this.route,
-      keyName: this.keyName,
-      status,
-      started: this.started,
-      upstream: this.upstream,
-      bytesIn: this.bytesIn,
-      bytesOut: this.bytesOut,
-      error,
-    });
+  private record(status: number): void {
+    this.recordAs(status, this.upstream, this.bytesIn, this.bytesOut);
   }
 
   /** Serves the request as plain HTTP/1.1 on the same connection: its head again, without the upgrade, and the rest. */
@@ -511,7 +448,7 @@ export class UpgradeJob implements Job, UpgradeOwner {
     text += '\r\n';
     this.finished = true;
     this.conn.done(this);
-    socket.unshift(Buffer.concat([Buffer.from(text, 'latin1'), this.head]));
+    socket.unshift(Buffer.concat([Buffer.from(text, 'latin1'), this.firstBytes]));
     this.server.emit('connection', socket);
   }
 }
