@@ -1,6 +1,7 @@
 // Name rules shared by the builder, the gateway, the CLI and the client — one home for each: DNS names, project and
 // model names, API-key formats, project forms, hostnames, deployment URLs.
 import type { ModelServer, RouteKind } from './kinds.js';
+import type { ApiKeyRecord } from './types.js';
 export { MODEL_SERVERS } from './kinds.js';
 
 /** DNS-1123 label (namespaces, Service and deployment names): also at most 63 characters, see isDnsLabel. */
@@ -37,6 +38,19 @@ export function isDnsSubdomain(s: string): boolean {
 /** The namespace form of a project name: lower case, every character outside a-z0-9- turned into '-'. */
 export function projectNamespaceForm(project: string): string {
   return project.toLowerCase().replace(/[^a-z0-9-]/g, '-');
+}
+
+/**
+ * Does the key grant this project (either form) and, for a scoped key, namespace? With no route a scoped key grants
+ * only the project named like its namespace, so elsewhere it gets 403, not a 404 that would tell what exists.
+ */
+export function grantsProject(record: ApiKeyRecord, projectSegment: string, routeNamespace?: string): boolean {
+  if (record.scopeNamespace !== undefined) {
+    const ns = routeNamespace ?? projectNamespaceForm(projectSegment);
+    if (ns !== record.scopeNamespace) return false;
+  }
+  if (record.projects === '*') return true;
+  return record.projects.has(projectNamespaceForm(projectSegment));
 }
 
 /** The project's label in legacy hostnames: lower case, '_' turned into '-'. */

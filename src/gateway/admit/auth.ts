@@ -1,7 +1,7 @@
 // API-key authentication and project authorisation: plain functions of the header, the key index and the clock.
 import * as crypto from 'node:crypto';
 import { createHash, timingSafeEqual } from 'node:crypto';
-import { API_KEY, projectNamespaceForm } from '../../routing/names.js';
+import { API_KEY } from '../../routing/names.js';
 import type { ApiKeyRecord, RouteTable } from '../../routing/types.js';
 import { gatewayError, type GatewayError } from '../http/errors.js';
 
@@ -54,19 +54,6 @@ export function verifyKey(
   if (!found) return { failure: 'mismatch' };
   if (found.expiresAt !== undefined && found.expiresAt <= now) return { failure: 'expired' };
   return { record: found };
-}
-
-/**
- * Does the key grant this project (either form) and, for a scoped key, namespace? With no route a scoped key grants
- * only the project named like its namespace, so elsewhere it gets 403, not a 404 that would tell what exists.
- */
-export function grantsProject(record: ApiKeyRecord, projectSegment: string, routeNamespace?: string): boolean {
-  if (record.scopeNamespace !== undefined) {
-    const ns = routeNamespace ?? projectNamespaceForm(projectSegment);
-    if (ns !== record.scopeNamespace) return false;
-  }
-  if (record.projects === '*') return true;
-  return record.projects.has(projectNamespaceForm(projectSegment));
 }
 
 export const AUTH_MESSAGES: Record<AuthFailure, string> = {

@@ -2,7 +2,7 @@
 // reached the client; those the key is not granted or of another kind are skipped, their own fallbacks not followed.
 // On OpenAI routes `model` is rewritten to the fallback's served name (openai/llm-request.ts).
 import type { ApiKeyRecord, Route, RouteTable } from '../../routing/types.js';
-import { grantsProject } from '../admit/auth.js';
+import { grantsProject } from '../../routing/names.js';
 
 export type FallbackReason = 'connect' | '5xx' | '429' | 'no_endpoint' | 'timeout' | 'rate_limited';
 

@@ -1,7 +1,7 @@
 // The OpenAI base URL shared by all LLM deployments (SPEC §9), `<publicUrl>/openai/v1`: the body's `model`
 // (`<project>/<deployment>`, or a bare name unambiguous among the key's projects) picks the deployment.
 import type { ApiKeyRecord, Route, RouteTable } from '../../routing/types.js';
-import { grantsProject } from '../admit/auth.js';
+import { grantsProject } from '../../routing/names.js';
 import { gatewayError, type GatewayError } from '../http/errors.js';
 import { editLlmBody, llmMembers, modelValue, type LlmBody, type LlmMembers } from './llm-body.js';
 import { copyWith } from '../../same-shape.js';

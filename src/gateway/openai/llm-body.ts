@@ -3,7 +3,7 @@
 // folds case, so `"MODEL"` could name a model not checked); `model` set to the served name; `stream` written back as a
 // boolean; usage asked for on streams that report it only when asked, and stripped again (`stripUsage`).
 import type { ApiKeyRecord, Backend, Route, RouteTable } from '../../routing/types.js';
-import { grantsProject } from '../admit/auth.js';
+import { grantsProject } from '../../routing/names.js';
 import { gatewayError, type GatewayError } from '../http/errors.js';
 import {
   nameFilter,

@@ -1,10 +1,11 @@
 // Path normalisation (SPEC §3: no path form may reach another deployment) and API-key checks (SPEC §4).
 import { createHash } from 'node:crypto';
 import { describe, expect, test } from '@jest/globals';
-import { authError, grantsProject, parseAuthorization, verifyKey } from '../../../src/gateway/admit/auth.js';
+import { authError, parseAuthorization, verifyKey } from '../../../src/gateway/admit/auth.js';
 import { GatewayError } from '../../../src/gateway/http/errors.js';
 import { joinPath, parseTarget } from '../../../src/gateway/http/path.js';
 import { buildKeys } from '../../../src/routing/build.js';
+import { grantsProject } from '../../../src/routing/names.js';
 import type { ApiKeyRecord, KeySecretResource } from '../../../src/routing/types.js';
 import { apiKey } from '../../support/fixtures.js';
 
