@@ -3,16 +3,6 @@ import { Counter, Gauge, type Registry } from 'prom-client';
 import type { StatusController } from './controller.js';
 import type { LeaderElector } from './leader.js';
 
-/**
- * Registers:
- * - servegate_status_writes_total: status subresource writes that succeeded
- * - servegate_status_write_failures_total: failed status writes (each retry counts; 409 included)
- * - servegate_status_write_conflicts_total: of those, 409 Conflict answers
- * - servegate_status_queue_depth: status writes waiting (queued or backing off)
- * - servegate_leader: 1 while this replica is the elected status writer
- * - servegate_leader_transitions_total: times this replica became leader
- * - servegate_leader_election_errors_total: Lease requests that failed (network, 5xx, timeouts)
- */
 export function registerControllerMetrics(
   registry: Registry,
   handle: { controller: StatusController; elector?: LeaderElector; isLeader(): boolean },

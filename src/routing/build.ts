@@ -1,9 +1,6 @@
-// buildRouteTable(snapshot, options) → { table, statuses, keyProblems }: a function of its arguments, deterministic
-// output. One processor per kind (src/routing/process/: ServingDeployment, InferenceService, key Secrets) turns each
-// resource into a candidate route or a refusal; conflicts.ts decides where candidates meet; this file wires them and
-// hashes the table. Invalid resources become statuses with a stable reason; they never affect another resource.
-// A BuildCache (the RouteStore keeps one) lets a rebuild after one event re-evaluate one resource, not ten thousand,
-// with exactly the output a fresh build would give.
+// buildRouteTable: a deterministic function of its arguments wiring the per-kind processors (process/) and
+// conflicts.ts; an invalid resource becomes a status and never affects another. A BuildCache lets a rebuild after one
+// event re-evaluate one resource, not ten thousand, with a fresh build's exact output.
 import { createHash } from 'node:crypto';
 import type { Config } from '../config/schema.js';
 import { BuildCache } from './cache.js';

@@ -1,11 +1,9 @@
-// What the route builder remembers between builds, owned by whoever builds repeatedly (the RouteStore). Every entry is
-// keyed by an input object (sources hand unchanged resources over as the same object) and records what else it
-// depended on, so a cached build returns exactly what a fresh one would; without a cache, buildRouteTable makes a new
-// one and is plainly a function of its arguments.
+// What the route builder remembers between builds (the RouteStore owns it): entries keyed by input object (sources
+// hand unchanged resources over as the same object) with what else they used, so a cached build equals a fresh one.
 import type { Candidate, Rejection } from './process/conflicts.js';
 import type { ApiKeyRecord, KeyProblem, KeySecretResource, ServiceResource } from './types.js';
 
-/** One resource's evaluation, valid while the options, the source kind and the Service objects it names are the same. */
+/** One resource's evaluation, valid while the options, the source kind and the Services it names are the same. */
 export type Evaluated = {
   deps: string;
   /** The Services it names (backend, canary), as found; null when the source sees no Services. */

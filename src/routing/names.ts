@@ -10,10 +10,7 @@ export const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
 export const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 /** An API key's prefix: 16 characters [A-Za-z0-9] (SPEC §4). */
 export const KEY_PREFIX = /^[A-Za-z0-9]{16}$/;
-/**
- * A whole API key `<prefix>.<secret>` (SPEC §4): the secret is at least 32 visible ASCII characters (keys servegate
- * makes use base64url; a key made elsewhere may use any character a header value can carry without quoting).
- */
+/** A whole API key `<prefix>.<secret>` (SPEC §4): 32+ visible ASCII characters (keys made elsewhere: not base64url). */
 export const API_KEY = /^([A-Za-z0-9]{16})\.([\x21-\x7e]{32,})$/;
 /** What a key Secret stores: the lowercase hex SHA-256 of the whole key. */
 export const KEY_SHA256 = /^[0-9a-f]{64}$/;
@@ -21,10 +18,7 @@ export const KEY_SHA256 = /^[0-9a-f]{64}$/;
 export const PROJECT_NAME = /^[A-Za-z0-9]([A-Za-z0-9_-]*[A-Za-z0-9])?$/;
 /** Model names as they may appear in `/v1/models/<name>:<verb>`. */
 export const MODEL_NAME = /^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$/;
-/**
- * Names an LLM server may serve (vLLM's --served-model-name, a Hugging Face id such as `meta-llama/Llama-3.1-8B`,
- * `llama3:8b`, a local path): the `model` the gateway writes into bodies sent through `/openai/v1` (SPEC §9).
- */
+/** Names an LLM server may serve (`meta-llama/Llama-3.1-8B`, `llama3:8b`, a path): written into `model` (SPEC §9). */
 export const SERVED_MODEL_NAME = /^[A-Za-z0-9_.:/@+-]+$/;
 
 export function isDnsLabel(s: string): boolean {

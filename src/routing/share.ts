@@ -1,7 +1,5 @@
-// Equal parts of routes are one object: the routes of a namespace that name the same Service hold one backend
-// object, and one string for their project and namespace. A request reads its route's parts; with thousands of
-// routes, parts of their own are thousands of places in memory, each a cache miss the first time a request touches
-// it (docs/performance.md, "The hidden classes"); shared parts stay in the cache. Sharing changes no route's content.
+// Equal parts of routes are one object (a backend, a project or namespace string): with thousands of routes, parts of
+// their own are each a cache miss when a request first touches them (docs/performance.md, "The hidden classes").
 import type { Backend, Route } from './types.js';
 
 /** Live shared backends by content; an entry goes when no route holds its backend any more. */
