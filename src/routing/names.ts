@@ -10,7 +10,7 @@ export const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
 export const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 /** An API key's prefix: 16 characters [A-Za-z0-9] (SPEC §4). */
 export const KEY_PREFIX = /^[A-Za-z0-9]{16}$/;
-/** A whole API key `<prefix>.<secret>` (SPEC §4): 32+ visible ASCII characters (keys made elsewhere: not base64url). */
+/** A whole API key `<prefix>.<secret>` (SPEC §4): a secret of 32+ visible ASCII characters (base64url, or any). */
 export const API_KEY = /^([A-Za-z0-9]{16})\.([\x21-\x7e]{32,})$/;
 /** What a key Secret stores: the lowercase hex SHA-256 of the whole key. */
 export const KEY_SHA256 = /^[0-9a-f]{64}$/;
