@@ -173,3 +173,11 @@ export function setHeader(list: string[], name: string, value: string): void {
   const lower = name.toLowerCase();
   for (let j = list.length - 2; j > i; j -= 2) if (sameName(list[j], lower)) list.splice(j, 2);
 }
+
+/** A copy of the gateway's own `list` (lower-case names) without its x-ratelimit-* and retry-after lines. */
+export function withoutRateHeaders(list: readonly string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < list.length; i += 2)
+    if (!list[i].startsWith('x-ratelimit-') && list[i] !== 'retry-after') out.push(list[i], list[i + 1]);
+  return out;
+}
