@@ -65,10 +65,7 @@ export interface ServiceResource {
   type?: string;
   /** spec.externalName of an ExternalName Service. */
   externalName?: string;
-  /**
-   * Whether any EndpointSlice of the Service lists a ready address (the kubernetes source sets it; undefined =
-   * unknown). It changes only when a Service goes from none to some or back, so endpoint churn rebuilds nothing.
-   */
+  /** Any EndpointSlice lists a ready address (undefined: unknown); flips only none↔some, so churn rebuilds nothing. */
   readyEndpoints?: boolean;
 }
 
@@ -130,10 +127,7 @@ export interface Route {
   deployment: string;
   kind: RouteKind;
   modelServer?: ModelServer;
-  /**
-   * Predictive routes: the model name in `/v1/models/<name>:<verb>`. LLM routes: `spec.modelName` when set, the
-   * name the server serves (`/openai/v1` rewrites the body's `model` to it, else to the deployment name).
-   */
+  /** Predictive: the `<name>` of `/v1/models/<name>:<verb>`; LLM: `spec.modelName`, the name the server serves. */
   modelName?: string;
   /** Predictive routes: the verbs offered (`predict`, `classify`, `regress`). */
   verbs: readonly string[];
@@ -188,17 +182,13 @@ export interface PerMinuteLimits {
 
 export interface ApiKeyRecord {
   /**
-   * The key's display name, unique among keys: the Secret's name in the keys namespace (as it always was), and
-   * "<namespace>/<Secret name>" for a Secret in another namespace (auth.projectNamespaceKeys), so that two Secrets of
-   * the same name never merge. Sent upstream as x-servegate-key; the `key` of the access log and the LLM metrics.
+   * The key's display name, unique among keys: the Secret's name, or "<namespace>/<name>" outside the keys namespace
+   * so that two Secrets of one name never merge. Sent as x-servegate-key; the `key` of logs and metrics.
    */
   name: string;
   /** The Secret's namespace. */
   namespace: string;
-  /**
-   * The Secret's own name (metadata.name): with `namespace`, the Secret's identity (what per-key limit buckets should
-   * be keyed by). Always set by buildKeys; optional only so that hand-made records (tests) need not name it.
-   */
+  /** metadata.name: with `namespace`, what limit buckets are keyed by; optional only for hand-made records (tests). */
   secretName?: string;
   prefix: string;
   /** 32 bytes: SHA-256 of "<prefix>.<secret>". */
