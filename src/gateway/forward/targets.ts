@@ -1,19 +1,7 @@
-// Where a request goes: the backend (and canary variant), then one of its ready endpoints, by the route's balancing
-// policy (SPEC §12):
-// - round-robin: in turn;
-// - least-request: the fewest requests this gateway has in flight there;
-// - llm: the endpoint the prompt's key hashes to (openai/prefix.ts: the conversation's key, else the shared prefix's),
-//   by weighted rendezvous hashing over the ready endpoints — a deterministic function of the key, the endpoint set
-//   and the weights, so every gateway replica picks the same endpoint for the same prompt with no shared state —
-//   unless it is saturated (scraped waiting requests or KV-cache use over their bounds, or in-flight requests over
-//   the bounded load): then the next endpoint in the key's rendezvous order that is not (a hot prefix spreads over
-//   its first, second, third... choices, the same on every replica); when every one is saturated, the least loaded.
-//   The weights are 1 but where the rate of requests the endpoints themselves report they were sent (vLLM's finished
-//   requests plus running and waiting, smoothed over 1.5 s; else the load they report) stays off the mean (in steps
-//   of 1/8 of a doubling), so that an imbalance of keys (32 tenants over 4 endpoints are rarely 8 each) moves the
-//   keys the busiest endpoint wins by the least to their next choice, alike on every replica that reads the same
-//   figures.
-//   docs/llm.md, "Which endpoint", gives the design and its measures.
+// Where a request goes: the backend (and canary variant), then a ready endpoint by the route's policy (SPEC §12):
+// round-robin, least-request, or llm: weighted rendezvous hashing of the prompt's key, so replicas pick alike with
+// no shared state, spilling to the key's next choice when saturated; weights from the request rates endpoints report
+// even out an imbalance of keys (docs/llm.md, "Which endpoint", has the design and its measures).
 import type { Backend, Route } from '../../routing/types.js';
 import type { EndpointAddress, EndpointResolver } from '../../sources/types.js';
 import type { PromptKey } from '../openai/prefix.js';
@@ -130,11 +118,8 @@ export class TargetPicker {
   ) {}
 
   /**
-   * The backend and address for one request of `route`. With a canary, `percent` of the requests go to it, spread
-   * evenly (every request adds `percent` to a credit; one that brings it to 100 goes to the canary and takes 100
-   * off), so 0 and 100 are exact and any share holds within one request over any run. A variant with no ready
-   * endpoint hands its request to the other. undefined: no ready endpoint anywhere. `prefix`: the prompt's prefix
-   * key (llm policy).
+   * The backend and address for one request; a canary's share is kept by a credit, so 0 and 100 are exact and any
+   * share holds within one request over any run. undefined: no ready endpoint in either variant.
    */
   choose(route: Route, prefix?: PromptKey): Chosen | undefined {
     const canary = route.canary;
@@ -252,14 +237,9 @@ export class TargetPicker {
   }
 
   /**
-   * The weights follow the rate of requests each endpoint reports it was sent — the change in its finished requests
-   * plus running and waiting ones (vLLM's request_success_total and its two gauges), smoothed over RATE_TAU_MS: an
-   * endpoint above the mean rate has less weight, one below more, so the keys it wins by the least move to their next
-   * choice until the requests, not only the keys, are spread evenly. Where an endpoint does not report its count, they
-   * follow the load the endpoints report (running + waiting; the in-flight count here when it reports nothing), as a
-   * less direct measure (an endpoint whose prompts hit its cache serves more requests for the same load). Figures
-   * every replica scrapes alike give weights alike; the steps of 1/8 of a doubling keep small differences from moving
-   * keys.
+   * Weights against each endpoint's reported request rate (finished + running + waiting, smoothed over RATE_TAU_MS;
+   * else its reported load): above the mean, less weight, until requests, not only keys, spread evenly. Steps of 1/8
+   * of a doubling keep small differences from moving keys; figures every replica scrapes alike give weights alike.
    */
   private reweigh(list: readonly Target[], b: Balance, now: number): void {
     const n = list.length;
