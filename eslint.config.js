@@ -41,6 +41,37 @@ export default tseslint.config(
     rules: { 'import-x/no-cycle': ['error', { ignoreExternal: true, allowUnsafeDynamicCyclicDependency: false }] },
   },
   {
+    // The gateway's folders import one way, listen → forward → admit → openai → http: each uses only the folders after
+    // it (docs/gateway.md, "Shape"). Type-only imports count too: a layer that names a higher layer's type cannot be
+    // read or moved without it. The route processors read the model's types, never the builder that calls them.
+    files: ['src/**/*.ts'],
+    plugins: { 'import-x': importX },
+    rules: {
+      'import-x/no-restricted-paths': [
+        'error',
+        {
+          basePath: import.meta.dirname,
+          zones: [
+            ['forward', ['listen']],
+            ['admit', ['listen', 'forward']],
+            ['openai', ['listen', 'forward', 'admit']],
+            ['http', ['listen', 'forward', 'admit', 'openai']],
+          ]
+            .map(([target, from]) => ({
+              target: `./src/gateway/${target}`,
+              from: from.map((f) => `./src/gateway/${f}`),
+              message: `src/gateway imports run listen → forward → admit → openai → http: ${target}/ may not import a folder before it`,
+            }))
+            .concat({
+              target: './src/routing/process',
+              from: ['./src/routing/build.ts', './src/routing/store.ts'],
+              message: 'a route processor reads the model (routing/types.ts), never the builder that calls it',
+            }),
+        },
+      ],
+    },
+  },
+  {
     // No `{ ...x, extra }` where the request path runs or its objects are made: in Node's V8 anything after a leading spread
     // gives every object made so a hidden class of its own (10,000 routes had 9,992), and code reading such objects
     // misses its inline caches (docs/performance.md, "The hidden classes"). copyWith (src/same-shape.ts) says the same
