@@ -31,9 +31,8 @@ export interface ServeOptions {
   /** Listen address of the gateway port(s); default: all interfaces (IPv6 dual-stack where available). */
   host?: string;
   /**
-   * Listen address of the admin port; default 127.0.0.1 (ADMIN_HOST): /deployments lists every project's deployments
-   * and endpoints, which the data plane hides, so only the machine itself reaches it unless this says otherwise (the
-   * chart passes 0.0.0.0 for the kubelet's probes and Prometheus).
+   * Admin listen address, default 127.0.0.1: /deployments shows every project's deployments, which the data plane
+   * hides (the chart passes 0.0.0.0 for the kubelet's probes and Prometheus).
    */
   adminHost?: string;
   logger?: Logger;

@@ -37,10 +37,8 @@ const MAX_MESSAGE = 32768;
 export { formatTime };
 
 /**
- * The desired status of one resource.
- * - `current` is the status last read from the API server (anything, possibly malformed);
- *   a condition keeps its lastTransitionTime when its status did not change.
- * - `project` is the project as the gateway uses it (shown by `kubectl get sdep`); omitted when unknown.
+ * The desired status of one resource; `current` (as last read, possibly malformed) keeps a condition's
+ * lastTransitionTime while its status is unchanged; `project` is shown by `kubectl get sdep`.
  */
 export function desiredStatus(
   ds: DeploymentStatus,

@@ -1,4 +1,4 @@
-// The files route source: a folder (recursive) or one file of the same YAML manifests as the cluster, reloaded on change.
+// The files route source: a folder tree or one file of the cluster's YAML manifests, reloaded on change.
 // fs.watch gives speed, a stat poll gives certainty; a file that stops parsing keeps its last good documents.
 import { createHash } from 'node:crypto';
 import { watch, type FSWatcher } from 'node:fs';
@@ -126,9 +126,8 @@ export class FilesSource implements RouteSource {
   // ---- change detection ----
 
   /**
-   * One non-recursive watcher per folder walked (or the parent folder of a single file, because editors save by
-   * renaming a new file over the old one). Kept in step with the tree after every scan. A folder that cannot be
-   * watched (e.g. inotify limit) is left to the poll.
+   * One watcher per folder walked (a single file's parent: editors save by renaming over it), kept in step after each
+   * scan; a folder that cannot be watched (inotify limit) is left to the poll.
    */
   private syncWatchers(dirs: readonly string[]): void {
     if (!this.useWatch || this.stopped) return;

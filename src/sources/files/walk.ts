@@ -1,4 +1,4 @@
-// Lists the manifest files of a folder tree: the file rules of ignore.ts, symlinks followed (ConfigMap volumes), loops cut.
+// Lists a folder tree's manifest files: ignore.ts's rules, symlinks followed (ConfigMap volumes), loops cut.
 import { readdir, readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import {
@@ -20,9 +20,8 @@ export interface ListedFile {
 }
 
 /**
- * Walks `absRoot` (a directory): the manifest files sorted by origin, and every folder walked (the root first), which
- * is what a watcher must watch. `displayRoot` is the root as given by the user, for origins.
- * A sub-folder that cannot be listed is skipped; a root that cannot be listed throws.
+ * The manifest files under `absRoot` sorted by origin, and every folder walked (what a watcher must watch); a
+ * sub-folder that cannot be listed is skipped, a root that cannot throws.
  */
 export async function walkManifestDir(
   absRoot: string,

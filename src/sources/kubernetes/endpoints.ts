@@ -83,9 +83,8 @@ export class EndpointIndex {
   }
 
   /**
-   * The ready addresses for a backend of the route table. Each backend object keeps its last answer and the change
-   * counter then (a hidden property, not a map keyed by backend: with thousands of routes every map lookup is a cache
-   * miss), so while nothing changed anywhere (a steady cluster) a request reads one object and builds no key string.
+   * A backend's ready addresses, its last answer kept on the backend object (a map lookup per request is a cache miss
+   * with thousands of routes): in a steady cluster a request reads one object and builds no key string.
    */
   resolve(backend: ServiceBackend): readonly EndpointAddress[] {
     const held = (backend as { [ENTRY]?: BackendEntry })[ENTRY];

@@ -121,9 +121,8 @@ export class KubernetesSource implements RouteSource, EndpointResolver {
   }
 
   /**
-   * A Service's slices (or the Service) changed: held requests look again, and when the Service went from no ready
-   * endpoint to some (or back) its object is replaced with the new `readyEndpoints`, which rebuilds the routes that
-   * use it (their status says ScaledToZero / NoReadyEndpoints). Other endpoint churn rebuilds nothing.
+   * A Service's slices changed: held requests look again; only none↔some ready endpoints replaces the Service object
+   * (rebuilding its routes, whose status says ScaledToZero / NoReadyEndpoints); other churn rebuilds nothing.
    */
   private endpointsChanged(svcKey: string): void {
     const svc = this.services.get(svcKey);
