@@ -1,20 +1,20 @@
-// Admission: the one ordered decision about a request before its body is read, used alike by plain requests and
-// websocket upgrades. The order (docs/gateway.md draws it):
+// Admission: the decision about a request before its body is read, for plain requests and websocket upgrades alike,
+// in the order docs/gateway.md draws; admit() calls one function per step:
 //
-//   1. head      framing and Host problems found while reading the head
-//   2. method    Expect other than 100-continue (417), TRACE/TRACK (405)
-//   3. preflight a CORS preflight is answered here, before any key is asked for
-//   4. route     where the path points (legacy Host, /v1/<project>/<deployment>, the OpenAI base URL)
-//   5. key       missing, malformed, unknown or expired: 401, counted against the client address;
-//   6. throttle  past the failed-authentication limit that failure is 429 instead (a valid key is always served)
-//   7. grant     the key's projects: 403; then an unknown deployment: 404
-//   8. kind      the deployment kind's rules: suffix and verb (404/405/415), websockets only where a kind takes them
-//   9. limits    per second per key, then the key's and project's budgets (SPEC §14), then per minute per key and
-//                per deployment (sync in process, a promise with Redis)
+//   1-2. head, method  headAndMethod  framing and Host problems (400/431), Expect other than 100-continue (417),
+//                                     TRACE/TRACK (405)
+//   3.   preflight     preflight      a CORS preflight is answered here, before any key is asked for
+//   4.   route         locate         where the path points (legacy Host, /v1/<project>/<deployment>, /openai/v1)
+//   5-6. key, throttle authenticate   missing, malformed, unknown or expired: 401, counted against the client address;
+//                                     past the failed-authentication limit 429 instead (a valid key is always served)
+//   7.   grant         grantedRoute   the key's projects: 403; then an unknown deployment: 404
+//   8.   kind          kindRules      suffix and verb (404/405/415), websockets only where a kind takes them
+//   9.   limits        limit          per second per key, the key's and project's budgets (SPEC §14), per minute per
+//                                     key and deployment (sync in process, a promise with Redis)
 //
-// The result is an accepted request (the headers its answer gets, the token charge) or a refusal whose metrics are
-// already counted. A request on the OpenAI base URL is accepted with its deployment still open: `admitModel` finishes
-// it (grant by model, limits) once its `model` is read.
+// The result is an accepted request (the headers its answer gets, the token charge) or a refusal (made by `refusal`)
+// whose metrics are already counted. On the OpenAI base URL (onBaseUrl) the request is accepted with its deployment
+// still open: `admitModel` finishes it (grant by model, limits) once its `model` is read.
 import type { ApiKeyRecord, Route, RouteTable } from '../../routing/types.js';
 import type { AuthFailureLimiter } from '../../limits/auth-failures.js';
 import type { PerSecondLimiter } from '../../limits/per-second.js';
@@ -25,8 +25,9 @@ import { grantsProject } from '../../routing/names.js';
 import { authError, parseAuthorization, verifyKey, type AuthFailure } from './auth.js';
 import { ALLOWED_METHODS, preflightHeaderList, responseCorsList, type CorsPolicy } from './cors.js';
 import { checkSuffix, type BodyCheck } from './kind-rules.js';
-import { guessDialect, locate } from './route.js';
+import { guessDialect, locate, type Located, type OnBaseUrl } from './route.js';
 import { gatewayError, type Dialect, type GatewayError } from '../http/errors.js';
+import { headerValue, setHeader } from '../http/headers.js';
 import { HIDDEN, selectModel, servedModel } from '../openai/by-model.js';
 import { modelForbidden } from '../openai/llm-body.js';
 import { copyWith } from '../../same-shape.js';
@@ -147,105 +148,90 @@ const early = (facts: RequestFacts, ctx: AdmitContext): Dialect =>
   guessDialect(facts.url, facts.headProblem ? undefined : facts.host, ctx.table.serverlessDomain);
 
 export function admit(facts: RequestFacts, ctx: AdmitContext): Admission | Promise<Admission> {
-  // 1-2. The head and the method: nothing about such a request can be trusted. Answered in the dialect its target
-  // reads as (an OpenAI SDK shows the message of an OpenAI error object only), with the CORS headers of an allowed
-  // origin like every other answer (SPEC §5: a browser page that sent too many headers can read its 431).
-  if (facts.headProblem || facts.expectation !== undefined || facts.method === 'TRACE' || facts.method === 'TRACK') {
-    const cors = responseCorsList(ctx.cors, facts.origin) ?? NO_HEADERS;
-    if (facts.headProblem) return refused(facts.headProblem, early(facts, ctx), cors, true);
-    if (facts.expectation !== undefined) {
-      return refused(
-        gatewayError('expectation_failed', `Expect: ${facts.expectation} is not supported (only 100-continue)`),
-        early(facts, ctx),
-        cors,
-        true,
-      );
-    }
-    // TRACE would reflect the request (cookies included) back: never forwarded.
-    return refused(
-      gatewayError('method_not_allowed', `${facts.method} is not allowed`, { allow: ALLOWED_METHODS }),
-      early(facts, ctx),
-      cors,
-    );
-  }
-  // 3. A preflight carries no key: answered from the CORS settings alone.
-  if (facts.preflight && !facts.upgrade)
-    return { ok: true, kind: 'preflight', headers: preflightHeaderList(ctx.cors, facts.origin, facts.acrHeaders) };
-
-  // 4. Where it points. Every answer from here on carries the CORS headers.
+  const untrusted = headAndMethod(facts, ctx);
+  if (untrusted) return untrusted;
+  if (facts.preflight && !facts.upgrade) return preflight(facts, ctx);
+  // From here on every answer carries the CORS headers.
   const cors = responseCorsList(ctx.cors, facts.origin) ?? NO_HEADERS;
   const at = locate(facts.url, facts.host, ctx.table);
-  if (at.at === 'bad-path') return refused(at.error, at.dialect, cors);
-  const route = at.at === 'deployment' ? at.route : undefined;
-
-  // 5-6. The key. A failure counts against the address; past the failed-auth limit a failing request gets 429
-  // instead of 401 (a valid key is served even from a throttled address: one NAT can hide many clients).
-  const auth = parseAuthorization(facts.authorization);
-  const verified = 'failure' in auth ? auth : verifyKey(ctx.table.keys, auth.key, facts.now);
-  if ('failure' in verified) {
-    ctx.counters.authFailure(verified.failure);
-    const throttled = facts.client !== undefined ? throttle(facts.client, ctx) : undefined;
-    const error = throttled ?? authError(verified.failure);
-    return { ok: false, kind: 'refused', error, dialect: at.dialect, route, close: false, headers: cors };
-  }
-  const key = verified.record;
-
-  if (at.at === 'openai') {
-    if (at.modelId instanceof Error) return copyWith(refused(at.modelId, 'openai', cors), { key });
-    const b: ByModel = {
+  if (at.at === 'bad-path') return refusal(at.error, at.dialect, cors);
+  const key = authenticate(facts, ctx);
+  if (key instanceof Error) return refusal(key, at.dialect, cors, at.at === 'deployment' ? at.route : undefined);
+  if (at.at === 'openai') return onBaseUrl(at, key, facts, ctx, cors);
+  const route = grantedRoute(at, key, ctx);
+  // Not told in the route's dialect: whether a deployment of another project exists, and what it serves (SPEC §9).
+  if (route instanceof Error) return refusal(route, early(facts, ctx), cors, at.route, key);
+  // grantedRoute refused a path without the deployment form, so `rest` is set.
+  const rest = at.rest!;
+  const check = kindRules(route, rest, at.search, facts, key, ctx);
+  if (check instanceof Error) return refusal(check, at.dialect, cors, route, key);
+  return limit(
+    {
       ok: true,
-      kind: 'by-model',
+      kind: 'route',
+      route,
       key,
-      rest: at.rest,
-      search: at.search,
-      dialect: 'openai',
-      modelId: at.modelId,
+      upstreamPath: rest + at.search,
+      check,
+      dialect: at.dialect,
+      project: at.project!,
       headers: cors,
       charge: undefined,
-    };
-    // A websocket (the realtime API) names its model in the query: `?model=<project>/<deployment>`.
-    if (facts.upgrade) return admitUpgradeByModel(b, ctx, facts.now, facts.client);
-    // Any other request may name one in the query too: checked like the body's, and forwarded as the served name.
-    if (b.search.length > 1 && hasModelParam(b.search)) {
-      const q = queryModel(b, ctx, facts.client);
-      if (q.kind === 'refused') return q;
-      b.queryRoute = q.route;
-      b.search = q.search;
-    }
-    // The key's buckets are taken now, before the body is read (or decoded); the deployment's wait for `model`.
-    const error = ctx.perSecond.take(key, facts.now);
-    if (error) {
-      ctx.counters.rateLimited({ scope: 'key', kind: 'requests', reason: 'per_second' });
-      return copyWith(refused(error, 'openai', cors), { key });
-    }
-    return perMinute(b, ctx.perMinute.specs(undefined, key), ctx);
-  }
+    },
+    ctx,
+    facts.now,
+  );
+}
 
-  // 7. The grant, then the deployment itself.
-  const dialect = at.dialect;
-  // A key that does not grant the deployment's project is refused in the dialect the target reads as
-  // (`early(facts, ctx)`), never the route's: whether a deployment of another project exists, and what it serves, is
-  // not told (SPEC §9).
-  const refuse = (error: GatewayError, as: Dialect = dialect): Refused => ({
-    ok: false,
-    kind: 'refused',
-    error,
-    dialect: as,
-    route,
-    key,
-    close: false,
-    headers: cors,
-  });
-  // A legacy Host names its project: one the key does not grant gets the same 403 whether the deployment exists or
-  // not, naming the project as the Host wrote it (as /v1/<project>/... does with the path's segment).
+/**
+ * Steps 1-2, the head and the method: nothing about such a request can be trusted, so its refusal comes first, in
+ * the dialect its target reads as (an OpenAI SDK shows the message of an OpenAI error object only), with the CORS
+ * headers of an allowed origin like every other answer (SPEC §5: a browser page that sent too many headers can read
+ * its 431). Undefined: the head and method are fine.
+ */
+function headAndMethod(facts: RequestFacts, ctx: AdmitContext): Refused | undefined {
+  let error: GatewayError;
+  // A head that cannot be trusted, or a body sent on terms the gateway does not keep: the connection closes after.
+  let close = true;
+  if (facts.headProblem) error = facts.headProblem;
+  else if (facts.expectation !== undefined)
+    error = gatewayError('expectation_failed', `Expect: ${facts.expectation} is not supported (only 100-continue)`);
+  else if (facts.method === 'TRACE' || facts.method === 'TRACK') {
+    // TRACE would reflect the request (cookies included) back: never forwarded.
+    error = gatewayError('method_not_allowed', `${facts.method} is not allowed`, { allow: ALLOWED_METHODS });
+    close = false;
+  } else return undefined;
+  const cors = responseCorsList(ctx.cors, facts.origin) ?? NO_HEADERS;
+  return refusal(error, early(facts, ctx), cors, undefined, undefined, close);
+}
+
+/** Step 3: a preflight carries no key, so it is answered from the CORS settings alone. */
+function preflight(facts: RequestFacts, ctx: AdmitContext): Preflight {
+  return { ok: true, kind: 'preflight', headers: preflightHeaderList(ctx.cors, facts.origin, facts.acrHeaders) };
+}
+
+/**
+ * Steps 5-6, the key: its record, or the refusal's error. A failure counts against the address; past the failed-auth
+ * limit it is 429 instead of 401 (a valid key is served even from a throttled address: one NAT can hide many clients).
+ */
+function authenticate(facts: RequestFacts, ctx: AdmitContext): ApiKeyRecord | GatewayError {
+  const auth = parseAuthorization(facts.authorization);
+  const verified = 'failure' in auth ? auth : verifyKey(ctx.table.keys, auth.key, facts.now);
+  if (!('failure' in verified)) return verified.record;
+  ctx.counters.authFailure(verified.failure);
+  return (facts.client !== undefined ? throttle(facts.client, ctx) : undefined) ?? authError(verified.failure);
+}
+
+/**
+ * Step 7, the grant, then the deployment: the route `at` names, or the refusal's error. A key that does not grant the
+ * project gets the same 403 whether the deployment exists or not.
+ */
+function grantedRoute(at: Located, key: ApiKeyRecord, ctx: AdmitContext): Route | GatewayError {
+  const route = at.route;
+  // A legacy Host names its project, and the 403 names it as the Host wrote it (as /v1/<project>/... does the path's).
   const named = at.hostProject ?? at.project;
-  if (at.hostProject !== undefined && !grantsProject(key, at.hostProject, route?.namespace)) {
-    ctx.counters.authFailure('forbidden');
-    return refuse(
-      gatewayError('project_forbidden', `API key "${key.name}" does not grant access to project "${named}"`),
-      early(facts, ctx),
-    );
-  }
+  if (at.hostProject !== undefined && !grantsProject(key, at.hostProject, route?.namespace))
+    return projectForbidden(key, named, ctx);
   // A legacy Host that names no deployment falls back to the path, for deployments the key may use only: for one it
   // may not, the answer is the unknown host's 404, as when the path names nothing (a 403 would tell that it exists).
   const unknownHost =
@@ -253,68 +239,88 @@ export function admit(facts: RequestFacts, ctx: AdmitContext): Admission | Promi
     (at.hostFallback !== undefined && at.project !== undefined && !grantsProject(key, at.project, route?.namespace)
       ? at.hostFallback
       : undefined);
-  if (unknownHost !== undefined) {
-    return refuse(
-      gatewayError(
-        'not_found',
-        `no deployment is served at host "${unknownHost}": legacy hostnames are <deployment>.<project>.${ctx.table.serverlessDomain} of a deployment that is served`,
-      ),
-      early(facts, ctx),
+  if (unknownHost !== undefined)
+    return gatewayError(
+      'not_found',
+      `no deployment is served at host "${unknownHost}": legacy hostnames are <deployment>.<project>.${ctx.table.serverlessDomain} of a deployment that is served`,
     );
-  }
   if (at.project === undefined || at.rest === undefined)
-    return refuse(
-      gatewayError('not_found', 'no deployment at this path: deployments are served at /v1/<project>/<deployment>/...'),
-      early(facts, ctx),
+    return gatewayError(
+      'not_found',
+      'no deployment at this path: deployments are served at /v1/<project>/<deployment>/...',
     );
-  if (!grantsProject(key, at.project, route?.namespace)) {
-    ctx.counters.authFailure('forbidden');
-    return refuse(
-      gatewayError('project_forbidden', `API key "${key.name}" does not grant access to project "${named}"`),
-      early(facts, ctx),
-    );
-  }
-  if (!route)
-    return refuse(
-      gatewayError('not_found', `deployment "${at.deployment}" not found in project "${at.project}"`),
-      early(facts, ctx),
-    );
+  if (!grantsProject(key, at.project, route?.namespace)) return projectForbidden(key, named, ctx);
+  return route ?? gatewayError('not_found', `deployment "${at.deployment}" not found in project "${at.project}"`);
+}
 
-  // 8. The kind's rules.
-  const suffix = checkSuffix(route, facts.method, at.rest, facts.contentType);
-  if (!('check' in suffix)) return refuse(suffix);
+function projectForbidden(key: ApiKeyRecord, project: string | undefined, ctx: AdmitContext): GatewayError {
+  ctx.counters.authFailure('forbidden');
+  return gatewayError('project_forbidden', `API key "${key.name}" does not grant access to project "${project}"`);
+}
+
+/** Step 8, the kind's rules: how the body is to be checked, or the refusal's error. */
+function kindRules(
+  route: Route,
+  rest: string,
+  search: string,
+  facts: RequestFacts,
+  key: ApiKeyRecord,
+  ctx: AdmitContext,
+): BodyCheck | GatewayError {
+  const suffix = checkSuffix(route, facts.method, rest, facts.contentType);
+  if (!('check' in suffix)) return suffix;
   if (facts.upgrade && route.kind === 'predictive')
-    return refuse(gatewayError('not_found', 'predictive deployments do not accept upgrade (websocket) requests'));
-
+    return gatewayError('not_found', 'predictive deployments do not accept upgrade (websocket) requests');
   // A `model` in the query (a realtime websocket's, or any request's) is checked like a body's: naming another
   // deployment's model on a shared backend is 403.
-  if (route.kind === 'llm' && at.search.length > 1 && hasModelParam(at.search)) {
-    for (const m of new URLSearchParams(at.search).getAll('model')) {
+  if (route.kind === 'llm' && search.length > 1 && hasModelParam(search)) {
+    for (const m of new URLSearchParams(search).getAll('model')) {
       const forbidden = modelForbidden(ctx.table, route, m, key);
       if (forbidden) {
         ctx.counters.authFailure('forbidden');
-        return refuse(forbidden);
+        return forbidden;
       }
     }
   }
+  return suffix.check;
+}
 
-  // 9. Limits.
-  return limit(
-    {
-      ok: true,
-      kind: 'route',
-      route,
-      key,
-      upstreamPath: at.rest + at.search,
-      check: suffix.check,
-      dialect: at.dialect,
-      project: at.project,
-      headers: cors,
-      charge: undefined,
-    },
-    ctx,
-    facts.now,
-  );
+/**
+ * Steps 7-9 on the OpenAI base URL, where `model` names the deployment: in the body, read later (admitModel finishes
+ * the admission then), or in the query. The key's buckets are taken now, before the body is read or decoded.
+ */
+function onBaseUrl(
+  at: OnBaseUrl,
+  key: ApiKeyRecord,
+  facts: RequestFacts,
+  ctx: AdmitContext,
+  cors: string[],
+): Admission | Promise<Admission> {
+  if (at.modelId instanceof Error) return refusal(at.modelId, 'openai', cors, undefined, key);
+  const b: ByModel = {
+    ok: true,
+    kind: 'by-model',
+    key,
+    rest: at.rest,
+    search: at.search,
+    dialect: 'openai',
+    modelId: at.modelId,
+    queryRoute: undefined,
+    headers: cors,
+    charge: undefined,
+  };
+  // A websocket (the realtime API) names its model in the query: `?model=<project>/<deployment>`.
+  if (facts.upgrade) return admitUpgradeByModel(b, ctx, facts.now, facts.client);
+  // Any other request may name one in the query too: checked like the body's, and forwarded as the served name.
+  if (b.search.length > 1 && hasModelParam(b.search)) {
+    const q = queryModel(b, ctx, facts.client);
+    if (q.kind === 'refused') return q;
+    b.queryRoute = q.route;
+    b.search = q.search;
+  }
+  const error = perSecond(key, facts.now, ctx);
+  if (error) return refusal(error, 'openai', cors, undefined, key);
+  return perMinute(b, ctx.perMinute.specs(undefined, key), ctx);
 }
 
 /**
@@ -415,7 +421,7 @@ function queryModel(
   }
   if (route instanceof Error) {
     modelRefused(route, client, ctx);
-    return copyWith(refused(route, 'openai', b.headers), { key: b.key });
+    return refusal(route, 'openai', b.headers, undefined, b.key);
   }
   params.set('model', servedModel(route));
   return { kind: 'model', route, search: `?${params.toString()}` };
@@ -437,27 +443,26 @@ function throttle(client: string, ctx: Pick<AdmitContext, 'authFailures' | 'coun
   });
 }
 
-/** Step 9: the per-second bucket of the key, then the per-minute buckets. */
+/** Step 9, limits: the key's per-second bucket, then the budgets, then the per-minute buckets. */
 function limit(
   a: Accepted,
   ctx: Pick<AdmitContext, 'perSecond' | 'perMinute' | 'counters' | 'budgets'>,
   now: number,
 ): Accepted | Refused | Promise<Accepted | Refused> {
-  const error = ctx.perSecond.take(a.key, now);
-  if (error) {
-    ctx.counters.rateLimited({ scope: 'key', kind: 'requests', reason: 'per_second' });
-    return {
-      ok: false,
-      kind: 'refused',
-      error,
-      dialect: a.dialect,
-      route: a.route,
-      key: a.key,
-      close: false,
-      headers: a.headers,
-    };
-  }
+  const error = perSecond(a.key, now, ctx);
+  if (error) return refusal(error, a.dialect, a.headers, a.route, a.key);
   return andThen(budgets(a, ctx), (x) => perMinute(x, ctx.perMinute.specs(x.route, x.key), ctx));
+}
+
+/** Step 9, per second: the key's bucket; its 429 when empty (counted), else undefined. */
+function perSecond(
+  key: ApiKeyRecord,
+  now: number,
+  ctx: Pick<AdmitContext, 'perSecond' | 'counters'>,
+): GatewayError | undefined {
+  const error = ctx.perSecond.take(key, now);
+  if (error) ctx.counters.rateLimited({ scope: 'key', kind: 'requests', reason: 'per_second' });
+  return error;
 }
 
 /** `f` of an accepted request, now or when `a` settles; a refusal goes through as it is. */
@@ -486,16 +491,7 @@ function budgets(
         const kind = (s.limit.tokens ?? 0) > 0 ? ('tokens' as const) : ('cost' as const);
         ctx.counters.rateLimited({ scope: s.scope, kind, reason: 'budget' });
       }
-      return {
-        ok: false,
-        kind: 'refused',
-        error: d.error,
-        dialect: a.dialect,
-        route: a.route,
-        key: a.key,
-        close: false,
-        headers: a.headers,
-      };
+      return refusal(d.error, a.dialect, a.headers, a.route, a.key);
     }
     const headers = a.headers.slice();
     for (const [k, v] of Object.entries(d.headers)) headers.push(k, v);
@@ -520,16 +516,7 @@ function perMinute<T extends Accepted | ByModel>(
   const apply = (dec: LimitDecision): T | Refused => {
     if (!dec.ok) {
       for (const s of dec.spent) ctx.counters.rateLimited(copyWith(s, { reason: 'per_minute' as const }));
-      return {
-        ok: false,
-        kind: 'refused',
-        error: dec.error,
-        dialect: a.dialect,
-        route: a.kind === 'route' ? a.route : undefined,
-        key: a.key,
-        close: false,
-        headers: a.headers,
-      };
+      return refusal(dec.error, a.dialect, a.headers, a.kind === 'route' ? a.route : undefined, a.key);
     }
     const charge =
       a.charge && dec.charge ? { tokens: [...a.charge.tokens, ...dec.charge.tokens] } : (a.charge ?? dec.charge);
@@ -538,24 +525,32 @@ function perMinute<T extends Accepted | ByModel>(
   return decision instanceof Promise ? decision.then(apply) : apply(decision);
 }
 
+/** Per kind, the x-ratelimit-* names: limit, remaining, reset. */
+const RATE_HEADERS = ['requests', 'tokens'].map((kind) =>
+  ['limit', 'remaining', 'reset'].map((p) => `x-ratelimit-${p}-${kind}`),
+);
+
 /** `list` with the rate-limit headers of `add`; where both report a kind, the one with less remaining stays. */
 function withRateHeaders(list: readonly string[], add: Record<string, string>): string[] {
   const out = list.slice();
-  for (const kind of ['requests', 'tokens']) {
-    const remaining = add[`x-ratelimit-remaining-${kind}`];
+  for (const names of RATE_HEADERS) {
+    const remaining = add[names[1]];
     if (remaining === undefined) continue;
-    const at = out.indexOf(`x-ratelimit-remaining-${kind}`);
-    if (at !== -1 && Number(out[at + 1]) <= Number(remaining)) continue;
-    for (const part of ['limit', 'remaining', 'reset']) {
-      const name = `x-ratelimit-${part}-${kind}`;
-      const i = out.indexOf(name);
-      if (i !== -1) out[i + 1] = add[name];
-      else out.push(name, add[name]);
-    }
+    const mine = headerValue(out, names[1]);
+    if (mine !== undefined && Number(mine) <= Number(remaining)) continue;
+    for (const name of names) setHeader(out, name, add[name]);
   }
   return out;
 }
 
-function refused(error: GatewayError, dialect: Dialect, headers: string[], close = false): Refused {
-  return { ok: false, kind: 'refused', error, dialect, close, headers };
+/** A refusal: every one is made here, so that all have one shape (one hidden class where they are read). */
+function refusal(
+  error: GatewayError,
+  dialect: Dialect,
+  headers: string[],
+  route?: Route,
+  key?: ApiKeyRecord,
+  close = false,
+): Refused {
+  return { ok: false, kind: 'refused', error, dialect, route, key, close, headers };
 }
