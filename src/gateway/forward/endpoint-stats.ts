@@ -8,8 +8,10 @@ import { DEFAULT_MAX_BYTES, MetricsReader, ScrapeBoundError, type ServerFigures 
 export { parseServerMetrics } from './metrics-text.js';
 
 export interface Scraped extends ServerFigures {
-  /** Date.now() of the scrape. */
+  /** Date.now() of the scrape (its answer read). */
   at: number;
+  /** Date.now() when its request was sent: the figures are from after it (fair-queue.ts dates its own changes so). */
+  sent?: number;
 }
 
 /** One endpoint to scrape: the origin requests go to, and where its metrics are. */
@@ -124,6 +126,7 @@ export class EndpointStats {
     // The deadline covers the whole scrape: undici's bodyTimeout is per read, so a body sent a byte at a time never
     // reaches it.
     const deadline = setTimeout(() => c.abort(), this.timeoutMs);
+    const sent = Date.now();
     try {
       const r = await request(t.metricsUrl, {
         dispatcher: this.agent,
@@ -142,7 +145,7 @@ export class EndpointStats {
         if (c.signal.aborted) throw new Error('scrape aborted');
         const s = reader.end();
         if (!s) throw new Error('no vLLM or SGLang metrics');
-        this.byOrigin.set(t.origin, copyWith(s, { at: Date.now(), address: t.address }));
+        this.byOrigin.set(t.origin, copyWith(s, { at: Date.now(), sent, address: t.address }));
         this.backoff.delete(t.origin);
       } finally {
         // Whatever was not read is not waited for: the connection goes (a small answer was read whole already).
