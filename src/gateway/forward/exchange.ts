@@ -13,10 +13,8 @@
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import { Transform, type Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
-import type { Route } from '../../routing/types.js';
 import { llmFigures } from '../../observe/record.js';
 import {
-  admitFallback,
   admitModel,
   modelRefused,
   type Accepted,
@@ -28,75 +26,31 @@ import { isBinaryContentType, validateBody } from '../admit/kind-rules.js';
 import { BODY_RATE_WINDOW_MS, BodyClock } from '../http/body-clock.js';
 import { collectBody } from '../http/body-collect.js';
 import { gatewayError, GatewayError, type Dialect } from '../http/errors.js';
-import { upstreamHeaders, withoutHeader } from '../http/headers.js';
-import { readHead, type RequestHead } from '../http/request-head.js';
+import { setHeader, upstreamHeaders, withoutHeader } from '../http/headers.js';
+import { readHead } from '../http/request-head.js';
 import { closeSocket, sendEmpty, sendError, sendJson } from '../http/answers.js';
-import type { Conn, Job } from './job.js';
 import { chargedUsage } from '../openai/usage-meter.js';
 import { LlmRequest } from '../openai/llm-request.js';
-import type { PlaneContext } from './context.js';
-import { RequestStart } from './request-start.js';
-import { RETRY, shouldRetry } from './retry.js';
-import { readWhileHeld, type Held } from './scale-from-zero.js';
-import type { Queued } from './fair-queue.js';
-import type { Chosen, Target, Variant } from './targets.js';
-import { bodyForUndici, Diverted, UpstreamCall, type CallOwner } from './upstream-call.js';
-import { bodyBudgetFull, type Reservation } from './body-budget.js';
-import { Fallbacks, type FallbackReason } from './fallback.js';
-import { BODY_TOO_LARGE, ClientGone, mapUpstreamError, tooLarge, unavailable } from './upstream-errors.js';
 import { copyWith } from '../../same-shape.js';
+import { bodyBudgetFull } from './body-budget.js';
+import type { PlaneContext } from './context.js';
+import type { Conn, Job } from './job.js';
+import { NextTarget } from './next-target.js';
+import type { Chosen, Variant } from './targets.js';
+import { bodyForUndici, Diverted, UpstreamCall, type CallOwner } from './upstream-call.js';
+import { BODY_TOO_LARGE, ClientGone, tooLarge } from './upstream-errors.js';
 
 /** The gateway ended the backend call itself (body timeout, a parse error in the body) and answers on its own. */
 class EndedByGateway extends Error {
   readonly code = 'SERVEGATE_ENDED';
 }
 
-/**
- * Why nothing more is to be done: the gateway wrote its own answer, the client went away (or the shutdown deadline
- * ended it), or the exchange is over (recorded and released). Unset while the request is being served.
- */
-type Ended = 'answered' | 'gone' | 'over';
-
-export class Exchange extends RequestStart implements Job, Held, CallOwner, Queued {
-  private ended: Ended | undefined;
-  private head: RequestHead | undefined;
-  /** Admitted for one deployment (once the OpenAI base URL's `model` is read, too); `route` says where it goes now. */
-  private admission: Accepted | undefined;
-  /** What an LLM request adds: its body's reading and edits, prompt estimate and key (LLM routes only). */
-  private llm: LlmRequest | undefined;
-  /** Where the request goes when its deployment fails before answering. */
-  private fallbacks: Fallbacks | undefined;
-  private body: Buffer | Readable | null = null;
-  private bodyLength: number | undefined;
-  /** Bytes of request body held in memory, in the gateway-wide budget (forward/body-budget.ts). */
-  private room: Reservation | undefined;
+export class Exchange extends NextTarget implements Job, CallOwner {
   /** Stops reading a body being read whole. */
   private stopBody: (() => void) | undefined;
-  /** The body was written whole to the backend and let go (no fallback could need it): it cannot be sent again. */
-  private bodySent = false;
-  private chosen: Chosen | undefined;
   private variant: Variant | undefined;
   /** The backend call of the current try. */
   private call: UpstreamCall | undefined;
-  private attempts = 0;
-  /**
-   * performance.now() by which the answer's headers must have come: the first deployment's `timeoutSeconds` from its
-   * first forward, for the whole chain of retries and fallbacks (each try gets what is left); 0 = not forwarded yet.
-   */
-  private deadlineAt = 0;
-  /** performance.now() when a hold for scale from zero began (a hold does not count against the deadline). */
-  private heldSince = 0;
-  /** Waiting in the scale-from-zero queue for a first ready endpoint. */
-  private held = false;
-  /** Waiting in a saturated deployment's fair queue (fair-queue.ts), since `queuedSince`. */
-  private queued = false;
-  private queuedSince = 0;
-  /** The route whose queue this request has passed (it does not queue again for it). */
-  private dequeued: string | undefined;
-  /** An endpoint with room, named by the fair queue that let this request go. */
-  private roomAt: Target | undefined;
-  /** Held with its body still coming: stops reading it and gives the body to forward. */
-  private unhold: (() => Buffer | Readable) | undefined;
   private closeAfter = false;
   /** The body's idle and rate clocks (started with the request: the sweep reads them once a second). */
   private clock: BodyClock | undefined;
@@ -105,7 +59,7 @@ export class Exchange extends RequestStart implements Job, Held, CallOwner, Queu
     ctx: PlaneContext,
     conn: Conn,
     req: IncomingMessage,
-    private readonly res: ServerResponse,
+    protected readonly res: ServerResponse,
     private readonly continueRequested: boolean,
     /** An Expect header other than 100-continue (Node's 'checkExpectation'): refused with 417. */
     private readonly expectation?: string,
@@ -125,8 +79,7 @@ export class Exchange extends RequestStart implements Job, Held, CallOwner, Queu
   }
 
   drop(): void {
-    if (this.held) this.ctx.holds.remove(this);
-    if (this.queued) this.ctx.queues?.remove(this);
+    this.stopWaiting();
     this.ended = 'over';
     this.release();
   }
@@ -202,8 +155,7 @@ export class Exchange extends RequestStart implements Job, Held, CallOwner, Queu
   // ---- admit -------------------------------------------------------------------------------------------------------
 
   private admitPhase(): void {
-    const head = (this.head = readHead(this.req, this.ctx.head));
-    this.settle(this.admitHead(head, false, this.expectation), this.admitted);
+    this.settle(this.admitHead(readHead(this.req, this.ctx.head), false, this.expectation), this.admitted);
   }
 
   private admitted(a: Admission): void {
@@ -381,135 +333,9 @@ export class Exchange extends RequestStart implements Job, Held, CallOwner, Queu
     else this.refuse(gatewayError('request_timeout', message), true);
   }
 
-  // ---- pick --------------------------------------------------------------------------------------------------------
-
-  /** A backend address; `avoid`: the address of a try that failed to connect (the retry goes elsewhere if it can). */
-  private pickPhase(avoid: string | undefined): void {
-    const { ctx, route } = this;
-    if (this.ended || !this.admission || !route) return;
-    let chosen: Chosen | undefined;
-    if (avoid !== undefined && this.chosen) {
-      // The retry: the same backend (and variant), another address when it has one.
-      const target = ctx.picker.pick(route, this.chosen.backend, avoid, this.llm?.prefix);
-      chosen = target && copyWith(this.chosen, { target });
-    } else if (!route.notReady) {
-      if (this.dequeued !== route.id && this.waitTurn(route)) return;
-      chosen = ctx.picker.choose(route, this.llm?.prefix);
-      // Let go by the fair queue: to an endpoint with room, if the pick has none (§12's picker reads only the reports).
-      const room = this.roomAt;
-      this.roomAt = undefined;
-      if (room && chosen && chosen.backend === route.backend && !ctx.queues!.hasRoom(chosen.target))
-        chosen = copyWith(chosen, { target: room });
-      if (chosen?.reason) ctx.metrics.endpointPick(route.project, route.deployment, chosen.reason, route);
-    }
-    if (chosen) return this.callPhase(chosen);
-    if (avoid === undefined && route.holdMs) return this.hold(route);
-    ctx.metrics.upstreamErrors.inc({ cause: route.notReady ? 'not_ready' : 'no_ready_endpoint' });
-    if (this.fallback('no_endpoint')) return;
-    this.refuse(unavailable(route));
-  }
-
-  /**
-   * Fair queueing (SPEC §14): true when the request waits its turn in its saturated deployment's queue (dispatch goes
-   * on), or was refused there (shed answers). Only a body held whole waits (LLM bodies are).
-   */
-  private waitTurn(route: Route): boolean {
-    const queues = this.ctx.queues;
-    if (!queues || route.kind !== 'llm' || !(this.body === null || Buffer.isBuffer(this.body))) return false;
-    const key = this.key!;
-    const at = queues.enter(route, this, {
-      priority: key.priority ?? route.priority ?? 'standard',
-      tenant: key.tenant ?? `${key.namespace}/${key.secretName ?? key.name}`,
-      weight: key.weight ?? 1,
-      bytes: Buffer.isBuffer(this.body) ? this.body.length : 0,
-    });
-    if (at === 'queued') {
-      this.queued = true;
-      this.queuedSince = performance.now();
-    }
-    // Straight on: where there is room, should the pick have none.
-    if (at === undefined && route.kind === 'llm') this.roomAt = queues.roomiest(route);
-    return at !== undefined;
-  }
-
-  /** Its turn in the fair queue: on to pick an endpoint (the wait does not count against the deadline). */
-  dispatch(room: Target): void {
-    if (!this.queued) return;
-    this.queued = false;
-    this.dequeued = this.route?.id;
-    this.roomAt = room;
-    if (this.deadlineAt) this.deadlineAt += performance.now() - this.queuedSince;
-    this.guarded(this.pickPhase, undefined);
-  }
-
-  /** Refused by the fair queue: 429 or 503 `overloaded`. */
-  shed(err: GatewayError): void {
-    this.queued = false;
-    this.guarded(this.refuse, err);
-  }
-
-  /**
-   * Scale from zero: waits in the deployment's queue until an endpoint is ready (tryForward) or the hold ends. A body
-   * still coming is read while it waits and counted as it arrives (bytes received, never bytes declared): past the
-   * queue's byte bound the request is answered 503 at once.
-   */
-  private hold(route: Route): void {
-    const body = this.body;
-    const bytes = Buffer.isBuffer(body) ? body.length : 0;
-    const full = this.ctx.holds.add(route, this, bytes, route.holdMs!);
-    if (full) {
-      this.ctx.metrics.upstreamErrors.inc({ cause: 'hold_queue_full' });
-      return this.refuse(unavailable(route, 'hold_full'));
-    }
-    this.held = true;
-    this.heldSince = performance.now();
-    if (body && !Buffer.isBuffer(body)) {
-      const room = (this.room ??= this.ctx.bodies.reservation());
-      this.unhold = readWhileHeld(
-        body,
-        (n) => this.ctx.holds.grow(this, n) && room.resize(room.bytes + n),
-        () => {
-          this.ctx.metrics.upstreamErrors.inc({ cause: 'hold_queue_full' });
-          this.refuse(unavailable(route, 'hold_full'));
-        },
-        () => this.refuse(tooLarge(this.ctx.maxBody), true),
-      );
-    }
-  }
-
-  /** Held: forwards now if the deployment (as the current table has it) has a ready endpoint. */
-  tryForward(): boolean {
-    const old = this.route;
-    if (this.ended || !this.admission || !old) return true;
-    const current = this.ctx.store.current().byPath.get(`${old.project}/${old.deployment}`);
-    const route = current && current.id === old.id ? current : old;
-    const chosen = route.notReady ? undefined : this.ctx.picker.choose(route, this.llm?.prefix);
-    if (!chosen) return false;
-    this.held = false;
-    // A fallback held for scale from zero: the hold does not count against the chain's deadline (SPEC §10).
-    if (this.deadlineAt) this.deadlineAt += performance.now() - this.heldSince;
-    if (this.unhold) {
-      const body = (this.body = this.unhold());
-      if (Buffer.isBuffer(body)) this.bodyLength = body.length;
-      this.unhold = undefined;
-    }
-    this.route = route;
-    this.callPhase(chosen);
-    return true;
-  }
-
-  /** Held as long as the deployment allows: 503 with Retry-After. */
-  expire(): void {
-    this.held = false;
-    const route = this.route;
-    if (this.ended || !this.admission || !route) return;
-    this.ctx.metrics.upstreamErrors.inc({ cause: 'hold_timeout' });
-    this.refuse(unavailable(route, 'hold_timeout'));
-  }
-
   // ---- call --------------------------------------------------------------------------------------------------------
 
-  private callPhase(chosen: Chosen): void {
+  protected callPhase(chosen: Chosen): void {
     const { ctx, req, admission, route } = this;
     if (this.ended || !admission || !route) return;
     const target = chosen.target;
@@ -518,8 +344,8 @@ export class Exchange extends RequestStart implements Job, Held, CallOwner, Queu
       this.variant = chosen.variant;
       this.answerHeaders.push('x-servegate-variant', chosen.variant);
     }
-    if (route.fallbacks || this.fallbacks?.named(route))
-      this.setExtra('x-servegate-deployment', `${route.project}/${route.deployment}`);
+    if (this.namesDeployment(route))
+      setHeader(this.answerHeaders, 'x-servegate-deployment', `${route.project}/${route.deployment}`);
     const headers = upstreamHeaders(this.head!, {
       clientIp: this.conn.client,
       proto: this.conn.proto,
@@ -601,7 +427,7 @@ export class Exchange extends RequestStart implements Job, Held, CallOwner, Queu
     this.head = undefined;
     this.body = null;
     this.llm?.letGo();
-    this.unhold = undefined;
+    this.noOtherTarget();
     this.answerHeaders = [];
     this.letGoOfBody();
   }
@@ -621,109 +447,19 @@ export class Exchange extends RequestStart implements Job, Held, CallOwner, Queu
     return true;
   }
 
-  /**
-   * The next fallback deployment the key may use (SPEC §12), when this request can still go to one: nothing reached
-   * the client, and the chain's deadline has not passed.
-   */
-  private nextFallback(): Route | undefined {
-    const route = this.route;
-    if (!this.admission || !route) return undefined;
-    if (this.res.headersSent || this.bodySent || !(this.body === null || Buffer.isBuffer(this.body))) return undefined;
-    if (!route.fallbacks && !this.fallbacks) return undefined;
-    if (this.deadlineAt && performance.now() >= this.deadlineAt) return undefined;
-    return (this.fallbacks ??= new Fallbacks()).peek(this.ctx.store.current(), route, this.key!);
-  }
-
-  /** Sends the request to the next fallback deployment; false when there is none. */
-  private fallback(reason: FallbackReason): boolean {
-    if (this.ended) return true;
-    const to = this.nextFallback();
-    if (!to) return false;
-    const from = this.fallbacks!.take(this.route!, to);
-    const ref = `${to.project}/${to.deployment}`;
-    this.ctx.metrics.fallbacks.inc({ project: from.project, deployment: from.deployment, to: ref, reason });
-    this.ctx.logger.info(
-      { requestId: this.requestId, project: from.project, deployment: from.deployment, to: to.id, reason },
-      'falling back',
-    );
-    const llm = this.llm;
-    if (llm?.keepsBody && Buffer.isBuffer(this.body)) {
-      // The edit of the deployment before goes first: one edited copy at a time (within what was reserved).
-      this.body = null;
-      const body = llm.forFallback(to)!;
-      if (llm.decoded) this.head!.forward = withoutHeader(this.head!.forward, 'content-encoding');
-      this.body = body;
-      this.bodyLength = body.length;
-    }
-    this.route = to;
-    this.chosen = undefined;
-    this.attempts = 0;
-    // The fallback's own per-minute limits, checked and charged as a direct call's (SPEC §9).
-    this.settle(admitFallback(this.admission!, to, this.answerHeaders, this.ctx.admission), this.fallbackAdmitted);
-    return true;
-  }
-
-  /** A fallback past its own limits is skipped like one that failed; the last one's 429 is the answer. */
-  private fallbackAdmitted(x: Accepted | Refused): void {
-    if (this.ended) return;
-    if (!x.ok) {
-      const route = this.route!;
-      this.ctx.logger.info(
-        { requestId: this.requestId, project: route.project, deployment: route.deployment, err: x.error.message },
-        'fallback refused by its limits',
-      );
-      if (this.fallback('rate_limited')) return;
-      // The refusal's own x-ratelimit-* lines replace those of the deployments before it.
-      this.answerHeaders = withoutRateHeaders(this.answerHeaders);
-      return this.refuse(x.error);
-    }
-    this.admission = x;
-    this.answerHeaders = x.headers;
-    this.pickPhase(undefined);
-  }
-
-  /** What the try being made may wait for answer headers: what is left of the chain's deadline (at least 1 ms). */
-  private headersTimeout(route: Route): number {
-    const now = performance.now();
-    if (!this.deadlineAt) this.deadlineAt = now + route.timeoutMs;
-    return Math.max(1, Math.ceil(this.deadlineAt - now));
-  }
-
   callFailed(call: UpstreamCall, err: Error): void {
     if (this.ended === 'over' || this.ended === 'gone' || call !== this.call) return;
     // Answered by whoever ended it; or the answer was a 5xx/429 and a fallback deployment takes the request.
     if (err instanceof ClientGone || err instanceof EndedByGateway || err instanceof Diverted) return;
-    const { ctx } = this;
-    const route = this.route!;
     const code = (err as { code?: string }).code ?? '';
-    const replayable = !this.bodySent && (this.body === null || Buffer.isBuffer(this.body));
-    if (shouldRetry({ code, answerStarted: this.res.headersSent, replayable, attempts: this.attempts })) {
-      // Nothing reached the backend: another try, on another address when there is one.
-      const avoid = this.chosen?.target.origin.slice(7) ?? '';
-      ctx.logger.debug({ requestId: this.requestId, err: code, target: avoid }, 'connect failed, retrying once');
-      setTimeout(() => this.pickPhase(avoid), RETRY.delayMs);
-      return;
-    }
+    if (this.retried(code)) return;
     if (this.res.headersSent) return this.cut(code === 'UND_ERR_BODY_TIMEOUT' ? 'stream_idle_timeout' : 'reset');
-    if (code === BODY_TOO_LARGE) return this.refuse(tooLarge(ctx.maxBody), true);
-    const mapped = mapUpstreamError(code, route, this.fallbacks?.firstRoute);
-    ctx.metrics.upstreamErrors.inc({ cause: mapped.cause });
-    if (this.fallback(code === 'UND_ERR_HEADERS_TIMEOUT' ? 'timeout' : 'connect')) return;
-    ctx.logger.warn(
-      {
-        requestId: this.requestId,
-        project: route.project,
-        deployment: route.deployment,
-        cause: mapped.cause,
-        err: code || err.message,
-      },
-      'backend failed',
-    );
-    this.refuse(mapped.error);
+    if (code === BODY_TOO_LARGE) return this.refuse(tooLarge(this.ctx.maxBody), true);
+    this.unreached(code, err);
   }
 
   /** A failure after the answer started: the connection is cut so the client sees an incomplete answer. */
-  private cut(cause: string): void {
+  protected cut(cause: string): void {
     const route = this.route!;
     this.ctx.metrics.upstreamErrors.inc({ cause });
     this.ctx.logger.warn(
@@ -745,19 +481,8 @@ export class Exchange extends RequestStart implements Job, Held, CallOwner, Queu
     res.destroy();
   }
 
-  /** Sets one header line of `extra` (replacing an earlier value). */
-  private setExtra(name: string, value: string): void {
-    for (let i = 0; i < this.answerHeaders.length; i += 2) {
-      if (this.answerHeaders[i] === name) {
-        this.answerHeaders[i + 1] = value;
-        return;
-      }
-    }
-    this.answerHeaders.push(name, value);
-  }
-
   /** The gateway's own answer. `close`: the connection closes after it (a body not read, or not to be trusted). */
-  private refuse(err: GatewayError, close = false): void {
+  protected refuse(err: GatewayError, close = false): void {
     const res = this.res;
     if (this.ended || !res) return;
     if (res.headersSent || res.destroyed) {
@@ -765,14 +490,7 @@ export class Exchange extends RequestStart implements Job, Held, CallOwner, Queu
       return;
     }
     this.ended = 'answered';
-    if (this.held) {
-      this.held = false;
-      this.ctx.holds.remove(this);
-    }
-    if (this.queued) {
-      this.queued = false;
-      this.ctx.queues?.remove(this);
-    }
+    this.stopWaiting();
     // A body not read (or not yet sent, waiting for 100-continue) must not be taken for the next request.
     const unread = !this.req.complete && (this.head?.chunked || (this.head?.contentLength ?? 0) > 0);
     const closing = close || unread || this.ctx.drain.draining;
@@ -806,14 +524,7 @@ export class Exchange extends RequestStart implements Job, Held, CallOwner, Queu
   closed(): void {
     if (this.ended === 'over') return;
     const { res, req, call } = this;
-    if (this.held) {
-      this.held = false;
-      this.ctx.holds.remove(this);
-    }
-    if (this.queued) {
-      this.queued = false;
-      this.ctx.queues?.remove(this);
-    }
+    this.stopWaiting();
     if (!res.writableFinished) {
       this.ended = 'gone';
       call?.abort(new ClientGone());
@@ -893,12 +604,4 @@ function limitStream(req: IncomingMessage, max: number): Readable {
 function streamErrorEvent(dialect: Dialect, message: string, code: string): string {
   const error = dialect === 'openai' ? { message, type: 'upstream_error', code } : message;
   return `\n\ndata: ${JSON.stringify({ error })}\n\n`;
-}
-
-/** A flat [name, value, ...] list without the x-ratelimit-* and retry-after lines. */
-function withoutRateHeaders(list: string[]): string[] {
-  const out: string[] = [];
-  for (let i = 0; i < list.length; i += 2)
-    if (!list[i].startsWith('x-ratelimit-') && list[i] !== 'retry-after') out.push(list[i], list[i + 1]);
-  return out;
 }

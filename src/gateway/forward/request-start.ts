@@ -19,6 +19,7 @@ export abstract class RequestStart {
   protected readonly started = performance.now();
   protected requestId = '';
   protected trace: RequestTrace | undefined;
+  protected head: RequestHead | undefined;
   /** The deployment and key as far as admission got: the log line of a refusal names them too. */
   protected route: Route | undefined;
   protected key: ApiKeyRecord | undefined;
@@ -41,6 +42,7 @@ export abstract class RequestStart {
   /** The request id and trace, then admission's decision on the head's facts. `upgrade`: a websocket. */
   protected admitHead(head: RequestHead, upgrade: boolean, expectation?: string): Admission | Promise<Admission> {
     const { ctx, req } = this;
+    this.head = head;
     this.requestId = clientRequestId(head.requestId) ?? randomUUID();
     this.answerHeaders.push('x-request-id', this.requestId);
     this.trace = ctx.tracing?.start(head.method, pathOf(req.url), head.traceparent, head.tracestate, this.conn.client);

@@ -19,7 +19,7 @@ import { closeFrame, errorEvent, FrameCursor, RealtimeGate } from '../openai/rea
 import type { Accepted, Admission } from '../admit/pipeline.js';
 import { gatewayError, type GatewayError } from '../http/errors.js';
 import { downstreamHeaders, removeHeader, upstreamHeaders } from '../http/headers.js';
-import { readHead, type RequestHead } from '../http/request-head.js';
+import { readHead } from '../http/request-head.js';
 import { sendRawAnswer, sendRawError, writeRawHead } from '../http/answers.js';
 import type { Conn, Job } from './job.js';
 import { BodyBudget, type Reservation } from './body-budget.js';
@@ -40,7 +40,6 @@ interface Inject {
 }
 
 export class UpgradeJob extends RequestStart implements Job, UpgradeOwner {
-  private head: RequestHead | undefined;
   private admission: Accepted | undefined;
   private call: UpgradeCall | undefined;
   private tunnel: Duplex | undefined;
@@ -137,7 +136,7 @@ export class UpgradeJob extends RequestStart implements Job, UpgradeOwner {
   }
 
   private run(): void {
-    const head = (this.head = readHead(this.req, this.ctx.head));
+    const head = readHead(this.req, this.ctx.head);
     if (head.upgrade !== 'websocket') return this.asPlainRequest();
     this.settle(this.admitHead(head, true), this.admitted);
   }

@@ -1,0 +1,307 @@
+// Where an admitted request goes next, decided in one place: an endpoint of its deployment by the route's policy
+// (targets.ts); a wait for its turn in a saturated deployment's fair queue (fair-queue.ts) or for a first ready
+// endpoint (scale-from-zero.ts); another address after a try that reached nothing (retry.ts); the next fallback
+// deployment after a failure before any answer (fallback.ts); else the gateway's 503 or 502/504.
+// A base class of the exchange, so that a request makes no object more for it.
+import type { Readable } from 'node:stream';
+import type { ServerResponse } from 'node:http';
+import type { Route } from '../../routing/types.js';
+import { admitFallback, type Accepted, type Refused } from '../admit/pipeline.js';
+import type { GatewayError } from '../http/errors.js';
+import { withoutHeader, withoutRateHeaders } from '../http/headers.js';
+import type { LlmRequest } from '../openai/llm-request.js';
+import { copyWith } from '../../same-shape.js';
+import type { Reservation } from './body-budget.js';
+import type { Queued } from './fair-queue.js';
+import { Fallbacks, type FallbackReason } from './fallback.js';
+import { RequestStart } from './request-start.js';
+import { RETRY, shouldRetry } from './retry.js';
+import { readWhileHeld, type Held } from './scale-from-zero.js';
+import type { Chosen, Target } from './targets.js';
+import { mapUpstreamError, tooLarge, unavailable } from './upstream-errors.js';
+
+/**
+ * Why nothing more is to be done: the gateway wrote its own answer, the client went away (or the shutdown deadline
+ * ended it), or the exchange is over (recorded and released). Unset while the request is being served.
+ */
+export type Ended = 'answered' | 'gone' | 'over';
+
+export abstract class NextTarget extends RequestStart implements Held, Queued {
+  protected ended: Ended | undefined;
+  /** Admitted for one deployment (once the OpenAI base URL's `model` is read, too); `route` says where it goes now. */
+  protected admission: Accepted | undefined;
+  /** What an LLM request adds (openai/llm-request.ts): made for LLM routes only. */
+  protected llm: LlmRequest | undefined;
+  protected body: Buffer | Readable | null = null;
+  protected bodyLength: number | undefined;
+  /** The body was written whole and let go (no fallback could need it): it cannot be sent again. */
+  protected bodySent = false;
+  /** Bytes of request body held in memory, in the gateway-wide budget (body-budget.ts). */
+  protected room: Reservation | undefined;
+  protected chosen: Chosen | undefined;
+  protected attempts = 0;
+  /** performance.now() by which the answer's head must have come, for the whole chain of tries; 0: no try yet. */
+  protected deadlineAt = 0;
+  /** In the scale-from-zero hold or the fair queue, since `waitingSince` (neither counts against the deadline). */
+  protected waiting: 'held' | 'queued' | undefined;
+  private waitingSince = 0;
+  /** The route whose fair queue this request has passed (it does not queue again for it). */
+  private dequeued: string | undefined;
+  /** Held with its body still coming: stops reading it and gives the body to forward. */
+  private unhold: (() => Buffer | Readable) | undefined;
+  private fallbacks: Fallbacks | undefined;
+
+  protected abstract readonly res: ServerResponse;
+  protected abstract callPhase(chosen: Chosen): void;
+  protected abstract refuse(err: GatewayError, close?: boolean): void;
+  protected abstract cut(cause: string): void;
+
+  /**
+   * An endpoint for the request, or a wait, a fallback or 503. `avoid`: the address a failed try reached nothing at;
+   * `room`: an endpoint with room, named by the fair queue that let the request go.
+   */
+  protected pickPhase(avoid: string | undefined, room?: Target): void {
+    const { ctx, route } = this;
+    if (this.ended || !this.admission || !route) return;
+    let chosen: Chosen | undefined;
+    if (avoid !== undefined && this.chosen) {
+      // The retry: the same backend (and variant), another address when it has one.
+      const target = ctx.picker.pick(route, this.chosen.backend, avoid, this.llm?.prefix);
+      chosen = target && copyWith(this.chosen, { target });
+    } else if (!route.notReady) {
+      const turn = this.dequeued === route.id ? room : this.waitTurn(route);
+      if (turn === 'waits') return;
+      chosen = this.choose(route, turn);
+    }
+    if (chosen) return this.callPhase(chosen);
+    if (avoid === undefined && route.holdMs) return this.hold(route);
+    ctx.metrics.upstreamErrors.inc({ cause: route.notReady ? 'not_ready' : 'no_ready_endpoint' });
+    if (this.fallback('no_endpoint')) return;
+    this.refuse(unavailable(route));
+  }
+
+  /** The picker's choice; `room`: an endpoint the fair queue knows has room, taken if the pick has none. */
+  private choose(route: Route, room: Target | undefined): Chosen | undefined {
+    const { ctx } = this;
+    let chosen = ctx.picker.choose(route, this.llm?.prefix);
+    if (room && chosen && chosen.backend === route.backend && !ctx.queues!.hasRoom(chosen.target))
+      chosen = copyWith(chosen, { target: room });
+    if (chosen?.reason) ctx.metrics.endpointPick(route.project, route.deployment, chosen.reason, route);
+    return chosen;
+  }
+
+  /**
+   * Fair queueing (SPEC §14): 'waits' when the request waits its turn (dispatch goes on) or was refused (shed
+   * answers); else where there is room. Only a body held whole waits (LLM bodies are).
+   */
+  private waitTurn(route: Route): Target | 'waits' | undefined {
+    const queues = this.ctx.queues;
+    if (!queues || route.kind !== 'llm' || !(this.body === null || Buffer.isBuffer(this.body))) return undefined;
+    const key = this.key!;
+    const at = queues.enter(route, this, {
+      priority: key.priority ?? route.priority ?? 'standard',
+      tenant: key.tenant ?? `${key.namespace}/${key.secretName ?? key.name}`,
+      weight: key.weight ?? 1,
+      bytes: Buffer.isBuffer(this.body) ? this.body.length : 0,
+    });
+    if (at === undefined) return queues.roomiest(route);
+    if (at === 'queued') this.wait('queued');
+    return 'waits';
+  }
+
+  private wait(where: 'held' | 'queued'): void {
+    this.waiting = where;
+    this.waitingSince = performance.now();
+  }
+
+  /** Out of the hold or the queue: the wait does not count against the deadline. */
+  private waited(): void {
+    this.waiting = undefined;
+    if (this.deadlineAt) this.deadlineAt += performance.now() - this.waitingSince;
+  }
+
+  /** Leaves the hold or the queue it waits in (answered or gone). */
+  protected stopWaiting(): void {
+    if (this.waiting === 'held') this.ctx.holds.remove(this);
+    else if (this.waiting === 'queued') this.ctx.queues?.remove(this);
+    this.waiting = undefined;
+  }
+
+  /** Its turn in the fair queue: on to pick an endpoint. */
+  dispatch(room: Target): void {
+    if (this.waiting !== 'queued') return;
+    this.waited();
+    this.dequeued = this.route?.id;
+    this.guarded(this.turnCame, room);
+  }
+
+  private turnCame(room: Target): void {
+    this.pickPhase(undefined, room);
+  }
+
+  /** Refused by the fair queue: 429 or 503 `overloaded`. */
+  shed(err: GatewayError): void {
+    this.waiting = undefined;
+    this.guarded(this.refuse, err);
+  }
+
+  /**
+   * Scale from zero: waits until an endpoint is ready (tryForward) or the hold ends. A body still coming is read
+   * meanwhile and counted as it arrives: past the queue's byte bound the request is answered 503 at once.
+   */
+  private hold(route: Route): void {
+    const body = this.body;
+    const bytes = Buffer.isBuffer(body) ? body.length : 0;
+    if (this.ctx.holds.add(route, this, bytes, route.holdMs!)) return this.holdFull();
+    this.wait('held');
+    if (body && !Buffer.isBuffer(body)) {
+      const room = (this.room ??= this.ctx.bodies.reservation());
+      this.unhold = readWhileHeld(
+        body,
+        (n) => this.ctx.holds.grow(this, n) && room.resize(room.bytes + n),
+        () => this.holdFull(),
+        () => this.refuse(tooLarge(this.ctx.maxBody), true),
+      );
+    }
+  }
+
+  private holdFull(): void {
+    this.ctx.metrics.upstreamErrors.inc({ cause: 'hold_queue_full' });
+    this.refuse(unavailable(this.route!, 'hold_full'));
+  }
+
+  /** Held: forwards now if the deployment (as the current table has it) has a ready endpoint. */
+  tryForward(): boolean {
+    const old = this.route;
+    if (this.ended || !this.admission || !old) return true;
+    const current = this.ctx.store.current().byPath.get(`${old.project}/${old.deployment}`);
+    const route = current && current.id === old.id ? current : old;
+    const chosen = route.notReady ? undefined : this.ctx.picker.choose(route, this.llm?.prefix);
+    if (!chosen) return false;
+    this.waited();
+    if (this.unhold) {
+      const body = (this.body = this.unhold());
+      if (Buffer.isBuffer(body)) this.bodyLength = body.length;
+      this.unhold = undefined;
+    }
+    this.route = route;
+    this.callPhase(chosen);
+    return true;
+  }
+
+  /** Held as long as the deployment allows: 503 with Retry-After. */
+  expire(): void {
+    this.waiting = undefined;
+    const route = this.route;
+    if (this.ended || !this.admission || !route) return;
+    this.ctx.metrics.upstreamErrors.inc({ cause: 'hold_timeout' });
+    this.refuse(unavailable(route, 'hold_timeout'));
+  }
+
+  /** The answer has started: nothing held for another target is needed. */
+  protected noOtherTarget(): void {
+    this.unhold = undefined;
+  }
+
+  /** What the try being made may wait for the answer's head: what is left of the chain's deadline (1 ms at least). */
+  protected headersTimeout(route: Route): number {
+    const now = performance.now();
+    if (!this.deadlineAt) this.deadlineAt = now + route.timeoutMs;
+    return Math.max(1, Math.ceil(this.deadlineAt - now));
+  }
+
+  /** Whether the answer names the deployment that gave it (a chain of fallbacks may answer). */
+  protected namesDeployment(route: Route): boolean {
+    return route.fallbacks !== undefined || this.fallbacks?.named(route) === true;
+  }
+
+  /** A try failed before the answer started, code `code`: true when another try follows (retry.ts). */
+  protected retried(code: string): boolean {
+    const replayable = !this.bodySent && (this.body === null || Buffer.isBuffer(this.body));
+    if (!shouldRetry({ code, answerStarted: this.res.headersSent, replayable, attempts: this.attempts })) return false;
+    const avoid = this.chosen?.target.origin.slice(7) ?? '';
+    this.ctx.logger.debug({ requestId: this.requestId, err: code, target: avoid }, 'connect failed, retrying once');
+    setTimeout(() => this.pickPhase(avoid), RETRY.delayMs);
+    return true;
+  }
+
+  /** The backend was not reached in time or at all: the next fallback, else 502 or 504. */
+  protected unreached(code: string, err: Error): void {
+    const route = this.route!;
+    const mapped = mapUpstreamError(code, route, this.fallbacks?.firstRoute);
+    this.ctx.metrics.upstreamErrors.inc({ cause: mapped.cause });
+    if (this.fallback(code === 'UND_ERR_HEADERS_TIMEOUT' ? 'timeout' : 'connect')) return;
+    this.ctx.logger.warn(
+      {
+        requestId: this.requestId,
+        project: route.project,
+        deployment: route.deployment,
+        cause: mapped.cause,
+        err: code || err.message,
+      },
+      'backend failed',
+    );
+    this.refuse(mapped.error);
+  }
+
+  /**
+   * The next fallback deployment the key may use (SPEC §12), while the request can still go to one: nothing reached
+   * the client, and the chain's deadline has not passed.
+   */
+  protected nextFallback(): Route | undefined {
+    const route = this.route;
+    if (!this.admission || !route) return undefined;
+    if (this.res.headersSent || this.bodySent || !(this.body === null || Buffer.isBuffer(this.body))) return undefined;
+    if (!route.fallbacks && !this.fallbacks) return undefined;
+    if (this.deadlineAt && performance.now() >= this.deadlineAt) return undefined;
+    return (this.fallbacks ??= new Fallbacks()).peek(this.ctx.store.current(), route, this.key!);
+  }
+
+  /** Sends the request to the next fallback deployment; false when there is none. */
+  protected fallback(reason: FallbackReason): boolean {
+    if (this.ended) return true;
+    const to = this.nextFallback();
+    if (!to) return false;
+    const from = this.fallbacks!.take(this.route!, to);
+    const ref = `${to.project}/${to.deployment}`;
+    this.ctx.metrics.fallbacks.inc({ project: from.project, deployment: from.deployment, to: ref, reason });
+    this.ctx.logger.info(
+      { requestId: this.requestId, project: from.project, deployment: from.deployment, to: to.id, reason },
+      'falling back',
+    );
+    const llm = this.llm;
+    if (llm?.keepsBody && Buffer.isBuffer(this.body)) {
+      // The edit of the deployment before goes first: one edited copy at a time (within what was reserved).
+      this.body = null;
+      const body = llm.forFallback(to)!;
+      if (llm.decoded) this.head!.forward = withoutHeader(this.head!.forward, 'content-encoding');
+      this.body = body;
+      this.bodyLength = body.length;
+    }
+    this.route = to;
+    this.chosen = undefined;
+    this.attempts = 0;
+    // The fallback's own per-minute limits, checked and charged as a direct call's (SPEC §9).
+    this.settle(admitFallback(this.admission!, to, this.answerHeaders, this.ctx.admission), this.fallbackAdmitted);
+    return true;
+  }
+
+  /** A fallback past its own limits is skipped like one that failed; the last one's 429 is the answer. */
+  private fallbackAdmitted(decided: Accepted | Refused): void {
+    if (this.ended) return;
+    if (!decided.ok) {
+      const route = this.route!;
+      this.ctx.logger.info(
+        { requestId: this.requestId, project: route.project, deployment: route.deployment, err: decided.error.message },
+        'fallback refused by its limits',
+      );
+      if (this.fallback('rate_limited')) return;
+      // The refusal's own x-ratelimit-* lines replace those of the deployments before it.
+      this.answerHeaders = withoutRateHeaders(this.answerHeaders);
+      return this.refuse(decided.error);
+    }
+    this.admission = decided;
+    this.answerHeaders = decided.headers;
+    this.pickPhase(undefined);
+  }
+}
