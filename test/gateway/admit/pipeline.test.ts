@@ -3,7 +3,7 @@
 // runs its requests through one fresh context and compares the last decision, and what admission counted, whole.
 import { describe, expect, test } from '@jest/globals';
 import { gatewayError } from '../../../src/gateway/http/errors.js';
-import type { Admission, RequestFacts } from '../../../src/gateway/admit/pipeline.js';
+import { admitModel, type Admission, type RequestFacts } from '../../../src/gateway/admit/pipeline.js';
 import { admissionContext, admitNow, type AdmissionOptions, type Counted } from '../../support/admission.js';
 import { apiKey, sdep, buildOptions } from '../../support/fixtures.js';
 import { build } from '../../support/units.js';
@@ -453,5 +453,45 @@ describe('admission, whole decisions', () => {
     for (const r of requests) last = admitNow(r, ctx);
     expect(plain(last!)).toEqual(decision);
     expect(seen).toEqual(counted);
+  });
+});
+
+describe('the OpenAI base URL: the rate-limit headers report, per kind, the bucket with the least left', () => {
+  const five = apiKey('key-five', 'demo');
+  five.secret.data!.rpm = '5';
+  const deployment = (name: string, rpm: number) => {
+    const d = sdep(`demo/${name}`).llm().build();
+    (d.spec as Record<string, unknown>).limits = { requestsPerMinute: rpm };
+    return d;
+  };
+  const limited = build(
+    { deployments: [deployment('tight', 2), deployment('loose', 100)], keySecrets: [five.secret] },
+    buildOptions,
+  ).table;
+  // One request taken from a bucket that refills `limit` a minute: full again in 60 / limit seconds.
+  const requests = (limit: number, remaining: number) => [
+    'x-ratelimit-limit-requests',
+    String(limit),
+    'x-ratelimit-remaining-requests',
+    String(remaining),
+    'x-ratelimit-reset-requests',
+    `${60 / limit}s`,
+  ];
+
+  test.each<[string, string, number, number]>([
+    // The key's bucket (5 a minute, 4 left) against the deployment's (2 a minute, 1 left): the deployment's is reported.
+    ["the deployment's bucket has less left: its figures replace the key's", 'demo/tight', 2, 1],
+    // Against 100 a minute, 99 left: the key's stays.
+    ["the key's bucket has less left: its figures stay", 'demo/loose', 5, 4],
+  ])('%s', (_name, id, limit, remaining) => {
+    const { ctx } = admissionContext(limited, { now: () => NOW });
+    const b = admitNow(facts('/openai/v1/chat/completions', { key: five.key }), ctx);
+    if (b.kind !== 'by-model') throw new Error(`expected by-model, got ${b.kind}`);
+    expect(b.headers).toEqual(requests(5, 4));
+    const route = limited.routes.find((r) => r.id === id)!;
+    const a = admitModel(b, route, '', ctx);
+    if (a instanceof Promise || a.kind !== 'route') throw new Error('expected an accepted request at once');
+    // One line per name, in the order the key's admission wrote them; only the values change.
+    expect(a.headers).toEqual(requests(limit, remaining));
   });
 });
