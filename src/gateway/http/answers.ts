@@ -1,6 +1,7 @@
-// Every answer head the gateway writes goes out here (headers.ts makes the lists): its own answers (an error in the
-// route's dialect, JSON, an empty 204) and the heads of backends' answers it relays, to a response or a raw socket;
-// and the graceful close of a raw socket (answer, then read and discard until the peer closes, bounded in time).
+// Every answer head the gateway writes goes out here (test/gateway/http/answer-heads.test.ts keeps it so; headers.ts
+// makes the lists): its own answers (an error in the route's dialect, JSON, an empty 204) and the heads of backends'
+// answers it relays, to a response or a raw socket; and the graceful close of a raw socket (answer, then read and
+// discard until the peer closes, bounded in time).
 import { STATUS_CODES, type ServerResponse } from 'node:http';
 import { Socket as SocketClass, type Socket } from 'node:net';
 import { renderError, type Dialect, type GatewayError } from './errors.js';
@@ -149,4 +150,13 @@ function lingeringDestroySoon(this: Lingering): void {
   // Node's parser still reads the socket (a 'data' listener would take the socket from it, and Node would not start
   // reading again): resumed, it reads what the client still sends into the request, which Node drops once answered.
   this.resume();
+}
+
+/**
+ * Ends an event stream cut short: one last event in the route's dialect, after a blank line that ends any event left
+ * open (an SDK then raises an error instead of returning a shortened answer); then the connection closes, never cleanly.
+ */
+export function breakStream(res: ServerResponse, dialect: Dialect, message: string, code: string): void {
+  const error = dialect === 'openai' ? { message, type: 'upstream_error', code } : message;
+  res.write(`\n\ndata: ${JSON.stringify({ error })}\n\n`, () => res.destroy());
 }
