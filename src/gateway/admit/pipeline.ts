@@ -184,9 +184,8 @@ export function admit(facts: RequestFacts, ctx: AdmitContext): Admission | Promi
 }
 
 /**
- * Steps 1-2, the head and the method: nothing about such a request can be trusted, so its refusal comes first, in
- * the dialect its target reads as (an OpenAI SDK shows the message of an OpenAI error object only), with the CORS
- * headers of an allowed origin like every other answer (SPEC §5: a browser page that sent too many headers can read
+ * Steps 1-2: a head or method after which nothing can be trusted is refused first, in the dialect its target reads as
+ * (an OpenAI SDK shows only an OpenAI error's message), with an allowed origin's CORS headers (SPEC §5: a page can read
  * its 431). Undefined: the head and method are fine.
  */
 function headAndMethod(facts: RequestFacts, ctx: AdmitContext): Refused | undefined {

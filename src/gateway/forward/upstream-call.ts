@@ -1,11 +1,10 @@
-// One call to a backend and the response it gives: the one place undici's dispatch handler is implemented. It writes
-// the backend's status and headers (with the gateway's own added) and then each body chunk as it arrives, with
-// back-pressure both ways, reads LLM usage as the bytes pass, counts the call in flight, and tells its owner (the
-// exchange) when the call ended or failed. It owns nothing of the request but what the response needs.
+// One call to a backend and the answer it gives, as undici dispatch handlers. UpstreamCall writes the backend's status
+// and headers (the gateway's own added), then each body chunk as it arrives with back-pressure both ways, reads LLM
+// usage as the bytes pass, counts the call in flight and tells its owner (the exchange) how the call ended; it keeps
+// nothing of the request but what the answer needs. UpgradeCall makes a websocket handshake.
 //
-// undici's v7 handler methods onConnect/onHeaders/onData/onComplete/onError are used on purpose: they hand over the
-// raw header lines, while the newer onResponse* methods go through a wrapper that parses every response's headers into
-// an object first (a cost on every request for nothing the gateway uses). Only this file changes when they go.
+// undici's v7 handler methods (onConnect/onHeaders/onData/onComplete/onError) on purpose: they hand over the raw
+// header lines, where onResponse* parse every answer's headers into an object first, a cost per request for nothing.
 import type { ServerResponse } from 'node:http';
 import type { Duplex, Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
@@ -254,13 +253,10 @@ function endsAtEvent(tail: number): boolean {
 export const LET_GO_MIN = 4096;
 
 /**
- * A request body undici holds only while writing it. undici keeps the body it was given on its request object for as
- * long as the request lasts — for an event stream, minutes — so a Buffer would keep every open stream's prompt in
- * memory (32 KB prompts: 69.0 against 14.8 KB per open stream, bench Part E with --stream-prompt-kb 32). As an
- * iterable of one chunk undici writes the same bytes after the same head (the content-length is set by the caller)
- * and then holds an empty shell. The exchange keeps its own reference as long as a retry or a fallback may need the
- * body (each try gets a new one). Two differences from a Buffer body, both in undici: its headers timeout counts from the end of the write,
- * and a connection whose backend answered before the body was all written is closed instead of reused.
+ * A request body undici lets go of once written: undici keeps a body on its request as long as the request lasts (an
+ * event stream's: minutes), so a Buffer kept every open stream's prompt (32 KB prompts: 69.0 against 14.8 KB per open
+ * stream, bench Part E). Unlike a Buffer's, its headers timeout counts from the end of the write, and a connection
+ * whose backend answered before the body was all written is closed instead of reused.
  */
 class SentOnce implements Iterable<Buffer> {
   constructor(
@@ -280,9 +276,9 @@ class SentOnce implements Iterable<Buffer> {
 }
 
 /**
- * The body as undici gets it: Buffers of LET_GO_MIN bytes or more as a `SentOnce`, anything else unchanged. undici
- * takes any iterable as a body (its request checks for one), though its type of the option does not list it.
- * `written`: called once such a body is written whole to the backend's socket.
+ * The body as undici gets it, made anew for each try: Buffers of LET_GO_MIN bytes or more as a `SentOnce`, anything
+ * else unchanged. undici takes any iterable as a body (its request checks for one), though its type of the option does
+ * not list it. `written`: called once such a body is written whole to the backend's socket.
  */
 export function bodyForUndici(
   body: Buffer | Readable | null,

@@ -1,5 +1,5 @@
 // Which headers go upstream and which come back, as flat [name, value, ...] lists: hop-by-hop removal, no client
-// credentials, gateway-set forwarding and identity headers (SPEC §3).
+// credentials, gateway-set forwarding and identity headers (SPEC §3); and the functions such lists are edited with.
 import { HOP_BY_HOP, onlyChunked, type RequestHead } from './request-head.js';
 
 export interface UpstreamContext {
