@@ -1,24 +1,7 @@
-// Fair, prioritized queueing (SPEC §14): while every ready endpoint of an LLM deployment is saturated, new requests
-// wait here rather than in the backends' FIFO queues, and go on as endpoints free up (a request of this gateway
-// ending, or a scrape showing room): `critical` before `standard`; within a priority, fair shares across tenants by
-// start-time fair queueing (a request starts at max(virtual time, where its tenant's last request finished), finishes
-// 1/weight later, and the smallest start goes first; the virtual time is the start of the last one sent on), so a
-// tenant sending ten times as much gets no more than its share while others wait, and a tenant with nothing queued
-// goes next when it sends. `sheddable` requests are refused at once while saturated. Bounded per deployment in
-// requests, bytes and time.
-//
-// Saturation is judged from what the endpoints report, which every replica reads alike, plus this replica's own
-// traffic since: an endpoint's requests now are what it reported (running + waiting) plus the change in this
-// replica's in-flight count there since that report, and never fewer than this replica's own in flight. They fill
-// its running slots (its capacity, learnt from its reports: the running count whenever it also had waiting requests),
-// then its waiting queue, kept within balancing.maxWaiting; KV-cache use above maxKvCache is saturated too. Before
-// its capacity is known, an endpoint is judged by its reported waiting requests alone. A replica refills at once the
-// slots its own requests free; a slot another replica freed shows at the next scrape, when every replica may take it
-// (a backend's queue passes maxWaiting by at most N - 1 per scrape with N replicas). A request let go from the queue
-// goes to an endpoint with room when §12's pick (which reads the reports only) has none. A critical request may take
-// one place more, in a backend's own queue, so that it starts at the next slot any replica frees; and while critical
-// requests are recent (the last second), standard ones leave the deployment's last free running slot to them.
-// docs/llm.md, "Fair queueing of a saturated deployment", gives the design and its measures.
+// Fair, prioritized queueing (SPEC §14) while every ready endpoint of an LLM deployment is saturated: `critical`
+// first, then fair shares across tenants by start-time fair queueing (a tenant sending ten times as much gets no more
+// than its share while others wait); `sheddable` refused at once. Saturation: the endpoints' reports (alike on every
+// replica) plus this replica's traffic since. docs/llm.md, "Fair queueing of a saturated deployment", has the design.
 import type { Priority, Route } from '../../routing/types.js';
 import { gatewayError, type GatewayError } from '../http/errors.js';
 import { copyWith } from '../../same-shape.js';
