@@ -1,5 +1,5 @@
 // JSON's top-level members in raw bytes, edited byte-exactly: the rest stays as sent, which re-serialising would not
-// keep (big integers, duplicate keys, -0). The skips do not validate: on broken JSON they stop at `end`.
+// keep (big integers, duplicate keys, -0). The skips do not validate JSON; they never read past `end`.
 
 export interface MemberSpan {
   /** The member's name, decoded. */
