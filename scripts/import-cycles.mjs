@@ -104,7 +104,11 @@ function cycleOf(group) {
 
 const rel = (f) => relative(root, f);
 console.log(`import cycles in ${relative(process.cwd(), root) || '.'} (type-only imports included): ${groups.length}`);
-for (const g of groups) console.log(`  ${g.length} files: ${cycleOf(g.sort()).map(rel).join(' -> ')}`);
+for (const g of groups) {
+  const cycle = cycleOf(g.sort());
+  console.log(`  ${g.length} files, e.g. ${cycle.map(rel).join(' -> ')}`);
+  if (g.length > cycle.length - 1) console.log(`    all: ${g.map(rel).join(', ')}`);
+}
 
 const gateway = join(root, 'gateway');
 if (existsSync(gateway)) {
