@@ -137,34 +137,39 @@ function nameAt(b: Buffer, start: number, end: number, hasEscape: boolean): stri
   return hasEscape ? (JSON.parse(b.toString('utf8', start, end)) as string) : b.toString('utf8', start + 1, end - 1);
 }
 
+/** The nesting stack of 256 levels that scans share (one typed array and its buffer less to allocate per body). */
+const STACK = new Int32Array(8);
+
+/** Marks level `depth` an object or an array in `stack`; returns `stack`, or a grown copy when it was full. */
+function pushLevel(stack: Int32Array, depth: number, object: boolean): Int32Array {
+  let s = stack;
+  if (depth >> 5 >= s.length) {
+    s = new Int32Array(s.length * 2);
+    s.set(stack);
+  }
+  if (object) s[depth >> 5] |= 1 << (depth & 31);
+  else s[depth >> 5] &= ~(1 << (depth & 31));
+  return s;
+}
+
 /** Validates `b` as JSON.parse would and notes the top-level members `keep` wants; the 400 says where it stops. */
 export function scanJson(b: Buffer, keep?: NameFilter): ScannedJson | GatewayError {
   const n = b.length;
   let i = skipSpace(b, 0);
   const out: ScannedJson = { first: b[i], members: [], count: 0, close: -1 };
   if (i === n) return notJson('the body is empty');
-  // The nesting stack, a bit a level: 1 for an object, 0 for an array.
-  let stack = new Int32Array(8);
+  // The nesting stack, a bit a level: 1 for an object, 0 for an array. Each level's bit is set when it opens, so the
+  // shared one needs no clearing (a scan runs to its end before another starts); a deeper body grows its own copy.
+  let stack: Int32Array = STACK;
   let depth = 0;
   let pending: MemberSpan | undefined;
-  const inObject = (): boolean => (stack[(depth - 1) >> 5] & (1 << ((depth - 1) & 31))) !== 0;
-  const push = (object: boolean): void => {
-    if (depth >> 5 >= stack.length) {
-      const grown = new Int32Array(stack.length * 2);
-      grown.set(stack);
-      stack = grown;
-    }
-    if (object) stack[depth >> 5] |= 1 << (depth & 31);
-    else stack[depth >> 5] &= ~(1 << (depth & 31));
-    depth++;
-  };
   // 0: a value starts at i; 1: a value ended at i; 2: a member name starts at i (after `{` or `,` in an object).
   let mode = 0;
   for (;;) {
     if (mode === 0) {
       const c = b[i];
       if (c === OPEN_BRACE) {
-        push(true);
+        stack = pushLevel(stack, depth++, true);
         i = skipSpace(b, i + 1);
         if (b[i] === CLOSE_BRACE) {
           depth--;
@@ -175,7 +180,7 @@ export function scanJson(b: Buffer, keep?: NameFilter): ScannedJson | GatewayErr
         continue;
       }
       if (c === OPEN_BRACKET) {
-        push(false);
+        stack = pushLevel(stack, depth++, false);
         i = skipSpace(b, i + 1);
         if (b[i] === CLOSE_BRACKET) {
           depth--;
@@ -208,7 +213,7 @@ export function scanJson(b: Buffer, keep?: NameFilter): ScannedJson | GatewayErr
         return out;
       }
       const c = b[i];
-      const obj = inObject();
+      const obj = (stack[(depth - 1) >> 5] & (1 << ((depth - 1) & 31))) !== 0;
       if (c === COMMA) {
         i = skipSpace(b, i + 1);
         mode = obj ? 2 : 0;

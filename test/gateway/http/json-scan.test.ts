@@ -101,6 +101,34 @@ describe('validity agrees with JSON.parse', () => {
     expect(scan(Buffer.from('['.repeat(1_000_000)))).toBeInstanceOf(GatewayError);
     expect(scan(Buffer.from('{"a":'.repeat(100_000) + '1' + '}'.repeat(100_000)))).not.toBeInstanceOf(GatewayError);
   });
+
+  test('each level remembers whether it is an object or an array, from one scan to the next, past 256 levels too', () => {
+    // Levels alternate object and array in `shape` (a string of 'o' and 'a'); `wrong` closes one level with the
+    // other kind's bracket. Scans of other shapes run in between, so a level left marked by an earlier scan shows.
+    const text = (shape: string, wrong = -1): string => {
+      const open = [...shape].map((k) => (k === 'o' ? '{"k":' : '[1,')).join('');
+      const close = [...shape]
+        .reverse()
+        .map((k, i) => ((k === 'o') !== (i === wrong) ? '}' : ']'))
+        .join('');
+      return `${open}2${close}`;
+    };
+    fc.assert(
+      fc.property(
+        fc.array(fc.tuple(fc.array(fc.constantFrom('o', 'a'), { minLength: 1, maxLength: 600 }), fc.nat(700)), {
+          minLength: 1,
+          maxLength: 4,
+        }),
+        (runs) => {
+          for (const [levels, wrong] of runs) {
+            const t = text(levels.join(''), wrong < levels.length ? wrong : -1);
+            expect(scan(Buffer.from(t)) instanceof GatewayError).toBe(!accepts(t));
+          }
+        },
+      ),
+      { numRuns: 200 },
+    );
+  });
 });
 
 const NAMES = ['model', 'stream', 'tools', 'x'];
