@@ -33,23 +33,28 @@ export function checkSuffix(
     }
     case 'predictive': {
       if (route.protocol === 'v2') return checkV2(route, method, rest, contentType);
-      // The texts of the refusals, built only for a refusal.
-      const offered = (): string => route.verbs.map((v) => `:${v}`).join(', ');
-      const server = (): string => route.modelServer ?? 'model';
-      const v = PREDICTIVE_VERB.exec(rest);
-      if (v) {
-        const name = safeDecode(v[1]);
-        if (name !== route.modelName) {
+      // Matched without a match array or substrings for the path a client uses every time (/v1/models/<name>:<verb>,
+      // the name not percent-encoded); the refusals take the pieces out.
+      if (PREDICTIVE_VERB.test(rest)) {
+        const colon = rest.indexOf(':', MODELS.length);
+        const pct = rest.indexOf('%', MODELS.length);
+        const plain = pct === -1 || pct > colon;
+        const served = route.modelName;
+        const sameName = plain
+          ? served !== undefined && colon - MODELS.length === served.length && rest.startsWith(served, MODELS.length)
+          : safeDecode(rest.slice(MODELS.length, colon)) === served;
+        if (!sameName) {
+          const name = safeDecode(rest.slice(MODELS.length, colon));
           return gatewayError(
             'not_found',
-            `model "${name}" is not served here: this deployment serves model "${route.modelName}" at /v1/models/${route.modelName}:<verb> (${offered()})`,
+            `model "${name}" is not served here: this deployment serves model "${served}" at /v1/models/${served}:<verb> (${offeredVerbs(route)})`,
           );
         }
-        const verb = v[2];
-        if (!route.verbs.includes(verb)) {
+        const verb = verbAt(route.verbs, rest, colon + 1);
+        if (verb === undefined) {
           return gatewayError(
             'unknown_verb',
-            `verb ":${verb}" is not offered by the ${server()} model server; it offers ${offered()}`,
+            `verb ":${rest.slice(colon + 1)}" is not offered by the ${serverName(route)} model server; it offers ${offeredVerbs(route)}`,
           );
         }
         if (method !== 'POST') {
@@ -57,17 +62,37 @@ export function checkSuffix(
             allow: 'POST',
           });
         }
-        return { check: verb as BodyCheck };
+        return checkOf(verb);
       }
       const meta = PREDICTIVE_META.exec(rest);
       if (meta && safeDecode(meta[1]) === route.modelName && (method === 'GET' || method === 'HEAD'))
         return { check: 'none' };
       return gatewayError(
         'not_found',
-        `no route ${method} ${rest}: this ${server()} deployment accepts POST /v1/models/${route.modelName}:<verb> with ${offered()}`,
+        `no route ${method} ${rest}: this ${serverName(route)} deployment accepts POST /v1/models/${route.modelName}:<verb> with ${offeredVerbs(route)}`,
       );
     }
   }
+}
+
+const MODELS = '/v1/models/';
+
+/** The texts of the refusals, built only for a refusal. */
+const offeredVerbs = (route: Route): string => route.verbs.map((v) => `:${v}`).join(', ');
+const serverName = (route: Route): string => route.modelServer ?? 'model';
+
+/** The verb of `verbs` that `rest` ends with from `at` on, compared in place. */
+function verbAt(verbs: readonly string[], rest: string, at: number): string | undefined {
+  for (const v of verbs) if (v.length === rest.length - at && rest.startsWith(v, at)) return v;
+  return undefined;
+}
+
+/** One result object per verb (the verbs are the routes', a handful), not one per request. */
+const CHECKS = new Map<string, { check: BodyCheck }>();
+function checkOf(verb: string): { check: BodyCheck } {
+  let c = CHECKS.get(verb);
+  if (c === undefined) CHECKS.set(verb, (c = Object.freeze({ check: verb as BodyCheck })));
+  return c;
 }
 
 // The Open Inference Protocol's REST routes (SPEC §10): model paths, with an optional /versions/<v>.
@@ -136,6 +161,14 @@ export function isBinaryContentType(ct: string | undefined): boolean {
 const PREDICTIVE_MEMBERS = ['instances', 'inputs', 'examples'];
 const PREDICTIVE_NAMES = nameFilter(PREDICTIVE_MEMBERS, (n) => PREDICTIVE_MEMBERS.includes(n));
 
+/** JSON.parse's reading: the last member of a name holds the value. */
+function lastMember(members: readonly MemberSpan[], name: string): MemberSpan | undefined {
+  for (let i = members.length - 1; i >= 0; i--) if (members[i].name === name) return members[i];
+  return undefined;
+}
+
+const isArray = (body: Buffer, m: MemberSpan | undefined): boolean => m !== undefined && body[m.start] === 0x5b;
+
 /** Validates a buffered body; undefined when it may be forwarded. */
 export function validateBody(check: BodyCheck, body: Buffer): GatewayError | undefined {
   if (check === 'none' || check === 'form') return undefined;
@@ -144,21 +177,19 @@ export function validateBody(check: BodyCheck, body: Buffer): GatewayError | und
   const doc = scanJson(body, check === 'json' ? undefined : PREDICTIVE_NAMES);
   if (doc instanceof Error) return doc;
   if (check === 'json') return undefined;
-  // JSON.parse's reading: the last member of a name holds the value.
-  const member = (name: string) => doc.members.findLast((m) => m.name === name);
-  const isArray = (m: MemberSpan | undefined) => m !== undefined && body[m.start] === 0x5b;
+  const members = doc.members;
   if (check === 'infer') {
-    if (doc.first !== 0x7b || !isArray(member('inputs')))
+    if (doc.first !== 0x7b || !isArray(body, lastMember(members, 'inputs')))
       return gatewayError('invalid_body', 'a V2 /infer body must be a JSON object with an "inputs" array');
     return undefined;
   }
   if (doc.first !== 0x7b) {
     return gatewayError('invalid_body', 'request body must be a JSON object with "instances" or "inputs"');
   }
-  const inputs = member('inputs');
-  const hasInstances = isArray(member('instances'));
+  const inputs = lastMember(members, 'inputs');
+  const hasInstances = isArray(body, lastMember(members, 'instances'));
   const hasInputs = inputs !== undefined && body[inputs.start] !== 0x6e; // TF Serving's columnar format allows a scalar, list or object
-  const hasExamples = isArray(member('examples'));
+  const hasExamples = isArray(body, lastMember(members, 'examples'));
   if (check === 'predict' && !hasInstances && !hasInputs) {
     return gatewayError('invalid_body', 'a :predict body needs "instances" (a list) or "inputs"');
   }

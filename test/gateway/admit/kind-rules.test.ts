@@ -1,5 +1,6 @@
 // Which suffixes and bodies each kind of deployment accepts (SPEC §3), and the dialect of its errors (SPEC §6).
 import { describe, expect, test } from '@jest/globals';
+import fc from 'fast-check';
 import { GatewayError } from '../../../src/gateway/http/errors.js';
 import { checkSuffix, dialectOf, validateBody, type BodyCheck } from '../../../src/gateway/admit/kind-rules.js';
 import { sdep } from '../../support/fixtures.js';
@@ -94,6 +95,44 @@ describe('checkSuffix: refused by the gateway', () => {
       expect(e.message).toContain('/v1/');
     },
   );
+});
+
+describe('checkSuffix: /v1/models/<name>:<verb> read as its decoded name and exact verb', () => {
+  // The oracle: the path split by a regular expression, the name percent-decoded (an invalid escape kept as sent).
+  const oracle = (route: typeof sklearn, method: string, rest: string): string => {
+    const m = /^\/v1\/models\/([^/:]+):([A-Za-z]+)$/.exec(rest);
+    if (!m) return 'other';
+    let name = m[1];
+    try {
+      name = decodeURIComponent(name);
+    } catch {
+      /* kept */
+    }
+    if (name !== route.modelName) return 'not_found';
+    if (!route.verbs.includes(m[2])) return 'unknown_verb';
+    return method === 'POST' ? m[2] : 'method_not_allowed';
+  };
+  const piece = fc.constantFrom('iris', 'iri', 'is', 'flowers-v2', 'flowers', '%69', '%', '%zz', '-v2', 'x', ':', '/');
+  const verb = fc.constantFrom('predict', 'predic', 'predictx', 'Predict', 'classify', 'regress', 'explain', '', 'p:q');
+  test('accepted and refused exactly as the oracle says, for names spelled plainly, encoded or nearly right', () => {
+    fc.assert(
+      fc.property(
+        fc.constantFrom(sklearn, tf),
+        fc.constantFrom('POST', 'GET'),
+        fc.array(piece, { minLength: 1, maxLength: 4 }),
+        verb,
+        (route, method, name, v) => {
+          const rest = `/v1/models/${name.join('')}:${v}`;
+          const want = oracle(route, method, rest);
+          const got = checkSuffix(route, method, rest, 'application/json');
+          if (want === 'other') return;
+          if (got instanceof GatewayError) expect(got.code).toBe(want);
+          else expect(got).toEqual({ check: want });
+        },
+      ),
+      { numRuns: 2000 },
+    );
+  });
 });
 
 describe('validateBody', () => {
