@@ -127,6 +127,15 @@ export function headProblem(head: RequestHead, req: IncomingMessage, maxHeaders:
   return undefined;
 }
 
+/** `name` in lower case; most clients send names in lower case already, and then no copy is made. */
+export function lowerName(name: string): string {
+  for (let i = 0; i < name.length; i++) {
+    const c = name.charCodeAt(i);
+    if ((c >= 65 && c <= 90) || c > 127) return name.toLowerCase();
+  }
+  return name;
+}
+
 export function readHead(req: IncomingMessage, opts: HeadOptions): RequestHead {
   const raw = req.rawHeaders;
   const forward: string[] = [];
@@ -155,7 +164,7 @@ export function readHead(req: IncomingMessage, opts: HeadOptions): RequestHead {
   };
   let connection: string | undefined;
   for (let i = 0; i < raw.length; i += 2) {
-    const name = raw[i].toLowerCase();
+    const name = lowerName(raw[i]);
     const value = raw[i + 1];
     switch (name) {
       case 'host':
