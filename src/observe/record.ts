@@ -3,7 +3,7 @@ import type { IncomingMessage } from 'node:http';
 import type { Route } from '../routing/types.js';
 import type { Variant } from '../gateway/forward/targets.js';
 import type { TokenUsage, UsageMeter } from '../gateway/openai/usage-meter.js';
-import type { AccessLog } from './access-log.js';
+import type { AccessLog, AccessRecord } from './access-log.js';
 import type { Metrics } from './metrics.js';
 
 export interface Observers {
@@ -80,26 +80,51 @@ export function recordAnswer(obs: Observers, a: Answer): void {
   if (!access) return;
   const url = a.req.url ?? '/';
   const q = url.indexOf('?');
-  access.log({
-    requestId: a.requestId,
-    method: a.req.method ?? '',
-    path: q === -1 ? url : url.slice(0, q),
-    status: a.status,
-    ms: Math.round(seconds * 10000) / 10,
-    project,
-    deployment,
-    key: a.keyName,
-    client: a.client,
-    upstream: a.upstream,
-    pick: a.pick,
-    bytesIn: a.bytesIn,
-    bytesOut: a.bytesOut,
-    error: a.error,
-    promptTokens: llm?.tokens?.prompt,
-    completionTokens: llm?.tokens?.completion,
-    ttftMs: llm?.ttft !== undefined ? Math.round(llm.ttft * 10000) / 10 : undefined,
-    tokensEstimated: llm?.estimated,
-    reportedPromptTokens: llm?.reported?.prompt,
-    reportedCompletionTokens: llm?.reported?.completion,
-  });
+  // One record object filled per line (AccessLog.log copies its fields and keeps nothing of it): 0.2 KB less garbage
+  // a request than an object literal.
+  const r = RECORD;
+  r.requestId = a.requestId;
+  r.method = a.req.method ?? '';
+  r.path = q === -1 ? url : url.slice(0, q);
+  r.status = a.status;
+  r.ms = Math.round(seconds * 10000) / 10;
+  r.project = project;
+  r.deployment = deployment;
+  r.key = a.keyName;
+  r.client = a.client;
+  r.upstream = a.upstream;
+  r.pick = a.pick;
+  r.bytesIn = a.bytesIn;
+  r.bytesOut = a.bytesOut;
+  r.error = a.error;
+  r.promptTokens = llm?.tokens?.prompt;
+  r.completionTokens = llm?.tokens?.completion;
+  r.ttftMs = llm?.ttft !== undefined ? Math.round(llm.ttft * 10000) / 10 : undefined;
+  r.tokensEstimated = llm?.estimated;
+  r.reportedPromptTokens = llm?.reported?.prompt;
+  r.reportedCompletionTokens = llm?.reported?.completion;
+  access.log(r);
 }
+
+const RECORD: AccessRecord = {
+  requestId: '',
+  method: '',
+  path: '',
+  status: 0,
+  ms: 0,
+  project: '',
+  deployment: '',
+  key: '',
+  client: '',
+  upstream: '',
+  pick: undefined,
+  bytesIn: 0,
+  bytesOut: 0,
+  error: undefined,
+  promptTokens: undefined,
+  completionTokens: undefined,
+  ttftMs: undefined,
+  tokensEstimated: undefined,
+  reportedPromptTokens: undefined,
+  reportedCompletionTokens: undefined,
+};

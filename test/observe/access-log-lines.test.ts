@@ -133,6 +133,33 @@ describe('access log lines', () => {
     );
   });
 
+  test('a line holds the record as it was when logged (the caller may fill the same object again)', () => {
+    const { log, lines } = capture();
+    const r: AccessRecord = {
+      requestId: 'first',
+      method: 'GET',
+      path: '/a',
+      status: 200,
+      ms: 1.5,
+      project: 'p',
+      deployment: 'd',
+      key: 'k',
+      client: 'c',
+      upstream: 'u',
+      bytesIn: 1,
+      bytesOut: 2,
+      error: 'e1',
+    };
+    log.log(r);
+    Object.assign(r, { requestId: 'second', path: '/b', status: 502, bytesIn: 3, error: undefined });
+    log.log(r);
+    const got = lines().map((l) => JSON.parse(l) as Record<string, unknown>);
+    expect(got.map((l) => [l.requestId, l.path, l.status, l.bytesIn, l.error])).toEqual([
+      ['first', '/a', 200, 1, 'e1'],
+      ['second', '/b', 502, 3, undefined],
+    ]);
+  });
+
   test('the time is the moment of each line, also when the clock moves between lines', () => {
     const { log, lines } = capture();
     const r: AccessRecord = {
