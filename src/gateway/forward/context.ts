@@ -1,5 +1,5 @@
 // What every exchange and upgrade of one data plane shares: read-only settings and the services they call. Built once
-// by the data plane (listen/data-plane.ts).
+// by the data plane (listen/plane-context.ts).
 import type { Logger } from '../../log.js';
 import type { PerMinuteLimits } from '../../limits/per-minute.js';
 import type { AccessLog } from '../../observe/access-log.js';
