@@ -3,17 +3,18 @@
 // A base class so that neither adds an object per request for it.
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
+import type { Dispatcher } from 'undici';
 import type { ApiKeyRecord, Route } from '../../routing/types.js';
 import type { RequestTrace } from '../../observe/tracing.js';
 import { recordAnswer, type LlmFigures } from '../../observe/record.js';
 import { admit, type Admission } from '../admit/pipeline.js';
 import type { Dialect } from '../http/errors.js';
-import { clientRequestId } from '../http/headers.js';
+import { clientRequestId, upstreamHeaders } from '../http/headers.js';
 import { pathOf } from '../http/path.js';
 import { clientAddress, headProblem, type RequestHead } from '../http/request-head.js';
 import type { Conn } from './job.js';
 import type { PlaneContext } from './context.js';
-import type { Variant } from './targets.js';
+import type { Target, Variant } from './targets.js';
 
 export abstract class RequestStart {
   protected readonly started = performance.now();
@@ -96,6 +97,38 @@ export abstract class RequestStart {
     this.dialect = decided.dialect;
     if (decided.kind !== 'by-model') this.route = decided.route;
     this.key = decided.key;
+  }
+
+  /** The backend's header list (http/headers.ts). `identity`: the answer is read (LLM usage), so asked uncompressed. */
+  protected headersFor(route: Route, target: Target, identity: boolean, contentLength?: number): string[] {
+    const { conn, trace } = this;
+    return upstreamHeaders(this.head!, {
+      clientIp: conn.client,
+      proto: conn.proto,
+      requestId: this.requestId,
+      project: route.project,
+      deployment: route.deployment,
+      keyName: this.key!.name,
+      backendAuthority: target.authority,
+      trustForwarded: this.ctx.head.trustForwarded,
+      contentLength,
+      identity,
+      traceparent: trace?.traceparent,
+      tracestate: trace?.tracestate,
+    });
+  }
+
+  /** Sends the request through `target`'s pool; a throw there is the call's error. */
+  protected dispatchTo(
+    target: Target,
+    options: Dispatcher.DispatchOptions,
+    call: Dispatcher.DispatchHandler & { onError(err: Error): void },
+  ): void {
+    try {
+      this.ctx.pools.get(target.origin).dispatch(options, call);
+    } catch (err) {
+      call.onError(err as Error);
+    }
   }
 
   /** Ends the trace and counts and logs the answer (observe/record.ts). */

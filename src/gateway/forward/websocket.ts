@@ -1,12 +1,7 @@
-// Upgrade requests. A websocket upgrade goes through the same admission pipeline as any request, reaches its backend
-// through the same pools and picker (undici's upgrade), and, once the backend agrees, the two sockets are joined;
-// every refusal is answered in the route's dialect and the socket is closed properly. Upgrades are not held while a
-// deployment scales from zero: a websocket client retries on its own.
-// Any other Upgrade token (h2c, ...) is not tunnelled: the request is handed back to the HTTP server without it and
-// served as plain HTTP/1.1, as RFC 9110 §7.8 allows and as nginx does.
-// A tunnel is closed after limits.websocketIdleTimeoutSeconds with no data either way; tunnels are counted per key and
-// per client address (tunnels.ts); its access-log line is written when it ends, with its bytes and upstream. On LLM
-// routes each client response.create passes the per-minute limits first (openai/realtime-gate.ts).
+// Websocket upgrades: admitted and started like any request (request-start.ts), joined to the backend's socket once it
+// agrees. Not held for scale from zero: a websocket client retries on its own. Any other Upgrade token (h2c) is served
+// as plain HTTP/1.1, as RFC 9110 §7.8 allows and nginx does. On LLM routes each client response.create passes the
+// limits first (openai/realtime-gate.ts).
 import type { IncomingMessage, Server } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
@@ -18,7 +13,7 @@ import { RealtimeMeter } from '../openai/realtime-meter.js';
 import { closeFrame, errorEvent, FrameCursor, RealtimeGate } from '../openai/realtime-gate.js';
 import type { Accepted, Admission } from '../admit/pipeline.js';
 import { gatewayError, type GatewayError } from '../http/errors.js';
-import { downstreamHeaders, removeHeader, upstreamHeaders } from '../http/headers.js';
+import { downstreamHeaders, removeHeader } from '../http/headers.js';
 import { readHead } from '../http/request-head.js';
 import { sendRawAnswer, sendRawError, writeRawHead } from '../http/answers.js';
 import type { Conn, Job } from './job.js';
@@ -35,7 +30,6 @@ const realtimeBudgets = new WeakMap<BodyBudget, BodyBudget>();
 interface Inject {
   cursor: FrameCursor;
   pending: Buffer[];
-  /** A close the gateway decided while a message was in passage. */
   closing: { code: number; reason: string; why: string } | undefined;
 }
 
@@ -43,11 +37,7 @@ export class UpgradeJob extends RequestStart implements Job, UpgradeOwner {
   private admission: Accepted | undefined;
   private call: UpgradeCall | undefined;
   private tunnel: Duplex | undefined;
-  /**
-   * What the realtime gate holds (a client message, until whole) counts in the gateway-wide budget of buffered bytes
-   * (limits.maxBufferedBodyBytes), of which all sessions together take at most a quarter, never ahead of a body
-   * waiting for room: without room the message passes unread (limits then hold at the backend's response.created).
-   */
+  /** A realtime message held until whole, in the budget of buffered bytes (realtime sessions: a quarter of it). */
   private room: { all: Reservation; realtime: Reservation } | undefined;
   private finished = false;
   /** The tunnel counts against its key and client address (tunnels.ts). */
@@ -56,9 +46,7 @@ export class UpgradeJob extends RequestStart implements Job, UpgradeOwner {
   private upstream = '';
   private bytesIn = 0;
   private bytesOut = 0;
-  /** Date.now() of the last data either way. */
   private lastActive = 0;
-  /** Gateway events for the client, waiting for the backend's stream to be between messages. */
   private inject: Inject | undefined;
   /** Client response.create events admitted by the limits whose response.created has not passed yet. */
   private admittedCreates = 0;
@@ -109,15 +97,11 @@ export class UpgradeJob extends RequestStart implements Job, UpgradeOwner {
     this.room?.all.release();
     this.room?.realtime.release();
     if (this.counted) this.ctx.tunnels.close(this.key!.name, this.client);
-    // A tunnel is logged when it ends: its bytes, its length and the backend it reached.
     if (this.tunnel) this.record(this.status);
     this.conn.done(this);
   }
 
-  /**
-   * The gateway ends the tunnel: a close frame (`code`, `reason`) to the client, one to the backend, then both
-   * sockets end (destroyed if they do not within a second).
-   */
+  /** A close frame each way, then both sockets end (destroyed if they do not within a second). */
   private shut(code: number, reason: string, why: string): void {
     const { socket, tunnel } = this;
     if (!tunnel || this.error !== undefined) return;
@@ -145,16 +129,16 @@ export class UpgradeJob extends RequestStart implements Job, UpgradeOwner {
     this.refuse(gatewayError('internal_error', 'internal gateway error'));
   }
 
-  private admitted(a: Admission): void {
+  private admitted(decided: Admission): void {
     if (this.finished || this.socket.destroyed) return this.end();
     // admit() settles the OpenAI base URL's model and never answers a preflight for an upgrade.
-    if (a.kind === 'preflight' || a.kind === 'by-model') return this.internalError();
-    this.took(a);
-    if (!a.ok) return this.refuse(a.error);
+    if (decided.kind === 'preflight' || decided.kind === 'by-model') return this.internalError();
+    this.took(decided);
+    if (!decided.ok) return this.refuse(decided.error);
 
     const { ctx } = this;
-    const route = a.route;
-    const tooMany = ctx.tunnels.open(a.key.name, this.client);
+    const route = decided.route;
+    const tooMany = ctx.tunnels.open(decided.key.name, this.client);
     if (tooMany) {
       ctx.metrics.rateLimited.inc({ scope: tooMany.scope, kind: 'websockets', reason: 'open_websockets' });
       return this.refuse(tooMany.error);
@@ -168,36 +152,18 @@ export class UpgradeJob extends RequestStart implements Job, UpgradeOwner {
     const target = chosen.target;
     this.upstream = target.origin.replace(/^https?:\/\//, '');
     if (chosen.variant) this.answerHeaders.push('x-servegate-variant', chosen.variant);
-    this.admission = a;
-    const headers = upstreamHeaders(this.head!, {
-      clientIp: this.conn.client,
-      proto: this.conn.proto,
-      requestId: this.requestId,
-      project: route.project,
-      deployment: route.deployment,
-      keyName: a.key.name,
-      backendAuthority: target.authority,
-      trustForwarded: ctx.head.trustForwarded,
-      traceparent: this.trace?.traceparent,
-      tracestate: this.trace?.tracestate,
-    });
+    this.admission = decided;
+    const headers = this.headersFor(route, target, false);
     // An LLM websocket is metered from its frames: a compressed extension would hide them, so none is offered.
     if (route.kind === 'llm') removeHeader(headers, 'sec-websocket-extensions');
-    const call = (this.call = new UpgradeCall(this));
-    try {
-      ctx.pools.get(target.origin).dispatch(
-        {
-          path: target.basePath + (route.pathPrefix ?? '') + a.upstreamPath,
-          method: this.req.method as Dispatcher.HttpMethod,
-          headers,
-          upgrade: 'websocket',
-          headersTimeout: route.timeoutMs,
-        },
-        call,
-      );
-    } catch (err) {
-      call.onError(err as Error);
-    }
+    const path = target.basePath + (route.pathPrefix ?? '') + decided.upstreamPath;
+    const method = this.req.method as Dispatcher.HttpMethod;
+    this.call = new UpgradeCall(this);
+    this.dispatchTo(
+      target,
+      { path, method, headers, upgrade: 'websocket', headersTimeout: route.timeoutMs },
+      this.call,
+    );
   }
 
   upgraded(status: number, raw: Buffer[], up: Duplex): void {
@@ -211,13 +177,13 @@ export class UpgradeJob extends RequestStart implements Job, UpgradeOwner {
     writeRawHead(socket, status, list);
     up.on('error', () => socket.destroy());
     up.on('close', () => socket.destroy());
-    // Data either way is activity (a ping or a pong is a frame like any other) and is counted for the log line.
-    up.on('data', (c: Buffer) => {
-      this.bytesOut += c.length;
+    // A ping or a pong is activity too.
+    up.on('data', (chunk: Buffer) => {
+      this.bytesOut += chunk.length;
       this.lastActive = Date.now();
     });
-    socket.on('data', (c: Buffer) => {
-      this.bytesIn += c.length;
+    socket.on('data', (chunk: Buffer) => {
+      this.bytesIn += chunk.length;
       this.lastActive = Date.now();
     });
     this.bytesIn += this.firstBytes.length;
@@ -228,29 +194,28 @@ export class UpgradeJob extends RequestStart implements Job, UpgradeOwner {
       socket.pipe(up);
       return;
     }
-    // Realtime sessions: each response.done's usage is counted and charged as it passes (openai/realtime-meter.ts),
-    // and each client response.create passes the per-minute limits before it reaches the backend (realtime-gate.ts).
+    // Realtime: each response.done's usage is charged as it passes, each client response.create is limited first.
     const { metrics, perMinute } = this.ctx;
     const meter = new RealtimeMeter(
-      (u) => {
-        metrics.observeLlm(route.project, route.deployment, this.key!.name, u, undefined, undefined);
-        perMinute.charge(this.admission!.charge, u.prompt + u.completion);
-        this.ctx.admission.budgets?.charge(this.admission!.budget, u.prompt, u.completion, route.pricing);
+      (usage) => {
+        metrics.observeLlm(route.project, route.deployment, this.key!.name, usage, undefined, undefined);
+        perMinute.charge(this.admission!.charge, usage.prompt + usage.completion);
+        this.ctx.admission.budgets?.charge(this.admission!.budget, usage.prompt, usage.completion, route.pricing);
       },
       () => this.responseStarted(),
     );
     const inject: Inject = (this.inject = { cursor: new FrameCursor(), pending: [], closing: undefined });
-    up.on('data', (c: Buffer) => {
-      meter.push(c);
-      this.toClient(c, inject);
+    up.on('data', (chunk: Buffer) => {
+      meter.push(chunk);
+      this.toClient(chunk, inject);
     });
     up.on('end', () => socket.end());
     socket.on('drain', () => up.resume());
     let held = false;
     let full = false;
     const gate = new RealtimeGate({
-      forward: (b) => {
-        if (!up.write(b) && !full) {
+      forward: (message) => {
+        if (!up.write(message) && !full) {
           full = true;
           socket.pause();
         }
@@ -270,7 +235,7 @@ export class UpgradeJob extends RequestStart implements Job, UpgradeOwner {
       full = false;
       if (!held) socket.resume();
     });
-    socket.on('data', (c: Buffer) => gate.push(c));
+    socket.on('data', (chunk: Buffer) => gate.push(chunk));
     socket.on('end', () => up.end());
     if (this.firstBytes.length) gate.push(this.firstBytes);
   }
@@ -288,39 +253,35 @@ export class UpgradeJob extends RequestStart implements Job, UpgradeOwner {
     return false;
   }
 
-  /**
-   * Bytes for the client on an LLM tunnel: the backend's as they come, and the gateway's own events (`own`), which
-   * wait for the backend's stream to be between messages.
-   */
-  private toClient(c: Buffer, inject: Inject, own = false): void {
+  /** Bytes for the client on an LLM tunnel; the gateway's own (`own`) wait until the backend is between messages. */
+  private toClient(chunk: Buffer, inject: Inject, own = false): void {
     const { socket } = this;
     if (this.error !== undefined) return;
-    const write = (b: Buffer): void => {
-      if (b.length && !socket.write(b)) this.tunnel?.pause();
+    const write = (bytes: Buffer): void => {
+      if (bytes.length && !socket.write(bytes)) this.tunnel?.pause();
     };
     if (own) {
-      if (inject.cursor.quiet) write(c);
-      else inject.pending.push(c);
+      if (inject.cursor.quiet) write(chunk);
+      else inject.pending.push(chunk);
       return;
     }
     if (inject.pending.length === 0 && !inject.closing) {
-      inject.cursor.read(c, false);
-      return write(c);
+      inject.cursor.read(chunk, false);
+      return write(chunk);
     }
-    const at = inject.cursor.quiet ? 0 : inject.cursor.read(c, true);
-    write(c.subarray(0, at));
+    const at = inject.cursor.quiet ? 0 : inject.cursor.read(chunk, true);
+    write(chunk.subarray(0, at));
     if (inject.cursor.quiet) {
-      for (const p of inject.pending.splice(0)) write(p);
+      for (const pending of inject.pending.splice(0)) write(pending);
       const closing = inject.closing;
       if (closing) return this.shut(closing.code, closing.reason, closing.why);
     }
-    if (at < c.length) this.toClient(c.subarray(at), inject);
+    if (at < chunk.length) this.toClient(chunk.subarray(at), inject);
   }
 
   /**
-   * The backend started a response. One a client response.create asked for passed the limits already; one it starts
-   * on its own (server-side turn detection) is a request too, and when a window is spent the session is closed with
-   * 1008 (policy violation) and a reason that starts with rate_limit_exceeded, at the end of the message in passage.
+   * The backend started a response. One it starts on its own (server-side turn detection) is a request too: past a
+   * limit the session closes with 1008 and a reason starting rate_limit_exceeded, after the message in passage.
    */
   private responseStarted(): void {
     if (this.admittedCreates > 0) {
@@ -335,32 +296,29 @@ export class UpgradeJob extends RequestStart implements Job, UpgradeOwner {
       if (inject.cursor.quiet) this.shut(1008, reason, why);
       else inject.closing = { code: 1008, reason, why };
     };
-    const d = this.decide(true, false);
-    if (d instanceof Promise) void d.then(closeFor);
-    else closeFor(d);
+    const refused = this.decide(true, false);
+    if (refused instanceof Promise) void refused.then(closeFor);
+    else closeFor(refused);
   }
 
-  /**
-   * A response.create (`take`: one request) or an unreadable client message: the key's and the deployment's
-   * per-minute windows. `fromClient`: an admitted response.create is counted, its response.created then expected.
-   */
+  /** The per-minute windows for a response.create (`take`) or an unreadable message; `fromClient`: counted. */
   private decide(take: boolean, fromClient = true): GatewayError | undefined | Promise<GatewayError | undefined> {
-    // A response.create of a key or project whose budget is spent is refused before its per-minute windows are asked.
+    // A spent budget refuses before the per-minute windows are asked.
     const budgets = this.ctx.admission.budgets;
     const budget = this.admission?.budget;
-    const b = take && budget?.length ? budgets?.decide(budget.slice()) : undefined;
-    if (!b) return this.decidePerMinute(take, fromClient);
-    const after = (d: BudgetDecision): GatewayError | undefined | Promise<GatewayError | undefined> => {
-      if (d.ok) return this.decidePerMinute(take, fromClient);
-      for (const s of d.refusing)
+    const decision = take && budget?.length ? budgets?.decide(budget.slice()) : undefined;
+    if (!decision) return this.decidePerMinute(take, fromClient);
+    const after = (decided: BudgetDecision): GatewayError | undefined | Promise<GatewayError | undefined> => {
+      if (decided.ok) return this.decidePerMinute(take, fromClient);
+      for (const s of decided.refusing)
         this.ctx.metrics.rateLimited.inc({
           scope: s.scope,
           kind: s.limit.tokens ? 'tokens' : 'cost',
           reason: 'budget',
         });
-      return d.error;
+      return decided.error;
     };
-    return b instanceof Promise ? b.then(after) : after(b);
+    return decision instanceof Promise ? decision.then(after) : after(decision);
   }
 
   private decidePerMinute(
@@ -370,22 +328,20 @@ export class UpgradeJob extends RequestStart implements Job, UpgradeOwner {
     const { ctx, route } = this;
     const specs = ctx.perMinute.specs(route, this.key);
     if (specs.length === 0) return undefined;
-    const answer = (d: LimitDecision): GatewayError | undefined => {
-      if (d.ok) {
+    const answer = (decided: LimitDecision): GatewayError | undefined => {
+      if (decided.ok) {
         if (take && fromClient) this.admittedCreates++;
         return undefined;
       }
-      for (const s of d.spent) ctx.metrics.rateLimited.inc({ scope: s.scope, kind: s.kind, reason: 'per_minute' });
-      return d.error;
+      for (const s of decided.spent)
+        ctx.metrics.rateLimited.inc({ scope: s.scope, kind: s.kind, reason: 'per_minute' });
+      return decided.error;
     };
-    const d = ctx.perMinute.decide(take ? specs : specs.map((s) => copyWith(s, { cost: 0 })));
-    return d instanceof Promise ? d.then(answer) : answer(d);
+    const decision = ctx.perMinute.decide(take ? specs : specs.map((s) => copyWith(s, { cost: 0 })));
+    return decision instanceof Promise ? decision.then(answer) : answer(decision);
   }
 
-  /**
-   * The backend declined the upgrade: its answer is passed on as a normal response (headers filtered as for any
-   * answer), then the socket closes. An answer too large to hold is refused rather than passed on cut short.
-   */
+  /** The backend declined: its answer is passed on (one too large to hold is refused), then the socket closes. */
   declined(status: number, raw: Buffer[], statusText: string | undefined, body: Buffer | undefined): void {
     const { ctx, socket } = this;
     if (socket.destroyed) return;
