@@ -1,6 +1,36 @@
 // Which headers go upstream and which come back, as flat [name, value, ...] lists: hop-by-hop removal, no client
 // credentials, gateway-set forwarding and identity headers (SPEC §3); and the functions such lists are edited with.
-import { HOP_BY_HOP, onlyChunked, type RequestHead } from './request-head.js';
+
+/** Hop-by-hop (RFC 9110 §7.6.1) and legacy connection headers: never forwarded either way. */
+export const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+  'proxy-authorization',
+  'proxy-authenticate',
+  'http2-settings',
+]);
+
+const ONLY_CHUNKED = /^[\s,]*chunked[\s,]*$/i;
+
+/** A Transfer-Encoding value that is chunked alone (RFC 9112 §7: case-insensitive, empty list elements allowed). */
+export function onlyChunked(te: string): boolean {
+  return te === 'chunked' || ONLY_CHUNKED.test(te);
+}
+
+/** What upstreamHeaders reads of the request's head (readHead's RequestHead). */
+export interface ForwardedHead {
+  /** Client header lines that may be forwarded, names lower-case. */
+  forward: readonly string[];
+  authority: string | undefined;
+  xff: string | undefined;
+  xfProto: string | undefined;
+  xfHost: string | undefined;
+}
 
 export interface UpstreamContext {
   clientIp: string;
@@ -25,7 +55,7 @@ export interface UpstreamContext {
 }
 
 /** The whole header list for the backend: the client's forwardable lines plus the gateway's own. */
-export function upstreamHeaders(head: RequestHead, ctx: UpstreamContext): string[] {
+export function upstreamHeaders(head: ForwardedHead, ctx: UpstreamContext): string[] {
   const out = ctx.identity ? withoutHeader(head.forward, 'accept-encoding') : head.forward.slice();
   const trusted = ctx.trustForwarded;
   out.push('x-forwarded-for', trusted && head.xff ? `${head.xff}, ${ctx.clientIp}` : ctx.clientIp);
@@ -53,6 +83,9 @@ export function upstreamHeaders(head: RequestHead, ctx: UpstreamContext): string
 /** The gateway's own response header names (and their "_" look-alikes): never taken from a backend. */
 const GATEWAY_NAME = /^x[-_]servegate[-_]/;
 
+/** Lines of a backend's answer that stay even when its Connection names them. */
+const FRAMING = new Set(['content-length', 'content-type']);
+
 /**
  * The backend's response header lines as the client gets them: hop-by-hop ones and those named in Connection removed,
  * the backend's x-request-id (the gateway sets its own, the one the backend was sent), any x-servegate-* or look-alike
@@ -77,14 +110,13 @@ export function downstreamHeaders(
   let cacheControl = false;
   let length = false;
   let chunked = false;
-  let named: Set<string> | undefined;
+  let connection: string | undefined;
   for (let i = 0; i < raw.length; i += 2) {
     // Bytes as they came (RFC 9110 §5.5 allows 0x80-0xFF in a value): latin1 both ways, so Node writes them back as is.
     const name = raw[i].toString('latin1').toLowerCase();
     const value = raw[i + 1].toString('latin1');
     if (name === 'connection') {
-      named ??= new Set();
-      for (const t of value.split(',')) named.add(t.trim().toLowerCase());
+      connection = connection === undefined ? value : `${connection},${value}`;
       continue;
     }
     if (name === 'transfer-encoding') {
@@ -100,11 +132,8 @@ export function downstreamHeaders(
     else if (name === 'cache-control') cacheControl = true;
     list.push(name, value);
   }
-  if (named) {
-    for (let i = list.length - 2; i >= 0; i -= 2) {
-      if (named.has(list[i]) && list[i] !== 'content-length' && list[i] !== 'content-type') list.splice(i, 2);
-    }
-  }
+  // Taken out, the framing or the type would leave the client unable to read the answer.
+  if (connection !== undefined) removeConnectionNamed(list, connection, FRAMING);
   if (codings !== undefined && onlyChunked(codings)) codings = undefined;
   return { list, contentType, cacheControl, length, chunked, codings };
 }
@@ -151,6 +180,16 @@ export function withoutHeader(list: readonly string[], name: string): string[] {
   const out: string[] = [];
   for (let i = 0; i < list.length; i += 2) if (!sameName(list[i], lower)) out.push(list[i], list[i + 1]);
   return out;
+}
+
+/**
+ * Takes out of `list` (lower-case names), in place, the lines a Connection value names: hop-by-hop for this message
+ * (RFC 9110 §7.6.1). `keep`: names that stay even so.
+ */
+export function removeConnectionNamed(list: string[], connection: string, keep?: ReadonlySet<string>): void {
+  const named = new Set<string>();
+  for (const t of connection.split(',')) named.add(t.trim().toLowerCase());
+  for (let i = list.length - 2; i >= 0; i -= 2) if (named.has(list[i]) && !keep?.has(list[i])) list.splice(i, 2);
 }
 
 /** Takes every `name` line out of `list`, in place. */

@@ -2,6 +2,7 @@
 // decisions need, and the lines that may go upstream. Counting happens here too: Host lines, header lines, duplicates.
 import type { IncomingMessage } from 'node:http';
 import { gatewayError, type GatewayError } from './errors.js';
+import { HOP_BY_HOP, onlyChunked, removeConnectionNamed } from './headers.js';
 
 export interface RequestHead {
   method: string;
@@ -44,20 +45,6 @@ export interface HeadOptions {
   tracing?: boolean;
 }
 
-/** Hop-by-hop (RFC 9110 §7.6.1) and legacy connection headers: never forwarded either way. */
-export const HOP_BY_HOP = new Set([
-  'connection',
-  'keep-alive',
-  'proxy-connection',
-  'te',
-  'trailer',
-  'transfer-encoding',
-  'upgrade',
-  'proxy-authorization',
-  'proxy-authenticate',
-  'http2-settings',
-]);
-
 /** Client headers the gateway handles itself or sets itself. */
 const GATEWAY_OWNED = new Set(['host', 'authorization', 'expect', 'content-length', 'x-request-id']);
 export const FORWARDING = new Set([
@@ -82,13 +69,7 @@ function reserved(name: string, trustForwarded: boolean): boolean {
 // host[:port] (RFC 9110 §7.2): a reg-name, IPv4 address or bracketed IP literal; no userinfo, path or second port.
 const AUTHORITY = /^(?:[A-Za-z0-9._~!$&'()*+,;=%-]+|\[[0-9A-Fa-f:.]+\])(?::\d{0,5})?$/;
 
-const ONLY_CHUNKED = /^[\s,]*chunked[\s,]*$/i;
 const ENDS_CHUNKED = /(^|[\s,])chunked[\s,]*$/i;
-
-/** A Transfer-Encoding value that is chunked alone (RFC 9112 §7: case-insensitive, empty list elements allowed). */
-export function onlyChunked(te: string): boolean {
-  return te === 'chunked' || ONLY_CHUNKED.test(te);
-}
 
 /**
  * Why a head is untrustworthy (plain and upgrade): too many lines (431), not exactly one valid Host (RFC 9112 §3.2;
@@ -239,11 +220,8 @@ export function readHead(req: IncomingMessage, opts: HeadOptions): RequestHead {
     }
     forward.push(name, value);
   }
-  // Headers named in Connection are hop-by-hop for this message (RFC 9110 §7.6.1); the gateway's own stay.
-  if (connection !== undefined && forward.length) {
-    const named = new Set(connection.split(',').map((t) => t.trim().toLowerCase()));
-    for (let i = forward.length - 2; i >= 0; i -= 2) if (named.has(forward[i])) forward.splice(i, 2);
-  }
+  // The gateway's own lines are not in `forward` yet, so a Connection naming them cannot take them out.
+  if (connection !== undefined && forward.length) removeConnectionNamed(forward, connection);
   // An absolute-form target names the authority itself; the Host header is then ignored (RFC 9112 §3.2.2).
   const url = req.url ?? '/';
   if (url.charCodeAt(0) !== 47 /* / */) {
