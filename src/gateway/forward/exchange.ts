@@ -2,11 +2,10 @@
 //
 //   admit → body → pick → call → answer → record
 //
-// The start and the record are request-start.ts's (shared with upgrades), the pick and every later choice of target
-// next-target.ts's, what an LLM request adds openai/llm-request.ts's. A class rather than closures: one object per
-// request, whose references go when it is over.
+// Its base classes hold the steps: request-start.ts the start and the record (shared with upgrades), request-body.ts
+// the body's reading, next-target.ts the pick and every later choice of target; openai/llm-request.ts what an LLM
+// request adds. A class rather than closures: one object per request, whose references go when it is over.
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
-import { Transform, type Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
 import { llmFigures } from '../../observe/record.js';
 import {
@@ -18,8 +17,7 @@ import {
   type Refused,
 } from '../admit/pipeline.js';
 import { isBinaryContentType, validateBody } from '../admit/kind-rules.js';
-import { BODY_RATE_WINDOW_MS, BodyClock } from '../http/body-clock.js';
-import { collectBody } from '../http/body-collect.js';
+import { BODY_RATE_WINDOW_MS } from '../http/body-clock.js';
 import { gatewayError, GatewayError } from '../http/errors.js';
 import { setHeader, withoutHeader } from '../http/headers.js';
 import { readHead } from '../http/request-head.js';
@@ -27,7 +25,6 @@ import { breakStream, closeSocket, sendEmpty, sendError, sendJson } from '../htt
 import { chargedUsage } from '../openai/usage-meter.js';
 import { LlmRequest } from '../openai/llm-request.js';
 import { copyWith } from '../../same-shape.js';
-import { bodyBudgetFull } from './body-budget.js';
 import type { PlaneContext } from './context.js';
 import type { Conn, Job } from './job.js';
 import { NextTarget } from './next-target.js';
@@ -41,12 +38,9 @@ class EndedByGateway extends Error {
 }
 
 export class Exchange extends NextTarget implements Job, CallOwner {
-  /** Stops reading a body being read whole. */
-  private stopBody: (() => void) | undefined;
   private variant: Variant | undefined;
   private call: UpstreamCall | undefined;
   private closeAfter = false;
-  private clock: BodyClock | undefined;
 
   constructor(
     ctx: PlaneContext,
@@ -65,9 +59,7 @@ export class Exchange extends NextTarget implements Job, CallOwner {
   start(): void {
     (this.res as Answer)[kExchange] = this;
     this.res.on('close', answerClosed);
-    // Started now, the sweep fires between bodyIdleMs and bodyIdleMs + its 1 s period.
-    const { bodyIdleMs, bodyMinRate } = this.ctx;
-    this.clock = new BodyClock(this.conn.socket.bytesRead, Date.now(), bodyIdleMs, bodyMinRate);
+    this.startClock();
     this.guarded(this.admitPhase, undefined);
   }
 
@@ -78,13 +70,10 @@ export class Exchange extends NextTarget implements Job, CallOwner {
   }
 
   tick(now: number): void {
-    const req = this.req;
     if (this.ended) return;
     // A held request's body is timed too.
-    if (!req.complete) {
-      const late = this.clock!.look(now, this.conn.socket.bytesRead, req.readableLength > 0);
-      if (late) return this.bodyTimedOut(late);
-    } else this.clock = undefined;
+    const late = this.bodyLate(now);
+    if (late) return this.bodyTimedOut(late);
     // A client that stops reading holds the backend as long as a stalled stream would, not longer.
     const since = this.call?.drainSince;
     if (since && now - since >= this.ctx.streamIdleMs) {
@@ -134,7 +123,7 @@ export class Exchange extends NextTarget implements Job, CallOwner {
     if (decided.kind === 'by-model') return this.baseUrlPhase(decided);
     this.admission = decided;
     if (decided.route.kind === 'llm') this.llm = new LlmRequest();
-    this.bodyPhase(decided.check === 'none');
+    this.bodyPhase(decided.check === 'none', this.continueRequested);
   }
 
   /** The OpenAI base URL before `model` is read: the model list is the gateway's own answer. */
@@ -151,74 +140,13 @@ export class Exchange extends NextTarget implements Job, CallOwner {
     }
     const upload = llm.unroutable(head.contentType, isBinaryContentType(head.contentType));
     if (upload) return this.refuse(upload, true);
-    this.bodyPhase(false, base);
+    this.bodyPhase(false, this.continueRequested, base);
   }
 
   // ---- body --------------------------------------------------------------------------------------------------------
 
-  /** `stream`: forwarded as it comes (unchecked kinds); else read whole and checked. */
-  private bodyPhase(stream: boolean, base?: ByModel): void {
-    const { ctx, req, res } = this;
-    const head = this.head!;
-    const declared = head.contentLength;
-    if (declared !== undefined && declared > ctx.maxBody) return this.refuse(tooLarge(ctx.maxBody), true);
-    const hasBody = head.chunked || (declared !== undefined && declared > 0);
-    if (this.continueRequested) res.writeContinue();
-    if (stream) {
-      this.body = !hasBody ? null : declared !== undefined ? req : limitStream(req, ctx.maxBody);
-      this.bodyLength = hasBody ? declared : undefined;
-      return this.pickPhase(undefined);
-    }
-    if (!hasBody) return this.bodyRead(Buffer.alloc(0), base);
-    // Room for what has come (and an edited copy), never for what is only declared: a trickled near-limit body
-    // would hold every tenant's room. A decoded form's room is asked for once the body is in.
-    const room = (this.room = ctx.bodies.reservation());
-    const coding = head.contentEncoding;
-    const copies = this.edited(base) && (coding === undefined || coding === 'identity') ? 2 : 1;
-    this.stopBody = collectBody(
-      req,
-      declared,
-      ctx.maxBody,
-      (capacity, go) => room.acquire(capacity * copies, go),
-      (end) => {
-        this.stopBody = undefined;
-        if ('body' in end) return this.bodyRead(end.body, base);
-        if (end.problem === 'no_room') return this.bodyBusy();
-        this.refuse(tooLarge(ctx.maxBody), true);
-      },
-    );
-  }
-
-  /** Whether a copy of the body may be made: through the base URL, or to edit for a fallback. */
-  private edited(base: ByModel | undefined): boolean {
-    return base !== undefined || (this.route?.kind === 'llm' && this.route.fallbacks !== undefined);
-  }
-
-  private bodyBusy(): void {
-    this.ctx.metrics.upstreamErrors.inc({ cause: 'body_budget_full' });
-    this.refuse(bodyBudgetFull(this.ctx.bodies), true);
-  }
-
-  /** The whole body is in: decoded for the check once the budget has room for the decoded form (and a copy). */
-  private bodyRead(wire: Buffer, base: ByModel | undefined): void {
-    if (this.ended) return;
-    const coding = this.head!.contentEncoding;
-    if (coding === undefined || coding === 'identity' || wire.length === 0) return this.bodyChecked(wire, wire, base);
-    const { maxDecoded } = this.ctx;
-    const room = this.room!;
-    room.acquire(room.bytes + maxDecoded * (this.edited(base) ? 2 : 1), (ok) => {
-      if (this.ended) return;
-      if (!ok) return this.guarded(this.bodyBusy, undefined);
-      this.ctx.decoder.decode(wire, coding, maxDecoded, (err, plain) => {
-        if (this.ended) return;
-        if (err) return this.refuse(err);
-        this.bodyChecked(wire, plain!, base);
-      });
-    });
-  }
-
   /** `wire`: the body as sent; `plain`: decoded (the same buffer without a Content-Encoding). */
-  private bodyChecked(wire: Buffer, plain: Buffer, base: ByModel | undefined): void {
+  protected bodyChecked(wire: Buffer, plain: Buffer, base: ByModel | undefined): void {
     if (base) return this.routeByModel(base, wire, plain);
     const admission = this.admission!;
     const llm = this.llm;
@@ -230,7 +158,7 @@ export class Exchange extends NextTarget implements Job, CallOwner {
       if (invalid) return this.refuse(invalid);
     }
     // Checked decoded, forwarded as sent, with its Content-Encoding.
-    this.holdBody(wire);
+    this.holdBody(wire, this.llm?.keepsBody === true);
     this.pickPhase(undefined);
   }
 
@@ -243,7 +171,7 @@ export class Exchange extends NextTarget implements Job, CallOwner {
     const body = llm.routed(base, route, wire, plain);
     if (body instanceof Error) return this.refuse(body);
     if (llm.decoded) this.head!.forward = withoutHeader(this.head!.forward, 'content-encoding');
-    this.holdBody(body);
+    this.holdBody(body, llm.keepsBody);
     this.settle(admitModel(base, route, base.search, this.ctx.admission), this.modelAdmitted);
   }
 
@@ -254,15 +182,6 @@ export class Exchange extends NextTarget implements Job, CallOwner {
     this.answerHeaders = ['x-request-id', this.requestId, ...decided.headers];
     this.admission = decided;
     this.pickPhase(undefined);
-  }
-
-  /** The body held whole; its room shrinks to its buffer unless a fallback may need an edited copy. */
-  private holdBody(body: Buffer): void {
-    this.body = body;
-    this.bodyLength = body.length;
-    const room = this.room;
-    if (!room || this.llm?.keepsBody) return;
-    if (body.buffer.byteLength < room.bytes) room.resize(body.buffer.byteLength);
   }
 
   /** A refused `model` counts as a failed authorisation where admission says so (SPEC §9). */
@@ -282,14 +201,6 @@ export class Exchange extends NextTarget implements Job, CallOwner {
     this.call?.abort(new EndedByGateway(this.error));
     if (this.res.headersSent) this.res.destroy();
     else this.refuse(gatewayError('request_timeout', message), true);
-  }
-
-  /** The body is let go: what it held goes back to the budget. */
-  private letGoOfBody(): void {
-    this.stopBody?.();
-    this.stopBody = undefined;
-    this.room?.release();
-    this.room = undefined;
   }
 
   // ---- call --------------------------------------------------------------------------------------------------------
@@ -501,22 +412,4 @@ function answerClosed(this: Answer): void {
   const exchange = this[kExchange];
   this[kExchange] = undefined;
   exchange?.closed();
-}
-
-/** Streams a chunked body through, failing once it passes `max` bytes. */
-function limitStream(req: IncomingMessage, max: number): Readable {
-  let size = 0;
-  const limited = new Transform({
-    transform(chunk: Buffer, _enc, cb) {
-      size += chunk.length;
-      if (size > max)
-        cb(Object.assign(new Error(`request body is larger than the limit of ${max} bytes`), { code: BODY_TOO_LARGE }));
-      else cb(null, chunk);
-    },
-  });
-  req.on('error', (e) => limited.destroy(e));
-  req.on('close', () => {
-    if (!req.complete) limited.destroy(new Error('client aborted'));
-  });
-  return req.pipe(limited);
 }

@@ -4,40 +4,25 @@
 // deployment after a failure before any answer (fallback.ts); else the gateway's 503 or 502/504.
 // A base class of the exchange, so that a request makes no object more for it.
 import type { Readable } from 'node:stream';
-import type { ServerResponse } from 'node:http';
 import type { Route } from '../../routing/types.js';
 import { admitFallback, type Accepted, type Refused } from '../admit/pipeline.js';
 import type { GatewayError } from '../http/errors.js';
 import { withoutHeader, withoutRateHeaders } from '../http/headers.js';
 import type { LlmRequest } from '../openai/llm-request.js';
 import { copyWith } from '../../same-shape.js';
-import type { Reservation } from './body-budget.js';
 import type { Queued } from './fair-queue.js';
 import { Fallbacks, type FallbackReason } from './fallback.js';
-import { RequestStart } from './request-start.js';
+import { RequestBody } from './request-body.js';
 import { RETRY, shouldRetry } from './retry.js';
 import { readWhileHeld, type Held } from './scale-from-zero.js';
 import type { Chosen, Target } from './targets.js';
 import { mapUpstreamError, tooLarge, unavailable } from './upstream-errors.js';
 
-/**
- * Why nothing more is to be done: the gateway wrote its own answer, the client went away (or the shutdown deadline
- * ended it), or the exchange is over (recorded and released). Unset while the request is being served.
- */
-export type Ended = 'answered' | 'gone' | 'over';
-
-export abstract class NextTarget extends RequestStart implements Held, Queued {
-  protected ended: Ended | undefined;
+export abstract class NextTarget extends RequestBody implements Held, Queued {
   /** Admitted for one deployment (once the OpenAI base URL's `model` is read, too); `route` says where it goes now. */
   protected admission: Accepted | undefined;
   /** What an LLM request adds (openai/llm-request.ts): made for LLM routes only. */
   protected llm: LlmRequest | undefined;
-  protected body: Buffer | Readable | null = null;
-  protected bodyLength: number | undefined;
-  /** The body was written whole and let go (no fallback could need it): it cannot be sent again. */
-  protected bodySent = false;
-  /** Bytes of request body held in memory, in the gateway-wide budget (body-budget.ts). */
-  protected room: Reservation | undefined;
   protected chosen: Chosen | undefined;
   protected attempts = 0;
   /** performance.now() by which the answer's head must have come, for the whole chain of tries; 0: no try yet. */
@@ -51,9 +36,7 @@ export abstract class NextTarget extends RequestStart implements Held, Queued {
   private unhold: (() => Buffer | Readable) | undefined;
   private fallbacks: Fallbacks | undefined;
 
-  protected abstract readonly res: ServerResponse;
   protected abstract callPhase(chosen: Chosen): void;
-  protected abstract refuse(err: GatewayError, close?: boolean): void;
   protected abstract cut(cause: string): void;
 
   /**

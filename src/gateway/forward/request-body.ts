@@ -1,0 +1,146 @@
+// A request's body: streamed through as it comes, or read whole into one buffer within the gateway-wide budget of
+// buffered bodies (body-budget.ts) and decoded for its check; and its idle and rate clocks. A base class of the
+// exchange, so that a request makes no object more for it.
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { Transform, type Readable } from 'node:stream';
+import type { ByModel } from '../admit/pipeline.js';
+import { BodyClock } from '../http/body-clock.js';
+import { collectBody } from '../http/body-collect.js';
+import type { GatewayError } from '../http/errors.js';
+import { bodyBudgetFull, type Reservation } from './body-budget.js';
+import { RequestStart } from './request-start.js';
+import { BODY_TOO_LARGE, tooLarge } from './upstream-errors.js';
+
+/**
+ * Why nothing more is to be done: the gateway wrote its own answer, the client went away (or the shutdown deadline
+ * ended it), or the exchange is over (recorded and released). Unset while the request is being served.
+ */
+export type Ended = 'answered' | 'gone' | 'over';
+
+export abstract class RequestBody extends RequestStart {
+  protected ended: Ended | undefined;
+  protected body: Buffer | Readable | null = null;
+  protected bodyLength: number | undefined;
+  /** Written whole and let go (no fallback could need it): it cannot be sent again. */
+  protected bodySent = false;
+  /** Bytes of body held in memory, in the gateway-wide budget. */
+  protected room: Reservation | undefined;
+  /** Stops reading a body being read whole. */
+  private stopBody: (() => void) | undefined;
+  private clock: BodyClock | undefined;
+
+  /** The whole body is in: `wire` as sent, `plain` decoded (the same buffer without a Content-Encoding). */
+  protected abstract bodyChecked(wire: Buffer, plain: Buffer, base: ByModel | undefined): void;
+  protected abstract pickPhase(avoid: string | undefined): void;
+  protected abstract refuse(err: GatewayError, close?: boolean): void;
+  protected abstract readonly res: ServerResponse;
+
+  /** Started with the request, the sweep fires between bodyIdleMs and bodyIdleMs + its 1 s period. */
+  protected startClock(): void {
+    const { bodyIdleMs, bodyMinRate } = this.ctx;
+    this.clock = new BodyClock(this.conn.socket.bytesRead, Date.now(), bodyIdleMs, bodyMinRate);
+  }
+
+  /** Whether the body still coming stopped (`idle`) or trickles (`slow`). */
+  protected bodyLate(now: number): 'idle' | 'slow' | undefined {
+    const req = this.req;
+    if (!req.complete) return this.clock!.look(now, this.conn.socket.bytesRead, req.readableLength > 0);
+    this.clock = undefined;
+    return undefined;
+  }
+
+  /** `stream`: forwarded as it comes (unchecked kinds); else read whole and checked. */
+  protected bodyPhase(stream: boolean, continueRequested: boolean, base?: ByModel): void {
+    const { ctx, req } = this;
+    const head = this.head!;
+    const declared = head.contentLength;
+    if (declared !== undefined && declared > ctx.maxBody) return this.refuse(tooLarge(ctx.maxBody), true);
+    const hasBody = head.chunked || (declared !== undefined && declared > 0);
+    if (continueRequested) this.res.writeContinue();
+    if (stream) {
+      this.body = !hasBody ? null : declared !== undefined ? req : limitStream(req, ctx.maxBody);
+      this.bodyLength = hasBody ? declared : undefined;
+      return this.pickPhase(undefined);
+    }
+    if (!hasBody) return this.bodyRead(Buffer.alloc(0), base);
+    // Room for what has come (and an edited copy), never for what is only declared: a trickled near-limit body
+    // would hold every tenant's room. A decoded form's room is asked for once the body is in.
+    const room = (this.room = ctx.bodies.reservation());
+    const coding = head.contentEncoding;
+    const copies = this.edited(base) && (coding === undefined || coding === 'identity') ? 2 : 1;
+    this.stopBody = collectBody(
+      req,
+      declared,
+      ctx.maxBody,
+      (capacity, go) => room.acquire(capacity * copies, go),
+      (end) => {
+        this.stopBody = undefined;
+        if ('body' in end) return this.bodyRead(end.body, base);
+        if (end.problem === 'no_room') return this.bodyBusy();
+        this.refuse(tooLarge(ctx.maxBody), true);
+      },
+    );
+  }
+
+  /** Whether a copy of the body may be made: through the base URL, or to edit for a fallback. */
+  private edited(base: ByModel | undefined): boolean {
+    return base !== undefined || (this.route?.kind === 'llm' && this.route.fallbacks !== undefined);
+  }
+
+  private bodyBusy(): void {
+    this.ctx.metrics.upstreamErrors.inc({ cause: 'body_budget_full' });
+    this.refuse(bodyBudgetFull(this.ctx.bodies), true);
+  }
+
+  /** The whole body is in: decoded for the check once the budget has room for the decoded form (and a copy). */
+  private bodyRead(wire: Buffer, base: ByModel | undefined): void {
+    if (this.ended) return;
+    const coding = this.head!.contentEncoding;
+    if (coding === undefined || coding === 'identity' || wire.length === 0) return this.bodyChecked(wire, wire, base);
+    const { maxDecoded } = this.ctx;
+    const room = this.room!;
+    room.acquire(room.bytes + maxDecoded * (this.edited(base) ? 2 : 1), (ok) => {
+      if (this.ended) return;
+      if (!ok) return this.guarded(this.bodyBusy, undefined);
+      this.ctx.decoder.decode(wire, coding, maxDecoded, (err, plain) => {
+        if (this.ended) return;
+        if (err) return this.refuse(err);
+        this.bodyChecked(wire, plain!, base);
+      });
+    });
+  }
+
+  /** The body held whole; its room shrinks to its buffer unless kept (`keep`) for a fallback's edited copy. */
+  protected holdBody(body: Buffer, keep: boolean): void {
+    this.body = body;
+    this.bodyLength = body.length;
+    const room = this.room;
+    if (room && !keep && body.buffer.byteLength < room.bytes) room.resize(body.buffer.byteLength);
+  }
+
+  /** The body is let go: what it held goes back to the budget. */
+  protected letGoOfBody(): void {
+    this.stopBody?.();
+    this.stopBody = undefined;
+    this.room?.release();
+    this.room = undefined;
+  }
+}
+
+/** Streams a chunked body through, failing once it passes `max` bytes. */
+function limitStream(req: IncomingMessage, max: number): Readable {
+  let size = 0;
+  const limited = new Transform({
+    transform(chunk: Buffer, _enc, cb) {
+      size += chunk.length;
+      if (size > max)
+        cb(Object.assign(new Error(`request body is larger than the limit of ${max} bytes`), { code: BODY_TOO_LARGE }));
+      else cb(null, chunk);
+    },
+  });
+  req.on('error', (e) => limited.destroy(e));
+  req.on('close', () => {
+    if (!req.complete) limited.destroy(new Error('client aborted'));
+  });
+  return req.pipe(limited);
+}
