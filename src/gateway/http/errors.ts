@@ -96,7 +96,11 @@ export class GatewayError extends Error {
     /** Another status than the code's (`overloaded`: 429 for a sheddable request, 503 past a queue's bounds). */
     status?: number,
   ) {
+    // A refusal is an answer, not a fault: no stack trace (its capture was ~3.5 µs of a 401's ~4.8, never read).
+    const limit = Error.stackTraceLimit;
+    Error.stackTraceLimit = 0;
     super(message);
+    Error.stackTraceLimit = limit;
     this.status = status ?? STATUS[code];
   }
 }

@@ -324,3 +324,15 @@ describe('errors (SPEC §6)', () => {
     });
   });
 });
+
+describe('a refusal is a value, not a fault', () => {
+  test('a GatewayError carries no stack frames (their capture cost more than the rest of a 401) and leaves the limit as it was', () => {
+    const before = Error.stackTraceLimit;
+    const err = gatewayError('missing_api_key', 'missing API key');
+    expect(err).toBeInstanceOf(Error);
+    expect(err.message).toBe('missing API key');
+    expect(err.stack).toBe('Error: missing API key');
+    expect(Error.stackTraceLimit).toBe(before);
+    expect(new Error('x').stack).toMatch(/\n\s+at /);
+  });
+});
