@@ -385,6 +385,15 @@ function usable(r) {
   return r && !r.errors && !r.non2xx && r.rps > 0 && Number.isFinite(r.rps) ? r : undefined;
 }
 
+/**
+ * An open-loop run (bench/openloop.mjs) whose latencies mean something: no failed request, the rate reached and a
+ * p99 read. Its results carry achievedRate, not rps: usable() would refuse every one, and the tail goals would never
+ * be judged.
+ */
+function usableOpen(r) {
+  return r && !r.errors && !r.non2xx && r.achievedRate > 0 && Number.isFinite(r.fromSchedule?.p99) ? r : undefined;
+}
+
 /** Why `r` (the run of `name`) is not usable, for the line of a skipped goal. */
 function unusable(name, r) {
   if (!r) return `${name} not run`;
@@ -785,16 +794,16 @@ async function addedLatency(ctx, targets, gateway, results, baselineGw) {
   };
   results.garbage = garbagePerRequest(runs, gcLogs);
   printGarbage(results.garbage);
-  const gl = usable(runs.servegate);
-  const dl = usable(runs.direct);
+  const gl = usableOpen(runs.servegate);
+  const dl = usableOpen(runs.direct);
   results.added =
     gl && dl
       ? { p50Ms: gl.fromSchedule.p50 - dl.fromSchedule.p50, p99Ms: gl.fromSchedule.p99 - dl.fromSchedule.p99 }
       : undefined;
-  const nl = usable(runs.nginx);
+  const nl = usableOpen(runs.nginx);
   if (results.added && nl) results.added.nginxP99Ms = nl.fromSchedule.p99 - dl.fromSchedule.p99;
   // The bare forwarder (node:http + undici, no checks) in the same slices: the platform's share of the tail.
-  const bl = usable(runs.bare);
+  const bl = usableOpen(runs.bare);
   if (results.added && bl) results.added.bareP99Ms = bl.fromSchedule.p99 - dl.fromSchedule.p99;
   if (results.added) {
     const others = [
@@ -806,7 +815,7 @@ async function addedLatency(ctx, targets, gateway, results, baselineGw) {
       `  servegate added latency at ${ctx.rate} req/s: p50 ${signedMs(results.added.p50Ms)}, p99 ${signedMs(results.added.p99Ms)}${others.length ? ` (${others.join(', ')})` : ''}`,
     );
   }
-  const ol = usable(runs[OLD]);
+  const ol = usableOpen(runs[OLD]);
   if (baselineGw) {
     results.baseline.added =
       ol && dl
@@ -875,6 +884,7 @@ function printGarbage(garbage) {
       'GC pause/1k',
       'max pause',
       'KB alloc/request',
+      'MB per scavenge',
       'slow (>2 ms) during a GC',
     ],
   ];
@@ -888,6 +898,9 @@ function printGarbage(garbage) {
       ms(g.pauseMsPer1k),
       ms(g.maxPauseMs),
       Number.isFinite(g.bytesPerRequest) ? (g.bytesPerRequest / 1024).toFixed(1) : 'n/a',
+      // What the young generation held between two scavenges: V8 sizes it from the allocation rate and what
+      // survives, so the scavenges per request move with it even when the bytes per request do not.
+      g.minorPer1k > 0 ? ((g.bytesPerRequest * 1000) / g.minorPer1k / 1024 / 1024).toFixed(1) : 'n/a',
       `${g.slow.duringGc} of ${g.slow.slow} drawn (of ${g.slowCount})`,
     ]);
   }
@@ -1089,7 +1102,13 @@ function judge(ctx, results) {
   const nginxCpu = usable(results.modes.off?.nginx)?.serverCpuUsPerRequest;
   const cpuFigure =
     cpu === undefined ? 'n/a' : `${us(cpu)}${nginxCpu === undefined ? '' : ` (nginx ${us(nginxCpu)})`}${fallback}`;
-  results.goals.cpu = goal(texts.cpu, cpuFigure, cpu === undefined ? undefined : cpu <= 55, 'A');
+  // A CPU reading of 0 or less (the process group's ticks not read) measures nothing: no verdict.
+  results.goals.cpu = goal(
+    texts.cpu,
+    cpu !== undefined && !(cpu > 0) ? `${cpuFigure} [no verdict: no CPU read]` : cpuFigure,
+    cpu === undefined || !(cpu > 0) ? undefined : cpu <= 55,
+    'A',
+  );
   const t = v?.throughput;
   const figure = v
     ? `${ratio(t)} (${rps(v.gw.rps)} vs ${rps(v.ng.rps)})${fallback}`
@@ -1135,13 +1154,14 @@ function judge(ctx, results) {
   const sseFigure = s ? `gap ${ms(s.servegate.medianGapMs)} (direct ${ms(s.direct.medianGapMs)})` : 'n/a';
   results.goals.sse = goal(texts.sse, sseFigure, s?.unbuffered, 'A');
   const sc = results.sseCost;
-  const clean = (r) => (r && !r.lost && !r.errors && Number.isFinite(r.usPerEvent) ? r : undefined);
+  // A per-event CPU at or below 0 (the 50-event streams read cheaper than the 1-event ones: noise) measures nothing.
+  const clean = (r) => (r && !r.lost && !r.errors && Number.isFinite(r.usPerEvent) && r.usPerEvent > 0 ? r : undefined);
   const sg = clean(sc?.servegate);
   const fa = clean(sc?.fastify);
   const costFigure =
     sg && fa
       ? `${us1(sg.usPerEvent)} vs ${us1(fa.usPerEvent)} (fastify÷servegate ${ratio(fa.usPerEvent / sg.usPerEvent)}${clean(sc?.bare) ? `; bare ${us1(sc.bare.usPerEvent)}` : ''})`
-      : `n/a (${!sc?.fastify ? 'no fastify row' : 'no clean run of both'})`;
+      : `n/a (${!sc?.fastify ? 'no fastify row' : 'no clean run of both: streams lost, errors or a per-event CPU <= 0'})`;
   results.goals.sseCost = goal(
     texts.sseCost,
     costFigure,
@@ -1353,8 +1373,8 @@ export async function runGatewayBench(ctx) {
     const old = results.baselineDied ? undefined : keep.baselineGw;
     const openTargets = keep.targets.filter((t) => (t.name !== OLD || old) && t.name !== 'net' && t.name !== 'fastify');
     await addedLatency(ctx, openTargets, keep.gateway, results, old);
-    const nl = usable(results.openLoop?.servegate);
-    const ol = usable(results.openLoop?.[OLD]);
+    const nl = usableOpen(results.openLoop?.servegate);
+    const ol = usableOpen(results.openLoop?.[OLD]);
     if (old && nl && ol)
       results.baseline.openLoop = {
         newP50Ms: nl.fromSchedule.p50,
