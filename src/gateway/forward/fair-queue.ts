@@ -77,11 +77,20 @@ interface DeploymentQueue {
 /** What this replica did at an endpoint since its last scrape, and what the endpoint's reports taught. */
 interface Since {
   sample: Scraped | undefined;
-  /** This replica's requests in flight there when the sample was first read. */
-  own: number;
+  /**
+   * This replica's own changes there (a request sent: +1, ended: -1) when they happened (Date.now()), oldest first;
+   * those the sample holds already are dropped when it arrives.
+   */
+  at: number[];
+  delta: number[];
+  /** Their sum: this replica's change in flight there since the sample. */
+  change: number;
   /** Running sequences at once when it also had waiting ones: its capacity (max seen); 0 = not known yet. */
   capacity: number;
 }
+
+/** Own changes kept per endpoint at most (each sample drops those it holds). */
+const MAX_CHANGES = 4096;
 
 export class FairQueues {
   private readonly queues = new Map<string, DeploymentQueue>();
@@ -148,12 +157,33 @@ export class FairQueues {
 
   /** This replica sends a request to / ends one at `origin` (the picker's begin and end). */
   begun(origin: string): void {
-    this.sinceOf(origin);
+    this.record(origin, 1);
   }
 
   ended(origin: string): void {
-    this.sinceOf(origin);
+    this.record(origin, -1);
     if (this.where.size > 0) this.schedulePump();
+  }
+
+  /**
+   * One change of this replica's own in flight at `origin`, with its time (the next sample holds it or not). Only at
+   * an endpoint with fresh figures: elsewhere no room is judged from them, and nothing would drop the changes.
+   */
+  private record(origin: string, delta: number): void {
+    if (!this.settings.enabled) return;
+    const sample = this.stats?.fresh(origin);
+    if (!sample) return;
+    const s = this.sinceOf(origin, sample);
+    if (s.at.length >= MAX_CHANGES) {
+      // Bounded should samples stop coming: the oldest half goes (counted as held by the next sample).
+      const n = MAX_CHANGES / 2;
+      for (let i = 0; i < n; i++) s.change -= s.delta[i];
+      s.at.splice(0, n);
+      s.delta.splice(0, n);
+    }
+    s.at.push(Date.now());
+    s.delta.push(delta);
+    s.change += delta;
   }
 
   /** Requests queued per deployment and priority (servegate_queue_length). */
@@ -253,24 +283,34 @@ export class FairQueues {
     if (s.kv !== undefined && s.kv > this.settings.maxKvCache) return 0;
     const since = this.sinceOf(t.origin, s);
     if (since.capacity === 0) return this.settings.maxWaiting + 1 - s.waiting;
-    // The endpoint's requests now: what it reported, plus what this replica added since (its in-flight count then and
-    // now); never fewer than this replica's own in flight (requests on their way when it reported are not in its
-    // figures). Not scaled by this replica's share: a replica with a small share would then see every room as full
+    // The endpoint's requests now: what it reported, plus this replica's own changes there that the report does not
+    // hold (sinceOf); never fewer than this replica's own in flight (requests on their way when it reported are not in
+    // its figures). Not scaled by this replica's share: a replica with a small share would then see every room as full
     // and its share would shrink further (measured: one of two replicas down to 1-3 requests an endpoint).
     const own = this.picker.inflightAt(t.origin);
-    const reported = s.running + s.waiting;
-    const total = Math.max(reported + own - since.own, own);
+    const total = Math.max(s.running + s.waiting + since.change, own);
     // Running slots fill first (the capacity its reports taught), then the waiting queue.
     return since.capacity + this.settings.maxWaiting + 1 - total;
   }
 
-  /** The counts since `origin`'s last scrape (reset when a new one arrives). */
+  /** The counts since `origin`'s last scrape (its own changes the new one holds are dropped when it arrives). */
   private sinceOf(origin: string, sample = this.stats?.fresh(origin)): Since {
     let s = this.since.get(origin);
-    if (!s) this.since.set(origin, (s = { sample: undefined, own: 0, capacity: 0 }));
+    if (!s) this.since.set(origin, (s = { sample: undefined, at: [], delta: [], change: 0, capacity: 0 }));
     if (sample && sample !== s.sample) {
       s.sample = sample;
-      s.own = this.picker.inflightAt(origin);
+      // In its figures: a request this replica sent before the scrape was sent (one sent while the scrape was on its
+      // way is not, however late the answer is read), and one that ended before the answer was read.
+      const sent = sample.sent ?? sample.at;
+      let kept = 0;
+      for (let i = 0; i < s.at.length; i++) {
+        if (s.delta[i] > 0 ? s.at[i] < sent : s.at[i] <= sample.at) s.change -= s.delta[i];
+        else {
+          s.at[kept] = s.at[i];
+          s.delta[kept++] = s.delta[i];
+        }
+      }
+      s.at.length = s.delta.length = kept;
       if (sample.waiting > 0 && sample.running > s.capacity) s.capacity = sample.running;
     }
     return s;
