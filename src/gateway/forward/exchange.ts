@@ -1,10 +1,6 @@
-// One request from arrival to the end of its answer, as a sequence of phases (docs/gateway.md draws it):
-//
-//   admit → body → pick → call → answer → record
-//
-// Its base classes hold the steps: request-start.ts the start and the record (shared with upgrades), request-body.ts
-// the body's reading, next-target.ts the pick and every later choice of target; openai/llm-request.ts what an LLM
-// request adds. A class rather than closures: one object per request, whose references go when it is over.
+// One request from arrival to the end of its answer: admit → body → pick → call → answer → record (docs/gateway.md).
+// The steps are its base classes': request-start.ts (start, record; shared with upgrades), request-body.ts, and
+// next-target.ts (the pick and every later target); openai/llm-request.ts is what an LLM request adds. One object.
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
 import { llmFigures } from '../../observe/record.js';
@@ -53,8 +49,6 @@ export class Exchange extends NextTarget implements Job, CallOwner {
   ) {
     super(ctx, conn, req);
   }
-
-  // ---- the connection's view (Job) --------------------------------------------------------------------------------
 
   start(): void {
     (this.res as Answer)[kExchange] = this;
@@ -106,8 +100,6 @@ export class Exchange extends NextTarget implements Job, CallOwner {
     return true;
   }
 
-  // ---- admit -------------------------------------------------------------------------------------------------------
-
   private admitPhase(): void {
     this.settle(this.admitHead(readHead(this.req, this.ctx.head), false, this.expectation), this.admitted);
   }
@@ -143,9 +135,6 @@ export class Exchange extends NextTarget implements Job, CallOwner {
     this.bodyPhase(false, this.continueRequested, base);
   }
 
-  // ---- body --------------------------------------------------------------------------------------------------------
-
-  /** `wire`: the body as sent; `plain`: decoded (the same buffer without a Content-Encoding). */
   protected bodyChecked(wire: Buffer, plain: Buffer, base: ByModel | undefined): void {
     if (base) return this.routeByModel(base, wire, plain);
     const admission = this.admission!;
@@ -203,8 +192,6 @@ export class Exchange extends NextTarget implements Job, CallOwner {
     else this.refuse(gatewayError('request_timeout', message), true);
   }
 
-  // ---- call --------------------------------------------------------------------------------------------------------
-
   protected callPhase(chosen: Chosen): void {
     const { ctx, req, admission, route } = this;
     if (this.ended || !admission || !route) return;
@@ -258,8 +245,6 @@ export class Exchange extends NextTarget implements Job, CallOwner {
     this.letGoOfBody();
   }
 
-  // ---- answer ------------------------------------------------------------------------------------------------------
-
   /** The backend's answer is on its way: what only a retry, a fallback or the gateway's own answer needs goes now. */
   answering(call: UpstreamCall): void {
     if (call !== this.call) return;
@@ -290,7 +275,6 @@ export class Exchange extends NextTarget implements Job, CallOwner {
 
   callFailed(call: UpstreamCall, err: Error): void {
     if (this.ended === 'over' || this.ended === 'gone' || call !== this.call) return;
-    // Answered by whoever ended it, or diverted to a fallback.
     if (err instanceof ClientGone || err instanceof EndedByGateway || err instanceof Diverted) return;
     const code = (err as { code?: string }).code ?? '';
     if (this.retried(code)) return;
@@ -299,7 +283,6 @@ export class Exchange extends NextTarget implements Job, CallOwner {
     this.unreached(code, err);
   }
 
-  /** A failure after the answer started: cut, so that the client sees an incomplete answer. */
   protected cut(cause: string): void {
     const route = this.route!;
     this.ctx.metrics.upstreamErrors.inc({ cause });
@@ -352,9 +335,6 @@ export class Exchange extends NextTarget implements Job, CallOwner {
     this.refuse(gatewayError('internal_error', 'internal gateway error'), true);
   }
 
-  // ---- record ------------------------------------------------------------------------------------------------------
-
-  /** The answer is complete, or the client is gone: recorded once, the turn freed. */
   closed(): void {
     if (this.ended === 'over') return;
     const { res, req, call } = this;

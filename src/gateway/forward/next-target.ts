@@ -1,7 +1,5 @@
-// Where an admitted request goes next, decided in one place: an endpoint of its deployment by the route's policy
-// (targets.ts); a wait for its turn in a saturated deployment's fair queue (fair-queue.ts) or for a first ready
-// endpoint (scale-from-zero.ts); another address after a try that reached nothing (retry.ts); the next fallback
-// deployment after a failure before any answer (fallback.ts); else the gateway's 503 or 502/504.
+// Where an admitted request goes next: an endpoint (targets.ts), a wait in the fair queue or the scale-from-zero hold,
+// another address after a try that reached nothing (retry.ts), the next fallback (fallback.ts), else 503 or 502/504.
 // A base class of the exchange, so that a request makes no object more for it.
 import type { Readable } from 'node:stream';
 import type { Route } from '../../routing/types.js';
@@ -21,7 +19,6 @@ import { mapUpstreamError, tooLarge, unavailable } from './upstream-errors.js';
 export abstract class NextTarget extends RequestBody implements Held, Queued {
   /** Admitted for one deployment (once the OpenAI base URL's `model` is read, too); `route` says where it goes now. */
   protected admission: Accepted | undefined;
-  /** What an LLM request adds (openai/llm-request.ts): made for LLM routes only. */
   protected llm: LlmRequest | undefined;
   protected chosen: Chosen | undefined;
   protected attempts = 0;
@@ -30,25 +27,21 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
   /** In the scale-from-zero hold or the fair queue, since `waitingSince` (neither counts against the deadline). */
   protected waiting: 'held' | 'queued' | undefined;
   private waitingSince = 0;
-  /** The route whose fair queue this request has passed (it does not queue again for it). */
+  /** The route whose fair queue this request has passed: it does not queue again for it. */
   private dequeued: string | undefined;
-  /** Held with its body still coming: stops reading it and gives the body to forward. */
   private unhold: (() => Buffer | Readable) | undefined;
   private fallbacks: Fallbacks | undefined;
 
   protected abstract callPhase(chosen: Chosen): void;
   protected abstract cut(cause: string): void;
 
-  /**
-   * An endpoint for the request, or a wait, a fallback or 503. `avoid`: the address a failed try reached nothing at;
-   * `room`: an endpoint with room, named by the fair queue that let the request go.
-   */
+  /** `avoid`: the address a failed try reached nothing at; `room`: one the fair queue knows has room. */
   protected pickPhase(avoid: string | undefined, room?: Target): void {
     const { ctx, route } = this;
     if (this.ended || !this.admission || !route) return;
     let chosen: Chosen | undefined;
     if (avoid !== undefined && this.chosen) {
-      // The retry: the same backend (and variant), another address when it has one.
+      // The same backend (and variant), another address when it has one.
       const target = ctx.picker.pick(route, this.chosen.backend, avoid, this.llm?.prefix);
       chosen = target && copyWith(this.chosen, { target });
     } else if (!route.notReady) {
@@ -63,7 +56,7 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
     this.refuse(unavailable(route));
   }
 
-  /** The picker's choice; `room`: an endpoint the fair queue knows has room, taken if the pick has none. */
+  /** The picker's choice, or `room` if the pick has none (the picker reads only the endpoints' reports). */
   private choose(route: Route, room: Target | undefined): Chosen | undefined {
     const { ctx } = this;
     let chosen = ctx.picker.choose(route, this.llm?.prefix);
@@ -73,10 +66,7 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
     return chosen;
   }
 
-  /**
-   * Fair queueing (SPEC §14): 'waits' when the request waits its turn (dispatch goes on) or was refused (shed
-   * answers); else where there is room. Only a body held whole waits (LLM bodies are).
-   */
+  /** Fair queueing (SPEC §14): 'waits' (dispatch or shed goes on), else where there is room. Only whole bodies wait. */
   private waitTurn(route: Route): Target | 'waits' | undefined {
     const queues = this.ctx.queues;
     if (!queues || route.kind !== 'llm' || !(this.body === null || Buffer.isBuffer(this.body))) return undefined;
@@ -97,20 +87,18 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
     this.waitingSince = performance.now();
   }
 
-  /** Out of the hold or the queue: the wait does not count against the deadline. */
+  /** The wait does not count against the deadline (SPEC §10). */
   private waited(): void {
     this.waiting = undefined;
     if (this.deadlineAt) this.deadlineAt += performance.now() - this.waitingSince;
   }
 
-  /** Leaves the hold or the queue it waits in (answered or gone). */
   protected stopWaiting(): void {
     if (this.waiting === 'held') this.ctx.holds.remove(this);
     else if (this.waiting === 'queued') this.ctx.queues?.remove(this);
     this.waiting = undefined;
   }
 
-  /** Its turn in the fair queue: on to pick an endpoint. */
   dispatch(room: Target): void {
     if (this.waiting !== 'queued') return;
     this.waited();
@@ -122,16 +110,12 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
     this.pickPhase(undefined, room);
   }
 
-  /** Refused by the fair queue: 429 or 503 `overloaded`. */
   shed(err: GatewayError): void {
     this.waiting = undefined;
     this.guarded(this.refuse, err);
   }
 
-  /**
-   * Scale from zero: waits until an endpoint is ready (tryForward) or the hold ends. A body still coming is read
-   * meanwhile and counted as it arrives: past the queue's byte bound the request is answered 503 at once.
-   */
+  /** A body still coming is read while held, counted as it arrives: past the queue's byte bound, 503 at once. */
   private hold(route: Route): void {
     const body = this.body;
     const bytes = Buffer.isBuffer(body) ? body.length : 0;
@@ -153,7 +137,7 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
     this.refuse(unavailable(this.route!, 'hold_full'));
   }
 
-  /** Held: forwards now if the deployment (as the current table has it) has a ready endpoint. */
+  /** The deployment as the current table has it may have a ready endpoint now. */
   tryForward(): boolean {
     const old = this.route;
     if (this.ended || !this.admission || !old) return true;
@@ -172,7 +156,6 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
     return true;
   }
 
-  /** Held as long as the deployment allows: 503 with Retry-After. */
   expire(): void {
     this.waiting = undefined;
     const route = this.route;
@@ -186,19 +169,17 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
     this.unhold = undefined;
   }
 
-  /** What the try being made may wait for the answer's head: what is left of the chain's deadline (1 ms at least). */
+  /** Each try waits for the answer's head what is left of the whole chain's deadline. */
   protected headersTimeout(route: Route): number {
     const now = performance.now();
     if (!this.deadlineAt) this.deadlineAt = now + route.timeoutMs;
     return Math.max(1, Math.ceil(this.deadlineAt - now));
   }
 
-  /** Whether the answer names the deployment that gave it (a chain of fallbacks may answer). */
   protected namesDeployment(route: Route): boolean {
     return route.fallbacks !== undefined || this.fallbacks?.named(route) === true;
   }
 
-  /** A try failed before the answer started, code `code`: true when another try follows (retry.ts). */
   protected retried(code: string): boolean {
     const replayable = !this.bodySent && (this.body === null || Buffer.isBuffer(this.body));
     if (!shouldRetry({ code, answerStarted: this.res.headersSent, replayable, attempts: this.attempts })) return false;
@@ -208,7 +189,6 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
     return true;
   }
 
-  /** The backend was not reached in time or at all: the next fallback, else 502 or 504. */
   protected unreached(code: string, err: Error): void {
     const route = this.route!;
     const mapped = mapUpstreamError(code, route, this.fallbacks?.firstRoute);
@@ -227,10 +207,7 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
     this.refuse(mapped.error);
   }
 
-  /**
-   * The next fallback deployment the key may use (SPEC §12), while the request can still go to one: nothing reached
-   * the client, and the chain's deadline has not passed.
-   */
+  /** The next fallback the key may use (SPEC §12), while nothing reached the client and the deadline has not passed. */
   protected nextFallback(): Route | undefined {
     const route = this.route;
     if (!this.admission || !route) return undefined;
@@ -240,7 +217,6 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
     return (this.fallbacks ??= new Fallbacks()).peek(this.ctx.store.current(), route, this.key!);
   }
 
-  /** Sends the request to the next fallback deployment; false when there is none. */
   protected fallback(reason: FallbackReason): boolean {
     if (this.ended) return true;
     const to = this.nextFallback();
@@ -269,7 +245,7 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
     return true;
   }
 
-  /** A fallback past its own limits is skipped like one that failed; the last one's 429 is the answer. */
+  /** A fallback past its limits is skipped like one that failed; the last one's 429 is the answer. */
   private fallbackAdmitted(decided: Accepted | Refused): void {
     if (this.ended) return;
     if (!decided.ok) {

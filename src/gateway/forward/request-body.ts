@@ -1,6 +1,5 @@
-// A request's body: streamed through as it comes, or read whole into one buffer within the gateway-wide budget of
-// buffered bodies (body-budget.ts) and decoded for its check; and its idle and rate clocks. A base class of the
-// exchange, so that a request makes no object more for it.
+// A request's body, streamed through or read whole within the budget of buffered bodies (body-budget.ts), and its
+// clocks. A base class of the exchange, so that a request makes no object more for it.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Transform, type Readable } from 'node:stream';
 import type { ByModel } from '../admit/pipeline.js';
@@ -11,10 +10,7 @@ import { bodyBudgetFull, type Reservation } from './body-budget.js';
 import { RequestStart } from './request-start.js';
 import { BODY_TOO_LARGE, tooLarge } from './upstream-errors.js';
 
-/**
- * Why nothing more is to be done: the gateway wrote its own answer, the client went away (or the shutdown deadline
- * ended it), or the exchange is over (recorded and released). Unset while the request is being served.
- */
+/** Why nothing more is to be done: the gateway answered, the client or the shutdown ended it, or recorded. */
 export type Ended = 'answered' | 'gone' | 'over';
 
 export abstract class RequestBody extends RequestStart {
@@ -23,9 +19,7 @@ export abstract class RequestBody extends RequestStart {
   protected bodyLength: number | undefined;
   /** Written whole and let go (no fallback could need it): it cannot be sent again. */
   protected bodySent = false;
-  /** Bytes of body held in memory, in the gateway-wide budget. */
   protected room: Reservation | undefined;
-  /** Stops reading a body being read whole. */
   private stopBody: (() => void) | undefined;
   private clock: BodyClock | undefined;
 
@@ -41,7 +35,6 @@ export abstract class RequestBody extends RequestStart {
     this.clock = new BodyClock(this.conn.socket.bytesRead, Date.now(), bodyIdleMs, bodyMinRate);
   }
 
-  /** Whether the body still coming stopped (`idle`) or trickles (`slow`). */
   protected bodyLate(now: number): 'idle' | 'slow' | undefined {
     const req = this.req;
     if (!req.complete) return this.clock!.look(now, this.conn.socket.bytesRead, req.readableLength > 0);
@@ -92,7 +85,7 @@ export abstract class RequestBody extends RequestStart {
     this.refuse(bodyBudgetFull(this.ctx.bodies), true);
   }
 
-  /** The whole body is in: decoded for the check once the budget has room for the decoded form (and a copy). */
+  /** Decoded for the check once the budget has room for the decoded form (and a copy). */
   private bodyRead(wire: Buffer, base: ByModel | undefined): void {
     if (this.ended) return;
     const coding = this.head!.contentEncoding;
@@ -118,7 +111,6 @@ export abstract class RequestBody extends RequestStart {
     if (room && !keep && body.buffer.byteLength < room.bytes) room.resize(body.buffer.byteLength);
   }
 
-  /** The body is let go: what it held goes back to the budget. */
   protected letGoOfBody(): void {
     this.stopBody?.();
     this.stopBody = undefined;

@@ -1,6 +1,5 @@
-// What an LLM request adds to its exchange: the body read for `model` (on the OpenAI base URL it picks the
-// deployment), the prompt's token estimate and endpoint key, the usage asked for on the client's behalf, and the
-// body's rewrite for a fallback deployment. Made only for requests of LLM routes and of the base URL.
+// What an LLM request adds to its exchange: the body read for `model`, the prompt's estimate and key, the usage asked
+// for on the client's behalf, the body's rewrite for a fallback. Made only for LLM routes and the base URL.
 import type { ApiKeyRecord, Route, RouteTable } from '../../routing/types.js';
 import { gatewayError, type GatewayError } from '../http/errors.js';
 import { modelId, modelRetrieve, modelsList, selectModel, servedModel } from './by-model.js';
@@ -13,7 +12,6 @@ type PromptKey = NonNullable<ReturnType<typeof promptKey>>;
 /** A request on the base URL as admission read it (admit/pipeline.ts's ByModel). */
 export interface BaseUrlRequest {
   key: ApiKeyRecord;
-  /** The OpenAI path: "/v1/chat/completions". */
   rest: string;
   modelId?: string;
   /** The deployment a `model` in the query names: the body's must agree. */
@@ -29,24 +27,21 @@ export interface OwnUrlRequest {
 }
 
 export class LlmRequest {
-  /** The gateway asked the backend for usage the client did not ask for: it is taken out of the answer. */
+  /** Usage the gateway asked for and the client did not: taken out of the answer. */
   stripUsage = false;
   /** Prompt tokens guessed from the body, charged when the answer reports no usage. */
   promptEstimate = 0;
-  /** The prompt's key for endpoint picking (prefix.ts: its conversation's, or its prefix's). */
   prefix: PromptKey | undefined;
-  /** The body goes on decoded: the client's Content-Encoding no longer applies. */
+  /** The body goes on decoded: its Content-Encoding no longer applies. */
   decoded = false;
   /** The decoded JSON body and its members, kept while a fallback may need the body with its own `model`. */
   private plain: Buffer | undefined;
   private members: LlmMembers | undefined;
   private path = '';
-  /** The base URL's form upload: where its `model` field is. */
   private form: FormModel | undefined;
-  /** The client sent its body with a Content-Encoding. */
   private encoded = false;
 
-  /** A body kept for a fallback (its buffers stay reserved). */
+  /** Kept for a fallback: its buffers stay reserved. */
   get keepsBody(): boolean {
     return this.plain !== undefined;
   }
@@ -62,7 +57,7 @@ export class LlmRequest {
     return base.modelId !== undefined ? modelRetrieve(table, base.key, base.modelId) : modelsList(table, base.key);
   }
 
-  /** A binary upload (`binary`: not JSON, not a form) cannot name its deployment by `model`. */
+  /** A binary upload (not JSON, not a form) cannot name its deployment by `model`. */
   unroutable(contentType: string | undefined, binary: boolean): GatewayError | undefined {
     if (!binary || isFormData(contentType)) return undefined;
     return gatewayError(
@@ -71,12 +66,12 @@ export class LlmRequest {
     );
   }
 
-  /** Whether the body is read here (else the route's kind check applies); the base URL's always is. */
+  /** Else the route's kind check applies. */
   reads(own: OwnUrlRequest | undefined, plain: Buffer): boolean {
     return !own || (own.check === 'json' && plain.length > 0) || own.check === 'form';
   }
 
-  /** The base URL: the deployment the body's `model` names (a form's field, or a JSON member). */
+  /** The base URL: the deployment the body's `model` names. */
   route(table: RouteTable, base: BaseUrlRequest, contentType: string | undefined, plain: Buffer): Route | GatewayError {
     if (isFormData(contentType)) {
       const m = formModel(plain, contentType!);
@@ -93,7 +88,7 @@ export class LlmRequest {
     return selectModel(table, base.key, modelValue(plain, members));
   }
 
-  /** The base URL, its deployment known: the body with `model` set to the served name (openai/llm-body.ts's edits). */
+  /** The body with `model` set to `route`'s served name (llm-body.ts's edits). */
   routed(base: BaseUrlRequest, route: Route, wire: Buffer, plain: Buffer): Buffer | GatewayError {
     if (base.queryRoute && base.queryRoute !== route) {
       return gatewayError(
@@ -114,10 +109,7 @@ export class LlmRequest {
     return edited.body;
   }
 
-  /**
-   * A deployment's own URL: the body goes as sent, once the members read are unambiguous (llm-body.ts) and `model`
-   * does not name another deployment's model on a shared backend.
-   */
+  /** A deployment's own URL: the body goes as sent unless `model` names another deployment's on a shared backend. */
   checked(
     table: RouteTable,
     own: OwnUrlRequest,
@@ -148,7 +140,7 @@ export class LlmRequest {
     return undefined;
   }
 
-  /** The body for the fallback deployment `to`: its `model` names `to`'s served model; undefined when none is kept. */
+  /** The kept body with `model` naming `to`'s served model. */
   forFallback(to: Route): Buffer | undefined {
     const { plain, members } = this;
     if (!plain || !members) return undefined;
