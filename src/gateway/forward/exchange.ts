@@ -3,6 +3,7 @@
 // next-target.ts (the pick and every later target); openai/llm-request.ts is what an LLM request adds. One object.
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
+import type { Route } from '../../routing/types.js';
 import { llmFigures } from '../../observe/record.js';
 import {
   admitModel,
@@ -25,7 +26,7 @@ import type { PlaneContext } from './context.js';
 import type { Conn, Job } from './job.js';
 import { NextTarget } from './next-target.js';
 import type { Chosen, Variant } from './targets.js';
-import { bodyForUndici, Diverted, UpstreamCall, type CallOwner } from './upstream-call.js';
+import { bodyForUndici, Diverted, LET_GO_MIN, UpstreamCall, type CallOwner } from './upstream-call.js';
 import { BODY_TOO_LARGE, ClientGone, tooLarge } from './upstream-errors.js';
 
 /** The gateway ended the backend call itself (body timeout, a parse error in the body) and answers on its own. */
@@ -228,13 +229,19 @@ export class Exchange extends NextTarget implements Job, CallOwner {
         path: target.basePath + (route.pathPrefix ?? '') + admission.upstreamPath,
         method: req.method as Dispatcher.HttpMethod,
         headers,
-        body: bodyForUndici(this.body, route.fallbacks ? undefined : () => this.bodyWritten(call)),
+        body: bodyForUndici(this.body, this.letsGo(route) ? () => this.bodyWritten(call) : undefined),
         headersTimeout: this.headersTimeout(route),
         bodyTimeout: ctx.streamIdleMs,
         idempotent: false,
       },
       call,
     );
+  }
+
+  /** A body undici lets go of once written (upstream-call.ts's SentOnce): no closure for any other. */
+  private letsGo(route: Route): boolean {
+    const body = this.body;
+    return !route.fallbacks && Buffer.isBuffer(body) && body.length >= LET_GO_MIN;
   }
 
   /** Written whole, with no fallback to need it again: let go now, not when a minutes-long answer ends. */
