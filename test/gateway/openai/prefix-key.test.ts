@@ -6,7 +6,7 @@ import { afterEach, describe, expect, jest, test } from '@jest/globals';
 import fc from 'fast-check';
 import { FNV_OFFSET } from '../../../src/gateway/forward/targets.js';
 import { llmMembers } from '../../../src/gateway/openai/llm-body.js';
-import { fold, prefixKey } from '../../../src/gateway/openai/prefix.js';
+import { fold, prefixKey, promptKey, type PromptKey } from '../../../src/gateway/openai/prefix.js';
 
 /** The prefix key as computed from JSON.parse's tree until the body was read as bytes. */
 function referenceKey(doc: Record<string, unknown>, model: string): number | undefined {
@@ -46,6 +46,46 @@ function referenceKey(doc: Record<string, unknown>, model: string): number | und
   return fold(body, 0, cut, fold(text, 0, text.length, FNV_OFFSET));
 }
 
+/** The conversation key (promptKey) from JSON.parse's tree, as the bytes were read before it was hashed as read. */
+function referencePromptKey(doc: Record<string, unknown>, model: string): PromptKey | undefined {
+  const messages = doc.messages;
+  if (!Array.isArray(messages) || messages.length < 2) {
+    const hash = referenceKey(doc, model);
+    return hash === undefined ? undefined : { hash, rule: 'prefix' };
+  }
+  const [BOUNDS, MAX, AFTER] = [[2048, 1024, 512, 256, 128], 2048, 512];
+  const messageText = (m: unknown, room: number): string => {
+    if (typeof m !== 'object' || m === null) return '';
+    const o = m as Record<string, unknown>;
+    let out = `${typeof o.role === 'string' ? o.role : ''}:`;
+    const c = o.content;
+    if (typeof c === 'string') out += c.slice(0, room);
+    else if (Array.isArray(c)) {
+      for (const part of c) {
+        if (out.length >= room) break;
+        const p = part as Record<string, unknown> | null;
+        if (p && typeof p.text === 'string') out += p.text.slice(0, room - out.length);
+        else out += JSON.stringify(part).slice(0, room - out.length);
+      }
+    }
+    return `${out}\n`.slice(0, room);
+  };
+  let text = `${model}\n`;
+  if (Array.isArray(doc.tools) && doc.tools.length) text += JSON.stringify(doc.tools).slice(0, MAX) + '\n';
+  let [body, after, system] = ['', '', -1];
+  for (let i = 0; i < messages.length - 1 && i < 1024; i++) {
+    const t = messageText(messages[i], Math.max(MAX - body.length, AFTER - after.length));
+    if (system === -1 && !t.startsWith('system:') && !t.startsWith('developer:')) system = body.length;
+    if (body.length < MAX) body += t.slice(0, MAX - body.length);
+    if (system !== -1 && after.length < AFTER) after += t.slice(0, AFTER - after.length);
+    if (body.length >= MAX && system !== -1 && after.length >= AFTER) break;
+  }
+  const head = fold(text, 0, text.length, FNV_OFFSET);
+  const cut = BOUNDS.find((b) => body.length >= b) ?? body.length;
+  if (system === -1 || after === '') return { hash: fold(body, 0, cut, head), rule: 'prefix' };
+  return { hash: fold(after, 0, after.length, fold(body, 0, system, head) ^ 1), rule: 'conversation' };
+}
+
 function keyOf(raw: Buffer, model = 'm'): number | undefined {
   const members = llmMembers(raw);
   if (members instanceof Error) throw members;
@@ -57,6 +97,12 @@ const text = fc.oneof(
   fc.string({ unit: 'binary', maxLength: 40 }),
   fc.string({ unit: 'grapheme', minLength: 100, maxLength: 700 }),
   fc.nat(3000).map((n) => 'ab\u00e9"\\\n😀'.repeat(Math.ceil(n / 8)).slice(0, n)),
+  // ASCII text (hashed from the bytes as they are), and ASCII with one character that is not, or an escape, anywhere.
+  fc.nat(3000).map((n) => 'Answer briefly and cite the policy. '.repeat(Math.ceil(n / 36)).slice(0, n)),
+  fc.tuple(fc.nat(3000), fc.nat(3000), fc.constantFrom('\u00e9', '"', '\\', '\n', '😀', '\u007f')).map(([n, k, c]) => {
+    const s = 'line 7: job exited with status 1. '.repeat(Math.ceil(n / 34)).slice(0, n);
+    return s.slice(0, k) + c + s.slice(k);
+  }),
 );
 const scalar = fc.oneof(
   fc.integer(),
@@ -116,6 +162,27 @@ const doc = fc.oneof(
   fc.record({ model: fc.constant('x'), input: text }),
 );
 
+// Conversations: a system part of any length (none, one or more system or developer messages), then turns.
+const conversationDoc = fc.record(
+  {
+    model: fc.constant('x'),
+    messages: fc
+      .tuple(
+        fc.array(fc.record({ role: fc.constantFrom('system', 'developer'), content: text }), { maxLength: 3 }),
+        fc.array(message, { minLength: 1, maxLength: 8 }),
+      )
+      .map(([system, turns]) => [...system, ...turns]),
+    tools: fc.array(tool, { maxLength: 2 }),
+  },
+  { requiredKeys: ['model', 'messages'] },
+);
+
+/** JSON text of `d`, indented or not, with every non-ASCII character as \uXXXX or not (Python's json.dumps). */
+function written(d: unknown, indent: number, ascii: boolean): string {
+  const w = JSON.stringify(d, null, indent);
+  return ascii ? w.replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`) : w;
+}
+
 describe('the prefix key read from the bytes is the key of the parsed body', () => {
   test('any chat or completions body, compact or indented, with or without \\u escapes', () => {
     fc.assert(
@@ -129,6 +196,40 @@ describe('the prefix key read from the bytes is the key of the parsed body', () 
       }),
       { numRuns: 600 },
     );
+  });
+
+  test('the conversation key too: any chat body, the history hashed as it is read', () => {
+    fc.assert(
+      fc.property(fc.oneof(conversationDoc, doc), fc.constantFrom(0, 2), fc.boolean(), (d, indent, ascii) => {
+        const w = written(d, indent, ascii);
+        const raw = Buffer.from(w, 'utf8');
+        const members = llmMembers(raw);
+        if (members instanceof Error) throw members;
+        expect(promptKey(raw, members, 'm')).toEqual(referencePromptKey(JSON.parse(w) as Record<string, unknown>, 'm'));
+      }),
+      { numRuns: 600 },
+    );
+  });
+
+  test('member names and roles written with escapes, repeated members: the message JSON.parse reads', () => {
+    const plain =
+      '{"model":"x","messages":[{"role":"system","content":"s"},{"role":"user","content":"q"},{"role":"assistant","content":"a"},"last"]}';
+    const bodies = [
+      plain.replace('"content":"q"', '"cont\\u0065nt":"q"'),
+      plain.replace('{"role":"user"', '{"r\\u006fle":"user"'),
+      plain.replace('"role":"assistant"', '"role":"assist\\u0061nt"'),
+      plain.replace('"content":"q"', '"content":"x","content":"q"'),
+      plain.replace('"content":"q"', '"content":"q","conten":"x"'),
+      plain.replace('"content":"s"', '"role":"user","content":"s","role":"system"'),
+    ];
+    for (const body of bodies) {
+      const raw = Buffer.from(body);
+      const members = llmMembers(raw);
+      if (members instanceof Error) throw members;
+      const expected = referencePromptKey(JSON.parse(body) as Record<string, unknown>, 'm');
+      expect(expected).toEqual(referencePromptKey(JSON.parse(plain) as Record<string, unknown>, 'm'));
+      expect(promptKey(raw, members, 'm')).toEqual(expected);
+    }
   });
 
   test('a role written with escapes is the role it decodes to', () => {
