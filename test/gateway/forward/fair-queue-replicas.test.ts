@@ -190,7 +190,8 @@ test("a late report does not open room the replica's own requests took after its
   let asked = m.reads.length;
   await waitFor(() => m.reads.length > asked, "gateway 0's next scrape");
   // Gateway 1's request waits in the replica's queue (its report: 2 running, room for 1 waiting).
-  answers.push(post(gws[1], 'apikey-noisy', chat('other replica', 10)));
+  // 1 s each from here on: nothing may end, and no waiting request move up, while the counts below are read.
+  answers.push(post(gws[1], 'apikey-noisy', chat('other replica', 100)));
   await waitFor(() => replica.stats().waiting === 1, "the other replica's request waiting");
   // Gateway 0 gets its report from before (2 running, both its own); its next scrape reads 2 running and 1 waiting.
   const second = holdAnswers(m);
@@ -199,7 +200,7 @@ test("a late report does not open room the replica's own requests took after its
   await waitFor(() => m.reads.length > asked, "gateway 0's scrape after the other replica's request");
   expect(m.reads[asked]).toEqual({ running: 2, waiting: 1 });
   // On the report from before, gateway 0 sends one request into the replica's queue; three queue in the gateway.
-  for (let i = 0; i < 4; i++) answers.push(post(gws[0], 'apikey-noisy', chat(`burst ${i}`, 10)));
+  for (let i = 0; i < 4; i++) answers.push(post(gws[0], 'apikey-noisy', chat(`burst ${i}`, 100)));
   await waitFor(async () => (await queued(gws[0])) === 3, 'three queued in gateway 0');
   expect(replica.stats().waiting).toBe(2);
   // The held report arrives (2 running, 1 waiting: scraped before that request went); the next ones are held.
