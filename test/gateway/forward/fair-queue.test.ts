@@ -66,10 +66,10 @@ const queued = async () => {
 
 /**
  * Fills the replica (one running, one waiting) with two long requests and waits until the gateway reads it as
- * saturated; returns their answers, which end after `ms` or so.
+ * saturated; returns their answers: the first runs `ms` / 2, then the second `secondMs` / 2 (10 ms a token).
  */
-async function saturate(ms = 1500): Promise<Promise<Reply>[]> {
-  const long = [post('apikey-std', chat('long one', ms / 20)), post('apikey-std', chat('long two', ms / 20))];
+async function saturate(ms = 1500, secondMs = ms): Promise<Promise<Reply>[]> {
+  const long = [post('apikey-std', chat('long one', ms / 20)), post('apikey-std', chat('long two', secondMs / 20))];
   await waitFor(() => replica.stats().waiting === 1, 'the replica to have one waiting');
   await waitFor(async () => {
     const d = JSON.parse((await send(`${gw.adminUrl}/deployments`)).text);
@@ -199,7 +199,9 @@ describe('a saturated deployment', () => {
 
 describe('waiting too long', () => {
   test('a request queued past maxWaitSeconds gets 503 overloaded', async () => {
-    const long = await saturate(7000);
+    // Saturated for 4 s (the first runs 4 s; then the second runs and the view has room): 1 s past the 3 s wait.
+    // The second is short, so that both are answered well within the client's 10 s idle timeout.
+    const long = await saturate(8000, 400);
     const r = await post('apikey-std', chat('too late', 2));
     expect(r.status).toBe(503);
     expect(r.json().error.message).toMatch(/waited in its queue for the longest time allowed/);
