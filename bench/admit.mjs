@@ -6,7 +6,7 @@
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
-import { GCProfiler, getHeapStatistics } from 'node:v8';
+import { allocated } from './lib/heap-allocated.mjs';
 import { deploymentObject, keySecretObject, makeKey } from './lib/manifests.mjs';
 import { table } from './lib/report.mjs';
 
@@ -84,21 +84,6 @@ async function load(dist) {
     if (a instanceof Promise || a.kind !== kind) throw new Error(`${dist}: ${name} gave ${a.kind ?? 'a promise'}`);
   }
   return { dist, admit, ctx };
-}
-
-/** Bytes of JS heap allocated since the call before: what the GCs in between freed plus the used heap's growth. */
-let profiler;
-let usedBefore = 0;
-function allocated() {
-  const stats = profiler?.stop()?.statistics ?? [];
-  profiler = new GCProfiler();
-  profiler.start();
-  let freed = 0;
-  for (const s of stats) freed += s.beforeGC.heapStatistics.usedHeapSize - s.afterGC.heapStatistics.usedHeapSize;
-  const used = getHeapStatistics().used_heap_size;
-  const bytes = freed + used - usedBefore;
-  usedBefore = used;
-  return bytes;
 }
 
 let sink;

@@ -6,7 +6,7 @@
 // the garbage per request. Observes only; nothing of it runs unless the benchmark preloads it.
 import { appendFileSync } from 'node:fs';
 import { constants, PerformanceObserver, performance } from 'node:perf_hooks';
-import { GCProfiler, getHeapStatistics } from 'node:v8';
+import { allocated } from './heap-allocated.mjs';
 
 const file = process.env.BENCH_GC_LOG;
 const KINDS = {
@@ -26,21 +26,6 @@ function flush() {
   } catch {
     /* the benchmark's temporary directory is gone: nothing to report to */
   }
-}
-
-/** Bytes allocated since the last call: freed by the GCs in between plus the growth of the used heap. */
-let profiler;
-let usedBefore = 0;
-function allocated() {
-  const stats = profiler?.stop()?.statistics ?? [];
-  profiler = new GCProfiler();
-  profiler.start();
-  let freed = 0;
-  for (const s of stats) freed += s.beforeGC.heapStatistics.usedHeapSize - s.afterGC.heapStatistics.usedHeapSize;
-  const used = getHeapStatistics().used_heap_size;
-  const bytes = freed + used - usedBefore;
-  usedBefore = used;
-  return bytes;
 }
 
 if (file) {
