@@ -8,26 +8,28 @@ import { FNV_OFFSET } from '../../../src/gateway/forward/targets.js';
 import { llmMembers } from '../../../src/gateway/openai/llm-body.js';
 import { fold, prefixKey, promptKey, type PromptKey } from '../../../src/gateway/openai/prefix.js';
 
+/** A message as the reference keys read it: `role:` and its text (or parts), cut to `room` characters. */
+function messageText(m: unknown, room: number): string {
+  if (typeof m !== 'object' || m === null) return '';
+  const o = m as Record<string, unknown>;
+  let out = `${typeof o.role === 'string' ? o.role : ''}:`;
+  const c = o.content;
+  if (typeof c === 'string') out += c.slice(0, room);
+  else if (Array.isArray(c)) {
+    for (const part of c) {
+      if (out.length >= room) break;
+      const p = part as Record<string, unknown> | null;
+      if (p && typeof p.text === 'string') out += p.text.slice(0, room - out.length);
+      else out += JSON.stringify(part).slice(0, room - out.length);
+    }
+  }
+  return `${out}\n`.slice(0, room);
+}
+
 /** The prefix key as computed from JSON.parse's tree until the body was read as bytes. */
 function referenceKey(doc: Record<string, unknown>, model: string): number | undefined {
   const BOUNDS = [2048, 1024, 512, 256, 128];
   const MAX = 2048;
-  const messageText = (m: unknown, room: number): string => {
-    if (typeof m !== 'object' || m === null) return '';
-    const o = m as Record<string, unknown>;
-    let out = `${typeof o.role === 'string' ? o.role : ''}:`;
-    const c = o.content;
-    if (typeof c === 'string') out += c.slice(0, room);
-    else if (Array.isArray(c)) {
-      for (const part of c) {
-        if (out.length >= room) break;
-        const p = part as Record<string, unknown> | null;
-        if (p && typeof p.text === 'string') out += p.text.slice(0, room - out.length);
-        else out += JSON.stringify(part).slice(0, room - out.length);
-      }
-    }
-    return `${out}\n`.slice(0, room);
-  };
   let text = `${model}\n`;
   if (Array.isArray(doc.tools) && doc.tools.length) text += JSON.stringify(doc.tools).slice(0, MAX) + '\n';
   const messages = doc.messages;
@@ -54,22 +56,6 @@ function referencePromptKey(doc: Record<string, unknown>, model: string): Prompt
     return hash === undefined ? undefined : { hash, rule: 'prefix' };
   }
   const [BOUNDS, MAX, AFTER] = [[2048, 1024, 512, 256, 128], 2048, 512];
-  const messageText = (m: unknown, room: number): string => {
-    if (typeof m !== 'object' || m === null) return '';
-    const o = m as Record<string, unknown>;
-    let out = `${typeof o.role === 'string' ? o.role : ''}:`;
-    const c = o.content;
-    if (typeof c === 'string') out += c.slice(0, room);
-    else if (Array.isArray(c)) {
-      for (const part of c) {
-        if (out.length >= room) break;
-        const p = part as Record<string, unknown> | null;
-        if (p && typeof p.text === 'string') out += p.text.slice(0, room - out.length);
-        else out += JSON.stringify(part).slice(0, room - out.length);
-      }
-    }
-    return `${out}\n`.slice(0, room);
-  };
   let text = `${model}\n`;
   if (Array.isArray(doc.tools) && doc.tools.length) text += JSON.stringify(doc.tools).slice(0, MAX) + '\n';
   let [body, after, system] = ['', '', -1];
