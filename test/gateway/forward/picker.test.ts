@@ -2,10 +2,11 @@
 // a server's metrics text says.
 import { describe, expect, jest, test } from '@jest/globals';
 import { TargetPicker, type Target } from '../../../src/gateway/forward/targets.js';
-import { EndpointStats, parseServerMetrics, type Scraped } from '../../../src/gateway/forward/endpoint-stats.js';
+import { parseServerMetrics, type Scraped } from '../../../src/gateway/forward/endpoint-stats.js';
 import { promptKey as bodyKey, type PromptKey } from '../../../src/gateway/openai/prefix.js';
 import { llmMembers } from '../../../src/gateway/openai/llm-body.js';
-import type { Balancing, Backend, Route } from '../../../src/routing/types.js';
+import type { Balancing, Route } from '../../../src/routing/types.js';
+import { FixedStats, llmRoute } from '../../support/llm-route.js';
 
 /** The picking key of a body as JSON.stringify writes it (the gateway reads the bytes). */
 function prefixKey(doc: unknown, model: string): PromptKey | undefined {
@@ -16,31 +17,8 @@ function prefixKey(doc: unknown, model: string): PromptKey | undefined {
 }
 
 const urls = (n: number) => Array.from({ length: n }, (_, i) => `http://127.0.0.1:${8001 + i}`);
-const route = (policy: Balancing['policy'], n = 4): Route => ({
-  id: 'demo/chat',
-  namespace: 'demo',
-  name: 'chat',
-  resourceKind: 'ServingDeployment',
-  project: 'demo',
-  deployment: 'chat',
-  kind: 'llm',
-  modelServer: 'llm',
-  verbs: [],
-  backend: { kind: 'urls', urls: urls(n) } as Backend,
-  timeoutMs: 1000,
-  balancing: { policy, metricsPath: '/metrics', metricsPort: 0 },
-});
+const route = (policy: Balancing['policy'], n = 4): Route => llmRoute(urls(n), policy);
 
-/** Stats with figures set by hand (fresh). */
-class FixedStats extends EndpointStats {
-  figures = new Map<string, Scraped>();
-  constructor() {
-    super({ scrapeIntervalMs: 1000, staleAfterMs: 1000 });
-  }
-  override fresh(origin: string): Scraped | undefined {
-    return this.figures.get(origin);
-  }
-}
 const busy = (waiting: number, kv = 0.1): Scraped => ({ waiting, running: 4, kv, blockSize: 16, at: Date.now() });
 const port = (t: Target | undefined) => Number(t!.origin.split(':')[2]);
 

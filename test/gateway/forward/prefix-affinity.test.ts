@@ -9,7 +9,8 @@ import fc from 'fast-check';
 import { TargetPicker } from '../../../src/gateway/forward/targets.js';
 import { llmMembers } from '../../../src/gateway/openai/llm-body.js';
 import { promptKey, type PromptKey } from '../../../src/gateway/openai/prefix.js';
-import type { Backend, Route } from '../../../src/routing/types.js';
+import type { Route } from '../../../src/routing/types.js';
+import { llmRoute } from '../../support/llm-route.js';
 
 type Message = { role: string; content: string };
 type Doc = { model: string; messages?: Message[]; prompt?: string };
@@ -68,20 +69,7 @@ function referencePick(key: number, addresses: readonly string[]): string {
 
 // --- the product ----------------------------------------------------------------------------------------------------
 
-const routeOf = (addresses: readonly string[]): Route => ({
-  id: 'demo/chat',
-  namespace: 'demo',
-  name: 'chat',
-  resourceKind: 'ServingDeployment',
-  project: 'demo',
-  deployment: 'chat',
-  kind: 'llm',
-  modelServer: 'llm',
-  verbs: [],
-  backend: { kind: 'urls', urls: addresses.map((a) => `http://${a}`) } as Backend,
-  timeoutMs: 1000,
-  balancing: { policy: 'llm', metricsPath: '/metrics', metricsPort: 0 },
-});
+const routeOf = (addresses: readonly string[]): Route => llmRoute(addresses.map((a) => `http://${a}`));
 
 function productKey(doc: Doc, model: string): PromptKey {
   const raw = Buffer.from(JSON.stringify(doc, null, 1)); // spaced as some clients send it: the keys read the text

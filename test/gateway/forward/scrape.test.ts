@@ -13,7 +13,8 @@ import {
 } from '../../../src/gateway/forward/endpoint-stats.js';
 import { MetricsReader, ScrapeBoundError } from '../../../src/gateway/forward/metrics-text.js';
 import { TargetPicker } from '../../../src/gateway/forward/targets.js';
-import type { Backend, Route } from '../../../src/routing/types.js';
+import type { Route } from '../../../src/routing/types.js';
+import { FixedStats, llmRoute } from '../../support/llm-route.js';
 import { waitFor } from '../../support/wait.js';
 
 const FIGURES =
@@ -269,30 +270,8 @@ describe('scrapes over loopback', () => {
 // --- the bounded load whatever an endpoint reports ---------------------------------------------------------------
 
 const urls = (n: number) => Array.from({ length: n }, (_, i) => `http://127.0.0.1:${8001 + i}`);
-const route = (n: number): Route => ({
-  id: 'demo/chat',
-  namespace: 'demo',
-  name: 'chat',
-  resourceKind: 'ServingDeployment',
-  project: 'demo',
-  deployment: 'chat',
-  kind: 'llm',
-  modelServer: 'llm',
-  verbs: [],
-  backend: { kind: 'urls', urls: urls(n) } as Backend,
-  timeoutMs: 1000,
-  balancing: { policy: 'llm', metricsPath: '/metrics', metricsPort: 0 },
-});
+const route = (n: number): Route => llmRoute(urls(n));
 
-class FixedStats extends EndpointStats {
-  figures = new Map<string, Scraped>();
-  constructor() {
-    super({ scrapeIntervalMs: 1000, staleAfterMs: 1000 });
-  }
-  override fresh(origin: string): Scraped | undefined {
-    return this.figures.get(origin);
-  }
-}
 const scraped = (text: string): Scraped => ({ ...parseServerMetrics(text)!, at: Date.now() });
 
 describe('bounded load with an endpoint that lies', () => {
