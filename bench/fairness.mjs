@@ -28,6 +28,7 @@ import {
   waitFor,
 } from './lib/procs.mjs';
 import { goal, log, ms, table } from './lib/report.mjs';
+import { chatStreamEvents } from './lib/sse.mjs';
 import { CLI, ROOT, startGateway } from './lib/servegate.mjs';
 
 const SELF = fileURLToPath(import.meta.url);
@@ -128,20 +129,10 @@ async function streamOne(pool, path, headers, req, scheduledAt) {
   try {
     const res = await pool.request({ path, method: 'POST', headers, body: req.body, headersTimeout: 120_000 });
     r.status = res.statusCode;
-    let pending = '';
-    for await (const chunk of res.body) {
-      const now = performance.now();
-      pending += chunk.toString('utf8');
-      let end;
-      while ((end = pending.indexOf('\n\n')) !== -1) {
-        const ev = pending.slice(0, end);
-        pending = pending.slice(end + 2);
-        if (!ev.startsWith('data: {')) continue;
-        const data = JSON.parse(ev.slice(6));
-        if (data.choices?.[0]?.delta?.content) {
-          r.tokens.push(now);
-          r.ttftMs ??= now - scheduledAt;
-        }
+    for await (const { now, data } of chatStreamEvents(res.body)) {
+      if (data.choices?.[0]?.delta?.content) {
+        r.tokens.push(now);
+        r.ttftMs ??= now - scheduledAt;
       }
     }
   } catch (err) {

@@ -34,6 +34,7 @@ import { keySecretObject, makeKey } from './lib/manifests.mjs';
 import { existsSync } from 'node:fs';
 import { freePort, installCleanup, killAllSync, runToEnd, startProcess, stopProcess, waitFor } from './lib/procs.mjs';
 import { goal, log, ms, pct, ratio, table } from './lib/report.mjs';
+import { chatStreamEvents } from './lib/sse.mjs';
 import { CLI, ROOT, startGateway } from './lib/servegate.mjs';
 
 const SELF = fileURLToPath(import.meta.url);
@@ -239,25 +240,16 @@ async function streamOne(pool, path, headers, req, scheduledAt) {
     });
     r.status = res.statusCode;
     r.replica = res.headers['x-vllm-replica'];
-    let pending = '';
-    for await (const chunk of res.body) {
-      const now = performance.now();
-      pending += chunk.toString('utf8');
-      let end;
-      while ((end = pending.indexOf('\n\n')) !== -1) {
-        const ev = pending.slice(0, end);
-        pending = pending.slice(end + 2);
-        if (!ev.startsWith('data: {')) continue;
-        const data = JSON.parse(ev.slice(6));
-        if (data.choices?.[0]?.delta?.content) {
-          r.tokens++;
-          r.ttftMs ??= now - scheduledAt;
-        }
-        if (data.usage) r.usage = data.usage;
-        if (data.error) r.error = `stream error: ${data.error.message}`;
+    const stream = { rest: '' };
+    for await (const { now, data } of chatStreamEvents(res.body, stream)) {
+      if (data.choices?.[0]?.delta?.content) {
+        r.tokens++;
+        r.ttftMs ??= now - scheduledAt;
       }
+      if (data.usage) r.usage = data.usage;
+      if (data.error) r.error = `stream error: ${data.error.message}`;
     }
-    if (r.status !== 200) r.error ??= `HTTP ${r.status}: ${pending.slice(0, 200)}`;
+    if (r.status !== 200) r.error ??= `HTTP ${r.status}: ${stream.rest.slice(0, 200)}`;
     else if (r.ttftMs === undefined) r.error ??= 'no token in the stream';
   } catch (err) {
     r.error = err.message;

@@ -55,3 +55,23 @@ export function median(values) {
   const s = [...values].sort((a, b) => a - b);
   return s.length ? (s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2) : NaN;
 }
+
+/**
+ * The `data: {...}` events of an OpenAI-style stream as they arrive: yields { now, data } (performance.now() of the
+ * chunk that completed the event, the parsed JSON); `[DONE]` and other lines are skipped. `state.rest` keeps what
+ * followed the last event (an error body, when the status was not 200).
+ */
+export async function* chatStreamEvents(body, state = {}) {
+  let pending = '';
+  for await (const chunk of body) {
+    const now = performance.now();
+    pending += chunk.toString('utf8');
+    let end;
+    while ((end = pending.indexOf('\n\n')) !== -1) {
+      const ev = pending.slice(0, end);
+      pending = pending.slice(end + 2);
+      if (ev.startsWith('data: {')) yield { now, data: JSON.parse(ev.slice(6)) };
+    }
+    state.rest = pending;
+  }
+}
