@@ -2,6 +2,7 @@
 // Every key has a default, so an empty document is a valid configuration.
 import { z } from 'zod';
 import { parseBudgetPeriod } from '../limits/budgets.js';
+import { PROJECT_NAME, projectNamespaceForm } from '../routing/names.js';
 
 const origin = z.string().refine((s) => s === '*' || /^https?:\/\/(\*\.)?[A-Za-z0-9.-]+(:\d{1,5})?$/.test(s), {
   message:
@@ -13,20 +14,47 @@ const seconds = z.number().positive();
 const budgetPeriod = z.string().refine((s) => typeof parseBudgetPeriod(s) !== 'string', {
   message: 'must be "day", "month" or a rolling duration of 1h to 366d such as 12h or 7d',
 });
+/**
+ * A cost budget: 0 (none), or from one millionth (what budgets count in) to the key Secret's largest. A positive cost
+ * under a millionth would count as a budget of 0 already spent: every request of the project refused.
+ */
+const budgetCost = z.number().refine((v) => v === 0 || (v >= 1e-6 && v < 1e12), {
+  message: 'must be 0 (no cost budget) or from 0.000001 to 999999999999 in the currency of spec.pricing',
+});
 const budget = z
   .object({
     budgetTokens: z.number().int().min(0).default(0),
-    budgetCost: z.number().min(0).default(0),
+    budgetCost: budgetCost.default(0),
     budgetPeriod: budgetPeriod.default('month'),
   })
   .strict();
 const projectBudget = z
   .object({
     budgetTokens: z.number().int().min(0).optional(),
-    budgetCost: z.number().min(0).optional(),
+    budgetCost: budgetCost.optional(),
     budgetPeriod: budgetPeriod.optional(),
   })
   .strict();
+/** limits.projects: named as projects are (a misspelt name would budget nothing), each project once in any form. */
+const projectBudgets = z.record(z.string(), projectBudget).superRefine((projects, ctx) => {
+  const seen = new Map<string, string>();
+  for (const p of Object.keys(projects)) {
+    const first = seen.get(projectNamespaceForm(p));
+    if (p.length > 63 || !PROJECT_NAME.test(p))
+      ctx.addIssue({
+        code: 'custom',
+        path: [p],
+        message: "must be a project name: 1-63 letters, digits, '_' or '-', starting and ending with a letter or digit",
+      });
+    else if (first !== undefined)
+      ctx.addIssue({
+        code: 'custom',
+        path: [p],
+        message: `names the same project as "${first}" (projects are compared in namespace form): give it once`,
+      });
+    else seen.set(projectNamespaceForm(p), p);
+  }
+});
 
 export const configSchema = z
   .object({
@@ -114,7 +142,7 @@ export const configSchema = z
         /** Every project's budget (SPEC §14) unless limits.projects names it; 0 = none. */
         perProject: budget.default({ budgetTokens: 0, budgetCost: 0, budgetPeriod: 'month' }),
         /** Budgets of named projects (written or namespace form), over limits.perProject. */
-        projects: z.record(z.string().min(1), projectBudget).default({}),
+        projects: projectBudgets.default({}),
         /** Counters shared by every replica; empty url = in-process counters (one replica). */
         redis: z
           .object({
