@@ -44,9 +44,8 @@ export class Exchange extends NextTarget implements Job, CallOwner {
     conn: Conn,
     req: IncomingMessage,
     protected readonly res: ServerResponse,
-    private readonly continueRequested: boolean,
-    /** An Expect header other than 100-continue: refused with 417. */
-    private readonly expectation?: string,
+    /** The Expect header: '100-continue' is answered once the request is admitted, any other value 417. */
+    private readonly expect?: string,
   ) {
     super(ctx, conn, req);
   }
@@ -102,7 +101,8 @@ export class Exchange extends NextTarget implements Job, CallOwner {
   }
 
   private admitPhase(): void {
-    this.settle(this.admitHead(readHead(this.req, this.ctx.head), false, this.expectation), this.admitted);
+    const expectation = this.expect === CONTINUE ? undefined : this.expect;
+    this.settle(this.admitHead(readHead(this.req, this.ctx.head), false, expectation), this.admitted);
   }
 
   private admitted(decided: Admission): void {
@@ -114,9 +114,8 @@ export class Exchange extends NextTarget implements Job, CallOwner {
     this.took(decided);
     if (!decided.ok) return this.refuse(decided.error, decided.close);
     if (decided.kind === 'by-model') return this.baseUrlPhase(decided);
-    this.admission = decided;
     if (decided.route.kind === 'llm') this.llm = new LlmRequest();
-    this.bodyPhase(decided.check === 'none', this.continueRequested);
+    this.bodyPhase(decided.check === 'none', this.expect === CONTINUE);
   }
 
   /** The OpenAI base URL before `model` is read: the model list is the gateway's own answer. */
@@ -133,7 +132,7 @@ export class Exchange extends NextTarget implements Job, CallOwner {
     }
     const upload = llm.unroutable(head.contentType, isBinaryContentType(head.contentType));
     if (upload) return this.refuse(upload, true);
-    this.bodyPhase(false, this.continueRequested, base);
+    this.bodyPhase(false, this.expect === CONTINUE, base);
   }
 
   protected bodyChecked(wire: Buffer, plain: Buffer, base: ByModel | undefined): void {
@@ -170,7 +169,7 @@ export class Exchange extends NextTarget implements Job, CallOwner {
     if (!decided.ok) return this.refuse(decided.error, decided.close);
     // The deployment's rate-limit lines are merged into admission's.
     this.answerHeaders = ['x-request-id', this.requestId, ...decided.headers];
-    this.admission = decided;
+    this.decision = decided;
     this.pickPhase(undefined);
   }
 
@@ -385,6 +384,9 @@ export class Exchange extends NextTarget implements Job, CallOwner {
     this.letGoOfBody();
   }
 }
+
+/** The Expect value Node's 'checkContinue' event stands for. */
+export const CONTINUE = '100-continue';
 
 /** Shared, read by nobody: what an answering request's header lines and headers become. */
 const NO_LINES: string[] = Object.freeze([]) as unknown as string[];

@@ -17,19 +17,13 @@ import type { Chosen, Target } from './targets.js';
 import { mapUpstreamError, tooLarge, unavailable } from './upstream-errors.js';
 
 export abstract class NextTarget extends RequestBody implements Held, Queued {
-  /** Admitted for one deployment (once the OpenAI base URL's `model` is read, too); `route` says where it goes now. */
-  protected admission: Accepted | undefined;
   protected llm: LlmRequest | undefined;
   protected chosen: Chosen | undefined;
   protected attempts = 0;
   /** performance.now() by which the answer's head must have come, for the whole chain of tries; 0: no try yet. */
   protected deadlineAt = 0;
-  /** In the scale-from-zero hold or the fair queue, since `waitingSince` (neither counts against the deadline). */
-  protected waiting: 'held' | 'queued' | undefined;
-  private waitingSince = 0;
-  /** The route whose fair queue this request has passed: it does not queue again for it. */
-  private dequeued: string | undefined;
-  private unhold: (() => Buffer | Readable) | undefined;
+  /** Made only for a request that waits (the hold or the fair queue). */
+  private wait: Waiting | undefined;
   private fallbacks: Fallbacks | undefined;
 
   protected abstract callPhase(chosen: Chosen): void;
@@ -45,7 +39,7 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
       const target = ctx.picker.pick(route, this.chosen.backend, avoid, this.llm?.prefix);
       chosen = target && copyWith(this.chosen, { target });
     } else if (!route.notReady) {
-      const turn = this.dequeued === route.id ? room : this.waitTurn(route);
+      const turn = this.wait?.passed === route.id ? room : this.waitTurn(route);
       if (turn === 'waits') return;
       chosen = this.choose(route, turn);
     }
@@ -78,31 +72,36 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
       bytes: Buffer.isBuffer(this.body) ? this.body.length : 0,
     });
     if (at === undefined) return queues.roomiest(route);
-    if (at === 'queued') this.wait('queued');
+    if (at === 'queued') this.startWaiting('queued');
     return 'waits';
   }
 
-  private wait(where: 'held' | 'queued'): void {
-    this.waiting = where;
-    this.waitingSince = performance.now();
+  private startWaiting(where: 'held' | 'queued'): Waiting {
+    const wait = (this.wait ??= new Waiting());
+    wait.where = where;
+    wait.since = performance.now();
+    return wait;
   }
 
   /** The wait does not count against the deadline (SPEC §10). */
-  private waited(): void {
-    this.waiting = undefined;
-    if (this.deadlineAt) this.deadlineAt += performance.now() - this.waitingSince;
+  private waited(wait: Waiting): void {
+    wait.where = undefined;
+    if (this.deadlineAt) this.deadlineAt += performance.now() - wait.since;
   }
 
   protected stopWaiting(): void {
-    if (this.waiting === 'held') this.ctx.holds.remove(this);
-    else if (this.waiting === 'queued') this.ctx.queues?.remove(this);
-    this.waiting = undefined;
+    const wait = this.wait;
+    if (!wait?.where) return;
+    if (wait.where === 'held') this.ctx.holds.remove(this);
+    else this.ctx.queues?.remove(this);
+    wait.where = undefined;
   }
 
   dispatch(room: Target): void {
-    if (this.waiting !== 'queued') return;
-    this.waited();
-    this.dequeued = this.route?.id;
+    const wait = this.wait;
+    if (wait?.where !== 'queued') return;
+    this.waited(wait);
+    wait.passed = this.route?.id;
     this.guarded(this.turnCame, room);
   }
 
@@ -111,7 +110,7 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
   }
 
   shed(err: GatewayError): void {
-    this.waiting = undefined;
+    if (this.wait) this.wait.where = undefined;
     this.guarded(this.refuse, err);
   }
 
@@ -120,10 +119,10 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
     const body = this.body;
     const bytes = Buffer.isBuffer(body) ? body.length : 0;
     if (this.ctx.holds.add(route, this, bytes, route.holdMs!)) return this.holdFull();
-    this.wait('held');
+    const wait = this.startWaiting('held');
     if (body && !Buffer.isBuffer(body)) {
       const room = (this.room ??= this.ctx.bodies.reservation());
-      this.unhold = readWhileHeld(
+      wait.unhold = readWhileHeld(
         body,
         (n) => this.ctx.holds.grow(this, n) && room.resize(room.bytes + n),
         () => this.holdFull(),
@@ -145,11 +144,12 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
     const route = current && current.id === old.id ? current : old;
     const chosen = route.notReady ? undefined : this.ctx.picker.choose(route, this.llm?.prefix);
     if (!chosen) return false;
-    this.waited();
-    if (this.unhold) {
-      const body = (this.body = this.unhold());
+    const wait = this.wait!;
+    this.waited(wait);
+    if (wait.unhold) {
+      const body = (this.body = wait.unhold());
       if (Buffer.isBuffer(body)) this.bodyLength = body.length;
-      this.unhold = undefined;
+      wait.unhold = undefined;
     }
     this.route = route;
     this.callPhase(chosen);
@@ -157,7 +157,7 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
   }
 
   expire(): void {
-    this.waiting = undefined;
+    if (this.wait) this.wait.where = undefined;
     const route = this.route;
     if (this.ended || !this.admission || !route) return;
     this.ctx.metrics.upstreamErrors.inc({ cause: 'hold_timeout' });
@@ -166,7 +166,7 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
 
   /** The answer has started: nothing held for another target is needed. */
   protected noOtherTarget(): void {
-    this.unhold = undefined;
+    if (this.wait) this.wait.unhold = undefined;
   }
 
   /** Each try waits for the answer's head what is left of the whole chain's deadline. */
@@ -259,8 +259,18 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
       this.answerHeaders = withoutRateHeaders(this.answerHeaders);
       return this.refuse(decided.error);
     }
-    this.admission = decided;
+    this.decision = decided;
     this.answerHeaders = decided.headers;
     this.pickPhase(undefined);
   }
+}
+
+/** A request's wait in the scale-from-zero hold or the fair queue, since `since`. */
+class Waiting {
+  where: 'held' | 'queued' | undefined = undefined;
+  since = 0;
+  /** Ends reading a streamed body while held: the body as read so far, then the rest. */
+  unhold: (() => Buffer | Readable) | undefined = undefined;
+  /** The route whose fair queue this request has passed: it does not queue again for it. */
+  passed: string | undefined = undefined;
 }

@@ -7,7 +7,7 @@ import type { Dispatcher } from 'undici';
 import type { ApiKeyRecord, Route } from '../../routing/types.js';
 import type { RequestTrace } from '../../observe/tracing.js';
 import { recordAnswer, type LlmFigures } from '../../observe/record.js';
-import { admit, type Admission } from '../admit/pipeline.js';
+import { admit, type Accepted, type Admission } from '../admit/pipeline.js';
 import type { Dialect } from '../http/errors.js';
 import { clientRequestId, upstreamHeaders } from '../http/headers.js';
 import { pathOf } from '../http/path.js';
@@ -16,17 +16,20 @@ import type { Conn } from './job.js';
 import type { PlaneContext } from './context.js';
 import type { Target, Variant } from './targets.js';
 
+/** Every decision of admission but a preflight's (answered at once). */
+export type Decision = Exclude<Admission, { kind: 'preflight' }>;
+
 export abstract class RequestStart {
   protected readonly started = performance.now();
   protected requestId = '';
   protected trace: RequestTrace | undefined;
   protected head: RequestHead | undefined;
-  /** The deployment and key as far as admission got: the log line of a refusal names them too. */
+  /** Where the request goes now (a fallback's, once taken); for a refusal, as far as admission got. */
   protected route: Route | undefined;
-  protected key: ApiKeyRecord | undefined;
+  /** Admission's decision as it stands: the model's or a fallback's replaces the first once they pass. */
+  protected decision: Decision | undefined;
   /** The address failed authentications and tunnels count against (the peer, or the trusted X-Forwarded-For hop). */
   protected client = '';
-  protected dialect: Dialect = 'kserve';
   /** Lines every answer of this request carries: request id, CORS, rate-limit, variant. */
   protected answerHeaders: string[] = [];
   protected error: string | undefined;
@@ -36,6 +39,21 @@ export abstract class RequestStart {
     protected readonly conn: Conn,
     protected readonly req: IncomingMessage,
   ) {}
+
+  /** The key admission found, also for the log line of a refusal. */
+  protected get key(): ApiKeyRecord | undefined {
+    return this.decision?.key;
+  }
+
+  protected get dialect(): Dialect {
+    return this.decision?.dialect ?? 'kserve';
+  }
+
+  /** Admitted for one deployment (for the OpenAI base URL, once `model` is read). */
+  protected get admission(): Accepted | undefined {
+    const decision = this.decision;
+    return decision?.kind === 'route' ? decision : undefined;
+  }
 
   /** A throw in a step, or a limit store that failed: the gateway's fault. */
   protected abstract internalError(): void;
@@ -91,12 +109,11 @@ export abstract class RequestStart {
   }
 
   /** What a decision other than a preflight gives the request: its answer lines, dialect, deployment and key. */
-  protected took(decided: Exclude<Admission, { kind: 'preflight' }>): void {
+  protected took(decided: Decision): void {
     const lines = decided.headers;
     for (let i = 0; i < lines.length; i++) this.answerHeaders.push(lines[i]);
-    this.dialect = decided.dialect;
+    this.decision = decided;
     if (decided.kind !== 'by-model') this.route = decided.route;
-    this.key = decided.key;
   }
 
   /** The backend's header list (http/headers.ts). `identity`: the answer is read (LLM usage), so asked uncompressed. */

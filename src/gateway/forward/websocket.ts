@@ -11,7 +11,7 @@ import type { BudgetDecision } from '../../limits/budgets.js';
 import { copyWith } from '../../same-shape.js';
 import { RealtimeMeter } from '../openai/realtime-meter.js';
 import { closeFrame, errorEvent, FrameCursor, RealtimeGate } from '../openai/realtime-gate.js';
-import type { Accepted, Admission } from '../admit/pipeline.js';
+import type { Admission } from '../admit/pipeline.js';
 import { gatewayError, type GatewayError } from '../http/errors.js';
 import { downstreamHeaders, removeHeader } from '../http/headers.js';
 import { readHead } from '../http/request-head.js';
@@ -34,7 +34,6 @@ interface Inject {
 }
 
 export class UpgradeJob extends RequestStart implements Job, UpgradeOwner {
-  private admission: Accepted | undefined;
   private call: UpgradeCall | undefined;
   private tunnel: Duplex | undefined;
   /** A realtime message held until whole, in the budget of buffered bytes (realtime sessions: a quarter of it). */
@@ -152,7 +151,6 @@ export class UpgradeJob extends RequestStart implements Job, UpgradeOwner {
     const target = chosen.target;
     this.upstream = target.origin.replace(/^https?:\/\//, '');
     if (chosen.variant) this.answerHeaders.push('x-servegate-variant', chosen.variant);
-    this.admission = decided;
     const headers = this.headersFor(route, target, false);
     // An LLM websocket is metered from its frames: a compressed extension would hide them, so none is offered.
     if (route.kind === 'llm') removeHeader(headers, 'sec-websocket-extensions');

@@ -102,7 +102,7 @@ function arrive(
     res.detachSocket(socket as unknown as Socket);
     process.nextTick(() => res.emit('close'));
   });
-  return { socket, conn, req, exchange: new Exchange(plane.ctx, conn, req, res, false) };
+  return { socket, conn, req, exchange: new Exchange(plane.ctx, conn, req, res) };
 }
 
 /** The body's bytes as the parser would hand them over: pushed, counted as read from the socket. */
