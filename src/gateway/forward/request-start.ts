@@ -1,7 +1,6 @@
 // The start and end every request shares, plain (exchange.ts) or an upgrade (websocket.ts): head → facts → the
 // admission decision settled → what it gives the request; a trace span and one access-log line at the end.
 // A base class so that neither adds an object per request for it.
-import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { Dispatcher } from 'undici';
 import type { ApiKeyRecord, Route } from '../../routing/types.js';
@@ -11,6 +10,7 @@ import { admit, type Accepted, type Admission } from '../admit/pipeline.js';
 import type { Dialect } from '../http/errors.js';
 import { clientRequestId, upstreamHeaders } from '../http/headers.js';
 import { pathOf } from '../http/path.js';
+import { newRequestId } from '../http/request-id.js';
 import { clientAddress, headProblem, type RequestHead } from '../http/request-head.js';
 import type { Conn } from './job.js';
 import type { PlaneContext } from './context.js';
@@ -62,7 +62,7 @@ export abstract class RequestStart {
   protected admitHead(head: RequestHead, upgrade: boolean, expectation?: string): Admission | Promise<Admission> {
     const { ctx, req } = this;
     this.head = head;
-    this.requestId = clientRequestId(head.requestId) ?? randomUUID();
+    this.requestId = clientRequestId(head.requestId) ?? newRequestId();
     this.answerHeaders.push('x-request-id', this.requestId);
     this.trace = ctx.tracing?.start(head.method, pathOf(req.url), head.traceparent, head.tracestate, this.conn.client);
     this.client = clientAddress(this.conn.client, head, ctx.head.trustForwarded);
