@@ -200,6 +200,8 @@ export class Budgets {
   private readonly perProject: BudgetLimit | undefined;
   /** Some project has a budget: without one, a request of a key without one has nothing to check (no allocation). */
   private readonly anyProject: boolean;
+  /** A shared store's windows as this replica last read or charged them (runOut): spend and when it resets. */
+  private readonly seen = new Map<string, { tokens: number; costMicros: number; resetAt: number }>();
 
   constructor(
     readonly store: BudgetStore,
@@ -251,7 +253,51 @@ export class Budgets {
     const now = this.now();
     const windows = specs.map((s) => windowOf(s.id, s.limit.period, now));
     const read = this.store.read(windows, now);
-    return read instanceof Promise ? read.then((r) => this.answer(specs, r)) : this.answer(specs, read);
+    if (!(read instanceof Promise)) return this.answer(specs, read);
+    return read.then((r) => {
+      if (r) this.saw(windows, r, now);
+      return this.answer(specs, r);
+    });
+  }
+
+  /**
+   * A request admitted a while ago that is about to be forwarded (its turn in the fair queue came): the refusal when a
+   * budget it passed ran out meanwhile, else undefined. Synchronous, the store not asked again: in process from the
+   * counts themselves; with a shared store from what this replica last read or got back from a charge (the other
+   * replicas' spend since then shows at its next read). A window not seen yet counts as nothing spent.
+   */
+  runOut(charge: BudgetCharge | undefined): Extract<BudgetDecision, { ok: false }> | undefined {
+    if (!charge || charge.length === 0) return undefined;
+    const now = this.now();
+    const windows = charge.map((s) => windowOf(s.id, s.limit.period, now));
+    let spent: Spent[];
+    if (!this.store.shared) {
+      const read = this.store.read(windows, now);
+      if (!read || read instanceof Promise) return undefined;
+      spent = read;
+    } else {
+      spent = windows.map((w) => {
+        const seen = this.seen.get(w.key);
+        if (!seen) return { tokens: 0, costMicros: 0, resetMs: w.endsAt === undefined ? 0 : w.endsAt - now };
+        return { tokens: seen.tokens, costMicros: seen.costMicros, resetMs: Math.max(0, seen.resetAt - now) };
+      });
+    }
+    if (!charge.some((s, i) => exceeded(s.limit, spent[i]))) return undefined;
+    const decided = this.answer(charge, spent);
+    return decided.ok ? undefined : decided;
+  }
+
+  /** A shared store's answer for `windows` at `now`, kept for runOut. */
+  private saw(windows: readonly Window[], spent: readonly Spent[], now: number): void {
+    if (!this.store.shared) return;
+    if (this.seen.size > 10_000) this.seen.clear();
+    windows.forEach((w, i) =>
+      this.seen.set(w.key, {
+        tokens: spent[i].tokens,
+        costMicros: spent[i].costMicros,
+        resetAt: now + spent[i].resetMs,
+      }),
+    );
   }
 
   /** Charges the tokens (and their cost at `pricing`) of one answer to every budget the request passed. */
@@ -263,7 +309,9 @@ export class Budgets {
     const now = this.now();
     const windows = charge.map((s) => windowOf(s.id, s.limit.period, now));
     void this.store.charge(windows, tokens, cost, now).then((after) => {
-      if (after && this.options.onSpent) charge.forEach((s, i) => this.options.onSpent!(s, after[i]));
+      if (!after) return;
+      this.saw(windows, after, now);
+      if (this.options.onSpent) charge.forEach((s, i) => this.options.onSpent!(s, after[i]));
     });
   }
 

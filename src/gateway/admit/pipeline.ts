@@ -20,7 +20,7 @@ import type { AuthFailureLimiter } from '../../limits/auth-failures.js';
 import type { PerSecondLimiter } from '../../limits/per-second.js';
 import { keyCharge, type Charge, type LimitDecision, type PerMinuteLimits } from '../../limits/per-minute.js';
 import type { BucketSpec } from '../../limits/buckets.js';
-import type { BudgetCharge, BudgetDecision, Budgets } from '../../limits/budgets.js';
+import type { BudgetCharge, BudgetDecision, Budgets, BudgetSpec } from '../../limits/budgets.js';
 import { grantsProject } from '../../routing/names.js';
 import { authError, parseAuthorization, verifyKey, type AuthFailure } from './auth.js';
 import { ALLOWED_METHODS, preflightHeaderList, responseCorsList, type CorsPolicy } from './cors.js';
@@ -486,10 +486,7 @@ function budgets(
   if (!specs || specs.length === 0) return a;
   const apply = (d: BudgetDecision): Accepted | Refused => {
     if (!d.ok) {
-      for (const s of d.refusing) {
-        const kind = (s.limit.tokens ?? 0) > 0 ? ('tokens' as const) : ('cost' as const);
-        ctx.counters.rateLimited({ scope: s.scope, kind, reason: 'budget' });
-      }
+      countBudgetRefusal(d.refusing, ctx);
       return refusal(d.error, a.dialect, a.headers, a.route, a.key);
     }
     const headers = a.headers.slice();
@@ -498,6 +495,33 @@ function budgets(
   };
   const d = ctx.budgets!.decide(specs);
   return d instanceof Promise ? d.then(apply) : apply(d);
+}
+
+function countBudgetRefusal(refusing: readonly BudgetSpec[], ctx: Pick<AdmitContext, 'counters'>): void {
+  for (const s of refusing) {
+    const kind = (s.limit.tokens ?? 0) > 0 ? ('tokens' as const) : ('cost' as const);
+    ctx.counters.rateLimited({ scope: s.scope, kind, reason: 'budget' });
+  }
+}
+
+/**
+ * A request admitted a while ago whose turn in the fair queue came: its 429 insufficient_quota when a budget it passed
+ * ran out while it waited (SPEC §14: the check is made before the body is forwarded, and a queue may hold a request
+ * for maxWaitSeconds), counted as admission's refusals are; `headers`: the answer's lines so far, without the budget
+ * figures of its admission (the refusal carries the new ones).
+ */
+export function budgetRunOut(
+  a: Accepted | undefined,
+  headers: readonly string[],
+  ctx: Pick<AdmitContext, 'budgets' | 'counters'>,
+): { error: GatewayError; headers: string[] } | undefined {
+  const d = a?.budget && ctx.budgets?.runOut(a.budget);
+  if (!d) return undefined;
+  countBudgetRefusal(d.refusing, ctx);
+  const kept: string[] = [];
+  for (let i = 0; i < headers.length; i += 2)
+    if (!headers[i].startsWith('x-servegate-budget-')) kept.push(headers[i], headers[i + 1]);
+  return { error: d.error, headers: kept };
 }
 
 /**
