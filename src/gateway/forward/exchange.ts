@@ -175,7 +175,7 @@ export class Exchange extends NextTarget implements Job, CallOwner {
 
   /** A refused `model` counts as a failed authorisation where admission says so (SPEC §9). */
   private refuseModel(err: GatewayError, close = false): void {
-    modelRefused(err, this.client, this.ctx.admission);
+    modelRefused(err, this.clientOf(this.head!), this.ctx.admission);
     this.refuse(err, close);
   }
 

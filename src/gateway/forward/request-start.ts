@@ -28,8 +28,6 @@ export abstract class RequestStart {
   protected route: Route | undefined;
   /** Admission's decision as it stands: the model's or a fallback's replaces the first once they pass. */
   protected decision: Decision | undefined;
-  /** The address failed authentications and tunnels count against (the peer, or the trusted X-Forwarded-For hop). */
-  protected client = '';
   /** Lines every answer of this request carries: request id, CORS, rate-limit, variant. */
   protected answerHeaders: string[] = [];
   protected error: string | undefined;
@@ -65,7 +63,6 @@ export abstract class RequestStart {
     this.requestId = clientRequestId(head.requestId) ?? newRequestId();
     this.answerHeaders.push('x-request-id', this.requestId);
     this.trace = ctx.tracing?.start(head.method, pathOf(req.url), head.traceparent, head.tracestate, this.conn.client);
-    this.client = clientAddress(this.conn.client, head, ctx.head.trustForwarded);
     return admit(
       {
         method: head.method,
@@ -74,7 +71,7 @@ export abstract class RequestStart {
         authorization: head.authorization,
         contentType: upgrade ? undefined : head.contentType,
         now: Date.now(),
-        client: this.client,
+        client: this.clientOf(head),
         origin: head.origin,
         preflight: !upgrade && head.method === 'OPTIONS' && !!head.origin && head.acrMethod,
         acrHeaders: upgrade ? undefined : head.acrHeaders,
@@ -84,6 +81,11 @@ export abstract class RequestStart {
       },
       ctx.admission,
     );
+  }
+
+  /** The address failed authentications and tunnels count against (the peer, or the trusted X-Forwarded-For hop). */
+  protected clientOf(head: RequestHead): string {
+    return clientAddress(this.conn.client, head, this.ctx.head.trustForwarded);
   }
 
   /** Goes on with `step` now, or when the shared limit store answers. */

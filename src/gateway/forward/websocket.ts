@@ -39,7 +39,9 @@ export class UpgradeJob extends RequestStart implements Job, UpgradeOwner {
   /** A realtime message held until whole, in the budget of buffered bytes (realtime sessions: a quarter of it). */
   private room: { all: Reservation; realtime: Reservation } | undefined;
   private finished = false;
-  /** The tunnel counts against its key and client address (tunnels.ts). */
+  /** The tunnel counts against its key and client address (tunnels.ts), from admission on. */
+  private client = '';
+  /** Whether it was counted. */
   private counted = false;
   private status = 0;
   private upstream = '';
@@ -137,6 +139,7 @@ export class UpgradeJob extends RequestStart implements Job, UpgradeOwner {
 
     const { ctx } = this;
     const route = decided.route;
+    this.client = this.clientOf(this.head!);
     const tooMany = ctx.tunnels.open(decided.key.name, this.client);
     if (tooMany) {
       ctx.metrics.rateLimited.inc({ scope: tooMany.scope, kind: 'websockets', reason: 'open_websockets' });
