@@ -71,6 +71,16 @@ const WEIGHT_STEPS = 8;
 const WEIGHT_MIN_LOAD = 0.5;
 /** Shared-prefix keys this gateway remembers having picked for (a first sighting goes to the least loaded). */
 const SEEN_KEYS = 16_384;
+/**
+ * A conversation key picked more than HOT_PICKS times in a window of HOT_WINDOW_MS here (and in the window after) is
+ * not one conversation, which sends its next turn after its last answer, but a prefix many requests share past the
+ * system part (few-shot examples as messages, a long fixed opening): it is judged as a shared prefix is, with this
+ * replica's bounded load, so that a burst of it does not all go to one endpoint before a scrape shows it waiting.
+ */
+const HOT_PICKS = 8;
+const HOT_WINDOW_MS = 1000;
+/** Conversation keys counted at most (the first counted dropped first). */
+const HOT_KEYS = 4096;
 
 /** Per list of endpoints: the rendezvous weights, the smoothed loads they follow, and the picks made. */
 interface Balance {
@@ -110,6 +120,8 @@ export class TargetPicker {
   /** Shared-prefix keys picked for lately, with the pick count when last refreshed (bounded; oldest dropped first). */
   private readonly seen = new Map<number, number>();
   private seenAt = 0;
+  /** Conversation keys picked lately: the window's start (ms) × 128 + 64 when the window before was hot + picks in it. */
+  private readonly recent = new Map<number, number>();
 
   constructor(
     private readonly endpoints?: EndpointResolver,
@@ -352,8 +364,8 @@ export class TargetPicker {
     // would send one turn in eight elsewhere to prefill its whole history again; and it is ranked without weights
     // (conversations are many small keys, which hashing spreads evenly enough, and weights that two replicas hold a
     // step apart for a while would split the conversations near a boundary between two endpoints).
-    const conversation = key.rule === 'conversation';
-    const uniform = b.uniform || conversation;
+    const uniform = b.uniform || key.rule === 'conversation';
+    const conversation = key.rule === 'conversation' && !this.hot(prefix, now);
     for (let i = 0; i < list.length; i++) {
       const t = list[i];
       if (t.address === avoid) continue;
@@ -380,6 +392,28 @@ export class TargetPicker {
     return (
       s !== undefined && (s.waiting > this.limits.maxWaiting || (s.kv !== undefined && s.kv > this.limits.maxKvCache))
     );
+  }
+
+  /** Whether the conversation key `key` is picked for by many requests at once (HOT_PICKS); counts this pick. */
+  private hot(key: number, now: number): boolean {
+    const v = this.recent.get(key);
+    let start = now;
+    let flag = 0;
+    let n = 1;
+    if (v !== undefined) {
+      const at = Math.floor(v / 128);
+      const picks = v % 64;
+      if (now - at < HOT_WINDOW_MS) {
+        start = at;
+        flag = v % 128 >= 64 ? 64 : 0;
+        n = Math.min(63, picks + 1);
+      } else if (now - at < 2 * HOT_WINDOW_MS && picks > HOT_PICKS) {
+        start = at + HOT_WINDOW_MS;
+        flag = 64;
+      }
+    } else if (this.recent.size >= HOT_KEYS) this.recent.delete(this.recent.keys().next().value!);
+    this.recent.set(key, start * 128 + flag + n);
+    return flag !== 0 || n > HOT_PICKS;
   }
 
   /** Whether `key` was picked for lately; remembers it either way (refreshed once it is half the bound old). */
