@@ -148,11 +148,13 @@ export function keyFields(o: KeyFieldOptions): KeyFields {
   if (o.budgetPeriod !== undefined) {
     const p = parseBudgetPeriod(o.budgetPeriod);
     if (typeof p === 'string') throw new KeyError(p);
-    out.budgetPeriod = o.budgetPeriod;
+    // Written as the gateway reads it (it trims): `keys list` and the Secret show "12h", not " 12h".
+    out.budgetPeriod = o.budgetPeriod.trim();
   }
   if (o.tenant !== undefined) {
-    if (o.tenant.length === 0 || o.tenant.length > 253) throw new KeyError('--tenant must be 1-253 characters');
-    out.tenant = o.tenant;
+    const tenant = o.tenant.trim();
+    if (tenant.length === 0 || tenant.length > 253) throw new KeyError('--tenant must be 1-253 characters');
+    out.tenant = tenant;
   }
   if (o.priority !== undefined) {
     if (!['critical', 'standard', 'sheddable'].includes(o.priority))
