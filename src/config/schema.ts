@@ -264,8 +264,11 @@ export const configSchema = z
     queueing: z
       .object({
         enabled: z.boolean().default(true),
-        /** A request waits at most this long, then 503 with Retry-After. */
-        maxWaitSeconds: seconds.default(30),
+        /**
+         * A request waits at most this long, then 503 with Retry-After. At most an hour: past 2^31 ms (24.8 days) a
+         * timer fires at once, and every queued request was refused as having waited too long.
+         */
+        maxWaitSeconds: seconds.max(3600).default(30),
         /** Requests and bytes of their bodies queued per deployment; past either, 503. */
         maxQueued: z.number().int().min(1).default(1000),
         maxQueuedBytes: z.number().int().min(0).default(67_108_864),
