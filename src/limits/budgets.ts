@@ -264,7 +264,8 @@ export class Budgets {
    * A request admitted a while ago that is about to be forwarded (its turn in the fair queue came): the refusal when a
    * budget it passed ran out meanwhile, else undefined. Synchronous, the store not asked again: in process from the
    * counts themselves; with a shared store from what this replica last read or got back from a charge (the other
-   * replicas' spend since then shows at its next read). A window not seen yet counts as nothing spent.
+   * replicas' spend since then shows at its next read). A window not seen yet counts as nothing spent, as does a rolling
+   * one whose oldest spend seen has left it since.
    */
   runOut(charge: BudgetCharge | undefined): Extract<BudgetDecision, { ok: false }> | undefined {
     if (!charge || charge.length === 0) return undefined;
@@ -278,7 +279,9 @@ export class Budgets {
     } else {
       spent = windows.map((w) => {
         const seen = this.seen.get(w.key);
-        if (!seen) return { tokens: 0, costMicros: 0, resetMs: w.endsAt === undefined ? 0 : w.endsAt - now };
+        // Not seen, or a rolling window whose oldest spend seen has left it since: what it holds now is not known.
+        if (!seen || (w.endsAt === undefined && now >= seen.resetAt))
+          return { tokens: 0, costMicros: 0, resetMs: w.endsAt === undefined ? 0 : w.endsAt - now };
         return { tokens: seen.tokens, costMicros: seen.costMicros, resetMs: Math.max(0, seen.resetAt - now) };
       });
     }

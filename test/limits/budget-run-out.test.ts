@@ -59,3 +59,27 @@ test('with a shared store, the turn is judged from what this replica last read o
   expect(refused.error.headers).toMatchObject({ 'x-servegate-budget-remaining-tokens': '0' });
   expect(asked).toBe(1);
 });
+
+test('with a shared store, a rolling window whose oldest spend left it since it was seen is not refused on old figures', async () => {
+  let now = 1_800_000_000_000;
+  const memory = new MemoryBudgetStore();
+  const shared: BudgetStore = {
+    shared: true,
+    read: async (w, at) => memory.read(w, at),
+    charge: (w, tokens, cost, at) => memory.charge(w, tokens, cost, at),
+  };
+  const budgets = new Budgets(shared, defaults, { failOpen: true, now: () => now });
+  const key = {
+    namespace: 'servegate',
+    name: 'k',
+    budget: { tokens: 100, period: { kind: 'rolling' as const, ms: 3_600_000 } },
+  };
+  const specs = budgets.specs(undefined, key);
+  budgets.charge(specs, 100, 0, undefined);
+  await waitFor(() => budgets.runOut(specs) !== undefined, 'the charge to come back');
+  // Still in the window a second before it leaves; gone an hour after it was spent.
+  now += 3_599_000;
+  expect(budgets.runOut(specs)).toBeDefined();
+  now += 1_000;
+  expect(budgets.runOut(specs)).toBeUndefined();
+});
