@@ -348,6 +348,8 @@ export class Budgets {
       const i = specs.indexOf(s);
       return `${s.scope === 'key' ? 'API key' : 'project'} "${s.name}" has spent ${describeSpent(s.limit, spent[i])} of its ${periodText(s.limit.period)} budget`;
     });
+    // The OpenAI SDKs retry a 429 twice (after about 1 and 2 s) unless told not to; a budget does not come back.
+    headers['x-should-retry'] = 'false';
     return {
       ok: false,
       error: gatewayError('insufficient_quota', `budget exhausted: ${what.join('; ')}`, headers),
