@@ -36,7 +36,10 @@ export interface QueueSettings {
 
 export const PRIORITIES: readonly Priority[] = ['critical', 'standard', 'sheddable'];
 
-/** Running slots of a deployment kept free for critical requests while they are recent (`reserved`). */
+/**
+ * Running slots of a deployment kept free for critical requests while they are recent (`reserved`); a request of a
+ * tenant below its share of the deployment's recent sends (`below`) may take them too.
+ */
 export const CRITICAL_RESERVE = 1;
 /** How long after a critical request the reserve holds. */
 export const CRITICAL_RECENT_MS = 1000;
@@ -89,6 +92,16 @@ interface Since {
   capacity: number;
 }
 
+/** A deployment's sends per tenant, per weight, in this second (`now`, since `since`) and the one before. */
+interface Recent {
+  since: number;
+  now: Map<string, number>;
+  before: Map<string, number>;
+}
+
+/** The length of one of Recent's two windows. */
+const RECENT_MS = 1000;
+
 /** Own changes kept per endpoint at most (each sample drops those it holds). */
 const MAX_CHANGES = 4096;
 
@@ -98,6 +111,7 @@ export class FairQueues {
   private readonly since = new Map<string, Since>();
   /** When each deployment last had a critical request (Date.now()), while recent. */
   private readonly lastCritical = new Map<string, number>();
+  private readonly recent = new Map<string, Recent>();
   private pumpScheduled = false;
   private ticker: NodeJS.Timeout | undefined;
 
@@ -122,7 +136,14 @@ export class FairQueues {
     const now = Date.now();
     if (slack) this.lastCritical.set(route.id, now);
     const ahead = !dq ? 0 : slack ? dq.levels[0].count : dq.count;
-    if (ahead === 0 && !this.saturated(route, slack) && (slack || !this.reserved(route, now))) return undefined;
+    if (
+      ahead === 0 &&
+      !this.saturated(route, slack) &&
+      (slack || !this.reserved(route, now) || this.below(route.id, t, now))
+    ) {
+      this.sent(route.id, t, now);
+      return undefined;
+    }
     const labels = { project: route.project, deployment: route.deployment, priority: t.priority };
     if (t.priority === 'sheddable') {
       this.metrics.queueShed.inc(copyWith(labels, { reason: 'sheddable' }));
@@ -400,18 +421,62 @@ export class FairQueues {
     return false;
   }
 
-  /** The next request of a queue: the highest priority, then the smallest tag among its tenants' first requests. */
-  private next(dq: DeploymentQueue): Entry | undefined {
+  /**
+   * The next request of a queue: the highest priority, then the smallest tag among its tenants' first requests
+   * (`belowAt`: only those of tenants below their share then).
+   */
+  private next(dq: DeploymentQueue, belowAt?: number): Entry | undefined {
     for (const l of dq.levels) {
       if (l.count === 0) continue;
       let best: Entry | undefined;
       for (const tq of l.tenants.values()) {
         const e = tq.entries[0];
-        if (e && (!best || e.tag < best.tag)) best = e;
+        if (!e || (best && e.tag >= best.tag)) continue;
+        if (belowAt === undefined || this.below(dq.route.id, e.t, belowAt)) best = e;
       }
       if (best) return best;
     }
     return undefined;
+  }
+
+  /** A request of `t` goes on to `route`'s endpoints now: counted in its tenant's recent sends. */
+  private sent(route: string, t: Ticket, now: number): void {
+    const r = this.recentOf(route, now);
+    r.now.set(t.tenant, (r.now.get(t.tenant) ?? 0) + 1 / (t.weight > 0 ? t.weight : 1));
+  }
+
+  /**
+   * Whether `t`'s tenant sent less than its share of the deployment's requests over the last second or two (per
+   * weight, against the mean of the tenants that sent): a quiet tenant is, one sending more than the others is not.
+   */
+  private below(route: string, t: Ticket, now: number): boolean {
+    const r = this.recentOf(route, now);
+    let total = 0;
+    let tenants = 0;
+    for (const [name, n] of r.now) {
+      total += n + (r.before.get(name) ?? 0);
+      tenants++;
+    }
+    for (const [name, n] of r.before)
+      if (!r.now.has(name)) {
+        total += n;
+        tenants++;
+      }
+    const mine = (r.now.get(t.tenant) ?? 0) + (r.before.get(t.tenant) ?? 0);
+    if (mine === 0) tenants++;
+    return mine * tenants < total;
+  }
+
+  /** The deployment's sends per tenant in this second and the one before (older ones are dropped). */
+  private recentOf(route: string, now: number): Recent {
+    let r = this.recent.get(route);
+    if (!r) this.recent.set(route, (r = { since: now, now: new Map(), before: new Map() }));
+    else if (now - r.since >= RECENT_MS) {
+      r.before = now - r.since < 2 * RECENT_MS ? r.now : new Map();
+      r.now = new Map();
+      r.since = now;
+    }
+    return r;
   }
 
   /** Sends on, from every queue, while its deployment has room. */
@@ -420,12 +485,17 @@ export class FairQueues {
     for (const dq of [...this.queues.values()]) {
       // Bounded: each turn takes one request out of the queue.
       for (let n = dq.count; n > 0 && dq.count > 0; n--) {
-        const e = this.next(dq);
+        let e = this.next(dq);
         if (!e) break;
         // The highest priority goes first: when it finds no room, nothing after it does.
         const critical = e.t.priority === 'critical';
         const room = this.roomiest(dq.route, critical ? 1 : 0);
-        if (!room || (!critical && this.reserved(dq.route, Date.now()))) break;
+        if (!room) break;
+        const now = Date.now();
+        // Only the slots kept free are left: the first request of a tenant below its share takes them, no other.
+        if (!critical && this.reserved(dq.route, now) && !this.below(dq.route.id, e.t, now)) e = this.next(dq, now);
+        if (!e) break;
+        this.sent(dq.route.id, e.t, now);
         e.level.vtime = Math.max(e.level.vtime, e.tag);
         this.take(e);
         this.observeWait(dq, e);

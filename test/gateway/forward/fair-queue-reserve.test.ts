@@ -1,0 +1,100 @@
+// The running slot fair queueing keeps free for critical requests (SPEC §14, docs/llm.md "Fair queueing of a saturated
+// deployment"), with real sockets against a simulated vLLM replica of 8 sequences: for a second after a critical
+// request, a noisy tenant's backlog leaves the last free running slot free and waits in the gateway, while a quiet
+// tenant's request (a tenant below its share of the deployment's recent requests) takes that slot at once instead of
+// waiting for a running request to end. Through two gateway replicas a quiet request waits for a slot its own
+// replica frees; the slot kept free is one it need not wait for.
+import { afterAll, beforeAll, expect, test } from '@jest/globals';
+import { send, startGateway, type Gateway, type Reply } from '../../support/harness.js';
+import { metricValue } from '../../support/metrics.js';
+import { waitFor } from '../../support/wait.js';
+
+type Replica = {
+  url: string;
+  stats(): { served: number; aborted: number; waiting: number; running: number };
+  close(): Promise<void>;
+};
+const sim = (): Promise<{ startReplica(port: number, options?: object): Promise<Replica> }> =>
+  import(new URL('../../../examples/backends/vllm-sim.mjs', import.meta.url).href) as never;
+
+/** Running sequences of the replica: the smallest with a slot kept for critical requests (one in eight). */
+const MAX_RUNNING = 8;
+
+let replica: Replica;
+let gw: Gateway;
+/** One answer of `max_tokens` takes about max_tokens × 10 ms. */
+const chat = (content: string, maxTokens: number) => ({
+  model: 'chat',
+  max_tokens: maxTokens,
+  messages: [{ role: 'user', content }],
+});
+
+beforeAll(async () => {
+  replica = await (
+    await sim()
+  ).startReplica(0, { maxRunning: MAX_RUNNING, decodeMsPerToken: 10, prefillMsPerBlock: 0 });
+  gw = await startGateway({
+    config: {
+      balancing: { maxWaiting: 0, scrapeIntervalMs: 10, staleAfterMs: 5000 },
+      queueing: { maxQueued: 50, maxWaitSeconds: 20 },
+    },
+    deployments: [{ namespace: 'demo', name: 'chat', modelServer: 'llm', url: replica.url }],
+    keys: [
+      { name: 'apikey-noisy', projects: 'demo', fields: { tenant: 'noisy' } },
+      { name: 'apikey-quiet', projects: 'demo', fields: { tenant: 'quiet' } },
+      { name: 'apikey-crit', projects: 'demo', fields: { priority: 'critical' } },
+    ],
+  });
+});
+
+afterAll(async () => {
+  await gw?.close();
+  await replica?.close();
+});
+
+const post = (key: string, body: object) =>
+  send(`${gw.url}/v1/demo/chat/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `ApiKey ${gw.keys[key]}` },
+    body,
+  });
+/** The endpoint's figures as the gateway last read them. */
+const seen = async (): Promise<{ running?: number; waiting?: number }> => {
+  const d = JSON.parse((await send(`${gw.adminUrl}/deployments`)).text);
+  return d.deployments.find((x: { name: string }) => x.name === 'chat').endpoints?.[0] ?? {};
+};
+const queued = async () =>
+  metricValue((await send(`${gw.adminUrl}/metrics`)).text, 'servegate_queue_length', {
+    project: 'demo',
+    deployment: 'chat',
+    priority: 'standard',
+  }) ?? 0;
+
+test("after a critical request, a quiet tenant's request takes the slot kept free; the noisy backlog waits", async () => {
+  // The gateway learns the replica's capacity from a report of 8 running with some waiting, read when a request comes
+  // while it is the latest; then the replica idles.
+  const learn: Promise<Reply>[] = [];
+  for (let i = 0; i < MAX_RUNNING + 2; i++) learn.push(post('apikey-noisy', chat(`learn ${i}`, 30)));
+  await waitFor(async () => (await seen()).waiting! >= 1, 'a report of requests waiting');
+  learn.push(post('apikey-noisy', chat('read it', 1)));
+  expect((await Promise.all(learn)).every((r) => r.status === 200)).toBe(true);
+  await waitFor(async () => {
+    const s = await seen();
+    return s.running === 0 && s.waiting === 0;
+  }, 'a report of the idle replica');
+
+  // For a second after a critical request, standard requests leave the last running slot free: of a noisy burst of
+  // 10 (0.6 s each), 7 run, none waits in the replica, 3 wait in the gateway.
+  expect((await post('apikey-crit', chat('critical', 1))).status).toBe(200);
+  const finished: string[] = [];
+  const answers: Promise<Reply>[] = [];
+  for (let i = 0; i < 10; i++)
+    answers.push(post('apikey-noisy', chat(`noisy ${i}`, 60)).then((r) => (finished.push('noisy'), r)));
+  await waitFor(async () => replica.stats().running === MAX_RUNNING - 1 && (await queued()) === 3, '7 running');
+  expect(replica.stats().waiting).toBe(0);
+  // The quiet tenant sent nothing in the last second: its request takes the free slot and is answered before any
+  // noisy one. (Waiting for a noisy request to end, 0.6 s, before the reserve lapses, it came after those.)
+  answers.push(post('apikey-quiet', chat('quiet', 2)).then((r) => (finished.push('quiet'), r)));
+  expect((await Promise.all(answers)).map((r) => r.status)).toEqual(Array(11).fill(200));
+  expect(finished[0]).toBe('quiet');
+});
