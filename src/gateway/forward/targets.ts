@@ -384,11 +384,13 @@ export class TargetPicker {
 
   /**
    * Over the scraped bounds, or over the bounded load `bound` with one more request than its `inflight` here
-   * (`scrapedOnly`: only when the endpoint has no fresh figures).
+   * (`scrapedOnly`: with fresh figures, only past twice the bound and 4 more: a conversation's endpoint keeps its turns
+   * through this replica's ordinary bursts, but not a pile-up that no one conversation makes, such as a shared key's
+   * requests long enough in flight to stay under HOT_PICKS a second).
    */
   private saturated(t: Target, inflight: number, bound: number, scrapedOnly = false): boolean {
     const s = this.stats?.fresh(t.origin);
-    if ((!scrapedOnly || !s) && inflight + 1 > bound) return true;
+    if (inflight + 1 > (scrapedOnly && s ? Math.max(2 * bound, bound + 4) : bound)) return true;
     return (
       s !== undefined && (s.waiting > this.limits.maxWaiting || (s.kv !== undefined && s.kv > this.limits.maxKvCache))
     );

@@ -103,3 +103,23 @@ describe('a conversation key shared by many requests at once', () => {
     expect(p.choose(route, conversation)!.target.origin).toBe(home.target.origin);
   });
 });
+
+describe('a conversation key whose requests pile up at a low rate', () => {
+  test('long requests of one key, 4 a second, stop piling on one endpoint past twice the bounded load', () => {
+    jest.useFakeTimers({ now: 2_000_000 });
+    const { p, stats } = picker();
+    const route = llmRoute(urls);
+    const key = fewShot('the same opening, long answers');
+    const counts = new Map<string, number>();
+    for (let i = 0; i < 40; i++) {
+      jest.setSystemTime(2_000_000 + 250 * i); // 4 a second: never more than HOT_PICKS (8) in one
+      for (const u of urls) stats.figures.set(u, idle()); // the endpoints report no queue (vLLM runs 256 at once)
+      const t = p.choose(route, key)!.target;
+      p.begin(t.origin); // and every one stays in flight
+      counts.set(t.origin, (counts.get(t.origin) ?? 0) + 1);
+    }
+    // 40 in flight: mean 10, bounded load 12.5; a conversation key spills past max(2 × 12.5, 12.5 + 4) = 25.
+    expect(Math.max(...counts.values())).toBeLessThanOrEqual(26);
+    expect(counts.size).toBeGreaterThanOrEqual(2);
+  });
+});
