@@ -37,7 +37,18 @@ export function usageProgram(io: CliIo): Command {
       }
       if (body.error !== undefined || !body.budgets) throw new CommandError(`${url}: ${body.error ?? 'no budgets'}`);
       if (flags.output === 'json') return io.stdout(`${JSON.stringify(body, null, 2)}\n`);
-      if (body.budgets.length === 0) return io.stderr('no budgets are set\n');
+      if (body.budgets.length === 0) {
+        // Say what was asked for: a misspelt key name gets no budget rather than a claim that none is set anywhere.
+        const asked = [
+          flags.key !== undefined ? `key "${flags.key}"` : '',
+          flags.project !== undefined ? `project "${flags.project}"` : '',
+        ].filter(Boolean);
+        return io.stderr(
+          asked.length
+            ? `no budget is set for ${asked.join(' or ')} (servegate keys list shows each key's budget)\n`
+            : 'no budgets are set\n',
+        );
+      }
       const rows = [['SCOPE', 'NAME', 'PERIOD', 'TOKENS SPENT', 'TOKENS LEFT', 'COST SPENT', 'COST LEFT', 'RESETS IN']];
       for (const b of body.budgets)
         rows.push([
