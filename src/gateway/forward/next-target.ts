@@ -3,7 +3,7 @@
 // A base class of the exchange, so that a request makes no object more for it.
 import type { Readable } from 'node:stream';
 import type { Route } from '../../routing/types.js';
-import { admitFallback, type Accepted, type Refused } from '../admit/pipeline.js';
+import { admitFallback, budgetRunOut, type Accepted, type Refused } from '../admit/pipeline.js';
 import type { GatewayError } from '../http/errors.js';
 import { withoutHeader, withoutRateHeaders } from '../http/headers.js';
 import type { LlmRequest } from '../openai/llm-request.js';
@@ -106,7 +106,17 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
   }
 
   private turnCame(room: Target): void {
+    if (this.budgetRanOut()) return;
     this.pickPhase(undefined, room);
+  }
+
+  /** A budget checked on arrival may have run out while the request waited (SPEC §14: checked before forwarding). */
+  private budgetRanOut(): boolean {
+    const runOut = budgetRunOut(this.admission, this.answerHeaders, this.ctx.admission);
+    if (!runOut) return false;
+    this.answerHeaders = runOut.headers;
+    this.refuse(runOut.error);
+    return true;
   }
 
   shed(err: GatewayError): void {
@@ -151,6 +161,7 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
       if (Buffer.isBuffer(body)) this.bodyLength = body.length;
       wait.unhold = undefined;
     }
+    if (this.budgetRanOut()) return true;
     this.route = route;
     this.callPhase(chosen);
     return true;
