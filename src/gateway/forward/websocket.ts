@@ -292,8 +292,12 @@ export class UpgradeJob extends RequestStart implements Job, UpgradeOwner {
     const closeFor = (err: GatewayError | undefined): void => {
       const inject = this.inject;
       if (!err || !inject) return;
-      const reason = `rate_limit_exceeded: ${err.message}`;
-      const why = 'rate limit exceeded inside the session';
+      // The error's own code: `insufficient_quota` (a budget, back only when its period resets) is no rate limit.
+      const reason = `${err.code}: ${err.message}`;
+      const why =
+        err.code === 'insufficient_quota'
+          ? 'budget exhausted inside the session'
+          : 'rate limit exceeded inside the session';
       if (inject.cursor.quiet) this.shut(1008, reason, why);
       else inject.closing = { code: 1008, reason, why };
     };
