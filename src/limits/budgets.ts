@@ -161,10 +161,13 @@ export interface Pricing {
   outputPerMillion: number;
 }
 
-/** Micro-units of cost: tokens × price per million (a price per million tokens is micro-units per token). */
+/**
+ * Micro-units of cost: tokens × price per million (a price per million tokens is micro-units per token), not rounded:
+ * a small answer at a low price is a fraction of one (10 tokens at 0.02 per million: 0.2).
+ */
 export function costMicros(pricing: Pricing | undefined, prompt: number, completion: number): number {
   if (!pricing) return 0;
-  return Math.round(chargeable(prompt) * pricing.inputPerMillion + chargeable(completion) * pricing.outputPerMillion);
+  return chargeable(prompt) * pricing.inputPerMillion + chargeable(completion) * pricing.outputPerMillion;
 }
 
 /** What the budgets need of a key record. */
@@ -200,6 +203,12 @@ export class Budgets {
   private readonly perProject: BudgetLimit | undefined;
   /** Some project has a budget: without one, a request of a key without one has nothing to check (no allocation). */
   private readonly anyProject: boolean;
+  /**
+   * The fraction of a micro-unit of cost not charged yet, per set of budgets charged together: stores count whole
+   * micro-units, and rounding each answer alone charged nothing for answers under half of one (embeddings at cents per
+   * million tokens), however many. Each set's part charged is the floor of what it owes; the rest is owed next time.
+   */
+  private readonly owed = new Map<string, number>();
   /** A shared store's windows as this replica last read or charged them (runOut): spend and when it resets. */
   private readonly seen = new Map<string, { tokens: number; costMicros: number; resetAt: number }>();
 
@@ -307,7 +316,7 @@ export class Budgets {
   charge(charge: BudgetCharge | undefined, prompt: number, completion: number, pricing: Pricing | undefined): void {
     if (!charge || charge.length === 0) return;
     const tokens = chargeable(prompt) + chargeable(completion);
-    const cost = costMicros(pricing, prompt, completion);
+    const cost = this.wholeMicros(charge, costMicros(pricing, prompt, completion));
     if (tokens === 0 && cost === 0) return;
     const now = this.now();
     const windows = charge.map((s) => windowOf(s.id, s.limit.period, now));
@@ -316,6 +325,20 @@ export class Budgets {
       this.saw(windows, after, now);
       if (this.options.onSpent) charge.forEach((s, i) => this.options.onSpent!(s, after[i]));
     });
+  }
+
+  /** The whole micro-units to charge `charge` for an answer of `exact` micro-units, with what it owed before. */
+  private wholeMicros(charge: BudgetCharge, exact: number): number {
+    if (!(exact > 0)) return 0;
+    const id = charge.length === 1 ? charge[0].id : charge.map((s) => s.id).join('\n');
+    const total = exact + (this.owed.get(id) ?? 0);
+    const whole = Math.floor(total);
+    const rest = total - whole;
+    if (rest > 1e-9) {
+      if (this.owed.size >= 10_000 && !this.owed.has(id)) this.owed.clear();
+      this.owed.set(id, rest);
+    } else this.owed.delete(id);
+    return whole;
   }
 
   /** What each budget holds now (the admin endpoint and `servegate usage`). */
