@@ -13,7 +13,7 @@ import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { gzipSync } from 'node:zlib';
 import { stringify } from 'yaml';
-import { deadPort, startBackend } from './differential/backend.mjs';
+import { deadPort, RAW, startBackend, startRawBackend } from './differential/backend.mjs';
 import { exchange, parseResponses } from './differential/wire.mjs';
 import { fuzzCases } from './differential/fuzz.mjs';
 import { start as startReplica } from '../examples/backends/vllm-replica.mjs';
@@ -39,6 +39,7 @@ if (!args.old || !args.new) {
 // ---- backends, manifests, configuration ----
 const modal = await startBackend('modal');
 const plain = await startBackend('plain');
+const raw = await startRawBackend();
 const dead = await deadPort();
 const M = `http://127.0.0.1:${modal.port}`;
 const P = `http://127.0.0.1:${plain.port}`;
@@ -84,6 +85,9 @@ const docs = [
   dep('p1', 'llmtpm', { type: 'model', modelServer: 'llm', backend: { url: M }, limits: { tokensPerMinute: 40 } }),
   dep('p1', 'echo', { type: 'python', backend: { url: M } }),
   dep('p1', 'plain', { type: 'python', backend: { url: P } }),
+  dep('p1', 'raw', { type: 'python', backend: { url: `http://127.0.0.1:${raw.port}` } }),
+  dep('p1', 'rawllm', { type: 'model', modelServer: 'llm', backend: { url: `http://127.0.0.1:${raw.port}/x` } }),
+  dep('p1', 'rawfb', { type: 'python', backend: { url: `http://127.0.0.1:${raw.port}` }, fallbacks: ['plain'] }),
   dep('p1', 'flaky', { type: 'python', backend: { url: M }, fallbacks: ['plain'] }),
   dep('p1', 'dead', { type: 'python', backend: { url: D } }),
   dep('p1', 'deadfb', { type: 'python', backend: { url: D }, fallbacks: ['plain'] }),
@@ -118,6 +122,11 @@ const config = {
   shutdown: { drainSeconds: 2, acceptSeconds: 0.5 },
 };
 config.limits.websocketsPerKey = 1;
+if (args.profile === 'c') {
+  // Failed-auth throttling counted per address, the address taken from X-Forwarded-For.
+  config.auth = { failureLimit: { maxFailures: 3, windowSeconds: 60 } };
+  config.trustForwardedHeaders = true;
+}
 if (args.profile === 'b') {
   Object.assign(config, {
     cors: { allowedOrigins: ['*'], allowedHeaders: ['x-custom'], exposedHeaders: ['x-backend'], maxAgeSeconds: 5 },
@@ -1153,6 +1162,54 @@ cases.push({
   admin: true,
 });
 
+// backends answering what no HTTP library writes
+for (const name of Object.keys(RAW)) {
+  one(`raw backend ${name}`, 'GET', `/v1/p1/raw/${name}`, [A1, 'Origin: http://ok.test']);
+  if (name === 'badws') add('raw backend bad 101 to websocket', wsHead(`/v1/p1/raw/${name}`));
+}
+for (const name of ['dupcl', 's429', 'short', 'badstatus', 'early'])
+  one(`raw backend ${name} with fallback`, 'GET', `/v1/p1/rawfb/${name}`, [A1]);
+for (const name of ['gzsse', 'ssecut', 'chunkcut', 'tecl'])
+  one(
+    `raw llm backend ${name}`,
+    'POST',
+    `/openai/v1/chat/completions?raw=${name}`,
+    [A1, AJ],
+    chat('p1/rawllm', ',"stream":true'),
+  );
+one('raw backend HEAD closedelim', 'HEAD', '/v1/p1/raw/closedelim', [A1]);
+add(
+  'raw backend pipelined after close-delimited',
+  Buffer.concat([rq('GET', '/v1/p1/raw/closedelim', [A1]), rq('GET', '/v1/p1/raw/named', [A1])]),
+  ['GET', 'GET'],
+);
+
+// failed-auth throttling by address (profile c makes it bite after 3)
+const xff = (ip) => `X-Forwarded-For: ${ip}`;
+add(
+  'auth failures from one address then others',
+  Buffer.concat([
+    ...[1, 2, 3, 4].map(() => rq('GET', '/v1/p1/echo/t', ['Authorization: Bearer bad.bad', xff('9.9.9.9')])),
+    rq('GET', '/v1/p1/echo/t', ['Authorization: Bearer bad.bad', xff('8.8.8.8')]),
+    rq('GET', '/v1/p1/echo/t', [A1, xff('9.9.9.9')]),
+    rq('GET', '/v1/p1/echo/t', ['Authorization: Bearer bad.bad', xff('7.7.7.7, 9.9.9.9')]),
+  ]),
+  ['GET', 'GET', 'GET', 'GET', 'GET', 'GET', 'GET'],
+);
+add(
+  'refused bare model counts as a failure',
+  Buffer.concat([
+    ...[1, 2, 3, 4].map(() => rq('POST', '/openai/v1/chat/completions', [A1, AJ, xff('6.6.6.6')], chat('only2'))),
+    rq('POST', '/openai/v1/chat/completions', ['Authorization: Bearer no.no', AJ, xff('6.6.6.6')], chat('p1/llm')),
+    rq('POST', '/openai/v1/chat/completions', [A1, AJ, xff('6.6.6.6')], chat('p1/llm')),
+  ]),
+  ['POST', 'POST', 'POST', 'POST', 'POST', 'POST'],
+);
+add(
+  'unknown model by websocket counts as a failure',
+  Buffer.concat([wsHead('/openai/v1/realtime?model=only2', A1, [xff('5.5.5.5')])]),
+);
+
 // prompt-prefix picks across the fleet: four long system prompts, users and turns
 const SYSTEMS = ['alpha', 'beta', 'gamma', 'delta'].map(
   (w) => `You are the ${w} assistant. ${`${w} rules apply. `.repeat(120)}`,
@@ -1203,7 +1260,10 @@ one(
 const only = args.only ? new RegExp(args.only) : undefined;
 let battery = cases.filter((c) => !only || only.test(c.name));
 const fuzzN = Number(args.fuzz);
-if (fuzzN > 0) battery = battery.concat(fuzzCases(fuzzN, Number(args.seed), { rq, sub, chunked, chat }));
+if (fuzzN > 0)
+  battery = battery.concat(
+    fuzzCases(fuzzN, Number(args.seed), { rq, sub, chunked, chat }).filter((c) => !only || only.test(c.name)),
+  );
 
 // ---- run ----
 const ports = gws.flatMap((g) => [g.port, g.adminPort]);
@@ -1366,6 +1426,7 @@ if (args.json) writeFileSync(args.json, JSON.stringify(results, null, 1));
 for (const g of gws) g.child.kill('SIGKILL');
 await modal.close();
 await plain.close();
+await raw.close();
 rmSync(dir, { recursive: true, force: true });
 for (const r of fleet) await r.close();
 rmSync(cfgFile, { force: true });

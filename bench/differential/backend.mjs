@@ -152,3 +152,91 @@ export async function deadPort() {
   await new Promise((r) => s.close(r));
   return port;
 }
+
+/** Raw answers no HTTP library would write: /<name> or ?raw=<name> → RAW[name] as bytes, then a close if `close`. */
+export const RAW = {
+  dupcl: { text: 'HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok' },
+  tecl: { text: 'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n2\r\nok\r\n0\r\n\r\n' },
+  named: {
+    text: 'HTTP/1.1 200 OK\r\nConnection: x-a, content-length, keep-alive\r\nX-A: 1\r\nX-B: 2\r\nContent-Length: 2\r\n\r\nok',
+  },
+  owned: {
+    text: 'HTTP/1.1 200 OK\r\nX-Servegate-Project: evil\r\nx_servegate_key: k\r\nX-Request-Id: backend-id\r\nX-Servegate-Variant: v\r\nContent-Length: 2\r\n\r\nok',
+  },
+  closedelim: { text: 'HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nbody until close', close: true },
+  early: {
+    text: 'HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok',
+  },
+  cont: { text: 'HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok' },
+  nc204: { text: 'HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n' },
+  h10: { text: 'HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok', close: true },
+  badstatus: { text: 'HTTP/1.1 2x0 OK\r\nContent-Length: 2\r\n\r\nok', close: true },
+  fold: { text: 'HTTP/1.1 200 OK\r\nX-A: 1\r\n  folded\r\nContent-Length: 2\r\n\r\nok' },
+  s999: { text: 'HTTP/1.1 999 Odd\r\nContent-Length: 2\r\n\r\nok' },
+  s600: { text: 'HTTP/1.1 600 Odd\r\nContent-Length: 2\r\n\r\nok' },
+  noreason: { text: 'HTTP/1.1 200\r\nContent-Length: 2\r\n\r\nok' },
+  reason: { text: 'HTTP/1.1 200 Fine Thanks\r\nContent-Length: 2\r\n\r\nok' },
+  gzsse: {
+    text: 'HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Encoding: gzip\r\nContent-Length: 4\r\n\r\nabcd',
+  },
+  ssecut: {
+    text: 'HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\ndata: {"a":1}\n\ndata: {"b"',
+    close: true,
+  },
+  short: { text: 'HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc', close: true },
+  chunkcut: { text: 'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab', close: true },
+  trailer: {
+    text: 'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: x-t\r\n\r\n2\r\nok\r\n0\r\nx-t: 1\r\n\r\n',
+  },
+  cookies: {
+    text: 'HTTP/1.1 200 OK\r\nSet-Cookie: a=1\r\nset-cookie: b=2\r\nVary: Accept\r\nContent-Length: 2\r\n\r\nok',
+  },
+  utf8h: { text: 'HTTP/1.1 200 OK\r\nX-U: caf\xe9\r\nContent-Length: 2\r\n\r\nok' },
+  cors: {
+    text: 'HTTP/1.1 200 OK\r\nAccess-Control-Allow-Origin: *\r\nAccess-Control-Allow-Credentials: true\r\nVary: Origin\r\nContent-Length: 2\r\n\r\nok',
+  },
+  badws: { text: 'HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n' },
+  s429: { text: 'HTTP/1.1 429 Too Many Requests\r\nRetry-After: 7\r\nContent-Length: 2\r\n\r\nno' },
+};
+
+export async function startRawBackend() {
+  const sockets = new Set();
+  const server = net.createServer((s) => {
+    sockets.add(s);
+    s.on('close', () => sockets.delete(s));
+    s.on('error', () => {});
+    let got = '';
+    let skip = 0;
+    s.on('data', (d) => {
+      got += d.toString('latin1');
+      if (skip) {
+        const n = Math.min(skip, got.length);
+        skip -= n;
+        got = got.slice(n);
+      }
+      const end = got.indexOf('\r\n\r\n');
+      if (end < 0) return;
+      // The request body (Content-Length framed, as the gateway sends bodies it read) is read past, not answered.
+      const cl = Number(/\r\ncontent-length: *(\d+)/i.exec(got.slice(0, end))?.[1] ?? 0);
+      const rest = got.slice(end + 4);
+      skip = Math.max(0, cl - rest.length);
+      const name =
+        /[?&]raw=([a-z0-9]+)/.exec(got.slice(0, got.indexOf('\r\n')))?.[1] ??
+        /^[A-Z]+ \/([a-z0-9]+)/.exec(got)?.[1] ??
+        '';
+      got = rest.slice(cl);
+      const r = RAW[name] ?? { text: 'HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n' };
+      s.write(Buffer.from(r.text, 'latin1'));
+      if (r.close) s.end();
+    });
+  });
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  return {
+    port: server.address().port,
+    close: () =>
+      new Promise((resolve) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}

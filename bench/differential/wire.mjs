@@ -28,9 +28,11 @@ function talk(port, steps, idleMs, maxMs) {
       resolve({ bytes: Buffer.concat(chunks), ended });
     };
     const hard = setTimeout(finish, maxMs);
+    // Before the first byte, at least 1.5 s: on a loaded machine a first answer can take longer than the quiet that
+    // ends an exchange once bytes have come.
     const armIdle = () => {
       clearTimeout(idleTimer);
-      idleTimer = setTimeout(finish, idleMs);
+      idleTimer = setTimeout(finish, received === 0 ? Math.max(idleMs, 1500) : idleMs);
     };
     sock.on('data', (d) => {
       chunks.push(d);
