@@ -37,8 +37,9 @@ export interface QueueSettings {
 export const PRIORITIES: readonly Priority[] = ['critical', 'standard', 'sheddable'];
 
 /**
- * Running slots of a deployment kept free for critical requests while they are recent (`reserved`); a request of a
- * tenant below its share of the deployment's recent sends (`below`) may take them too.
+ * Running slots of a deployment kept free for critical requests while they are recent (`reserved`); where other
+ * replicas send too (`shared`), a request of a tenant below its share of the deployment's recent sends (`below`) may
+ * take them as well.
  */
 export const CRITICAL_RESERVE = 1;
 /** How long after a critical request the reserve holds. */
@@ -99,6 +100,9 @@ interface Recent {
   before: Map<string, number>;
 }
 
+/** Requests of others at a deployment's endpoints from which a replica counts as one of several (`shared`). */
+const SHARED_MIN = 2;
+
 /** The length of one of Recent's two windows. */
 const RECENT_MS = 1000;
 
@@ -139,7 +143,7 @@ export class FairQueues {
     if (
       ahead === 0 &&
       !this.saturated(route, slack) &&
-      (slack || !this.reserved(route, now) || this.below(route.id, t, now))
+      (slack || !this.reserved(route, now) || (this.shared(route, now) && this.below(route.id, t, now)))
     ) {
       this.sent(route.id, t, now);
       return undefined;
@@ -290,6 +294,25 @@ export class FairQueues {
     // A small deployment keeps no reserve (at most one slot in eight).
     const reserve = Math.min(CRITICAL_RESERVE, Math.floor(capacity / 8));
     return reserve > 0 && free <= reserve;
+  }
+
+  /**
+   * Whether the deployment's endpoints report requests other than this replica's (other gateway replicas, or clients
+   * of their own): at least SHARED_MIN of them. Then this replica sees only the slots its own requests free, and a
+   * quiet tenant's request would wait N times as long for one as with one replica; so it may take the reserve.
+   */
+  private shared(route: Route, now: number): boolean {
+    const list = this.picker.targets(route.backend);
+    if (!list) return false;
+    let others = 0;
+    for (const t of list) {
+      const s = this.stats?.fresh(t.origin, now);
+      if (!s) continue;
+      // Its own requests the report holds: those in flight now less its changes since.
+      const own = Math.max(0, this.picker.inflightAt(t.origin) - this.sinceOf(t.origin, s).change);
+      others += Math.max(0, s.running + s.waiting - own);
+    }
+    return others >= SHARED_MIN;
   }
 
   /** Whether `t` has room for one more request now. */
@@ -492,8 +515,11 @@ export class FairQueues {
         const room = this.roomiest(dq.route, critical ? 1 : 0);
         if (!room) break;
         const now = Date.now();
-        // Only the slots kept free are left: the first request of a tenant below its share takes them, no other.
-        if (!critical && this.reserved(dq.route, now) && !this.below(dq.route.id, e.t, now)) e = this.next(dq, now);
+        // Only the slots kept free are left: with other replicas, the first request of a tenant below its share takes
+        // them; no other does.
+        if (!critical && this.reserved(dq.route, now))
+          if (!this.shared(dq.route, now)) e = undefined;
+          else if (!this.below(dq.route.id, e.t, now)) e = this.next(dq, now);
         if (!e) break;
         this.sent(dq.route.id, e.t, now);
         e.level.vtime = Math.max(e.level.vtime, e.tag);

@@ -1,9 +1,9 @@
 // The running slot fair queueing keeps free for critical requests (SPEC §14, docs/llm.md "Fair queueing of a saturated
-// deployment"), with real sockets against a simulated vLLM replica of 8 sequences: for a second after a critical
-// request, a noisy tenant's backlog leaves the last free running slot free and waits in the gateway, while a quiet
-// tenant's request (a tenant below its share of the deployment's recent requests) takes that slot at once instead of
-// waiting for a running request to end. Through two gateway replicas a quiet request waits for a slot its own
-// replica frees; the slot kept free is one it need not wait for.
+// deployment"), with real sockets against a simulated vLLM replica of 8 sequences that another client (another
+// gateway replica, as far as this one can tell) also sends to: for a second after a critical request, a noisy
+// tenant's backlog leaves the last free running slot free and waits in the gateway, while a quiet tenant's request (a
+// tenant below its share of the deployment's recent requests) takes that slot at once instead of waiting for a running
+// request of its own replica to end: a replica sees only the slots its own requests free.
 import { afterAll, beforeAll, expect, test } from '@jest/globals';
 import { send, startGateway, type Gateway, type Reply } from '../../support/harness.js';
 import { metricValue } from '../../support/metrics.js';
@@ -83,18 +83,45 @@ test("after a critical request, a quiet tenant's request takes the slot kept fre
     return s.running === 0 && s.waiting === 0;
   }, 'a report of the idle replica');
 
+  // Another replica's three requests (1 s each), in a report the gateway reads.
+  const finished: string[] = [];
+  const answers: Promise<Reply>[] = [];
+  for (let i = 0; i < 3; i++)
+    answers.push(
+      send(`${replica.url}/v1/chat/completions`, { method: 'POST', body: chat(`other ${i}`, 100) }).then(
+        (r) => (finished.push('other'), r),
+      ),
+    );
+  await waitFor(async () => (await seen()).running === 3, "a report of the other replica's requests");
   // For a second after a critical request, standard requests leave the last running slot free: of a noisy burst of
-  // 10 (0.6 s each), 7 run, none waits in the replica, 3 wait in the gateway.
+  // 10 (0.6 s each), 4 run, none waits in the replica, 6 wait in the gateway.
+  expect((await post('apikey-crit', chat('critical', 1))).status).toBe(200);
+  for (let i = 0; i < 10; i++)
+    answers.push(post('apikey-noisy', chat(`noisy ${i}`, 60)).then((r) => (finished.push('noisy'), r)));
+  await waitFor(async () => replica.stats().running === MAX_RUNNING - 1 && (await queued()) === 6, '7 running');
+  expect(replica.stats().waiting).toBe(0);
+  // The quiet tenant sent nothing in the last second: its request takes the free slot and is answered before any
+  // other. (Waiting for a noisy request to end, 0.6 s, before the reserve lapses, it came after those.)
+  answers.push(post('apikey-quiet', chat('quiet', 2)).then((r) => (finished.push('quiet'), r)));
+  expect((await Promise.all(answers)).map((r) => r.status)).toEqual(Array(14).fill(200));
+  expect(finished[0]).toBe('quiet');
+});
+
+test('a replica alone keeps the slot for critical requests: a quiet request waits for a running one to end', async () => {
+  await waitFor(async () => {
+    const s = await seen();
+    return s.running === 0 && s.waiting === 0;
+  }, 'a report of the idle replica');
+  // Alone, a replica sees every slot freed and refills it at once: a quiet request waits only for the next to end.
   expect((await post('apikey-crit', chat('critical', 1))).status).toBe(200);
   const finished: string[] = [];
   const answers: Promise<Reply>[] = [];
   for (let i = 0; i < 10; i++)
     answers.push(post('apikey-noisy', chat(`noisy ${i}`, 60)).then((r) => (finished.push('noisy'), r)));
   await waitFor(async () => replica.stats().running === MAX_RUNNING - 1 && (await queued()) === 3, '7 running');
-  expect(replica.stats().waiting).toBe(0);
-  // The quiet tenant sent nothing in the last second: its request takes the free slot and is answered before any
-  // noisy one. (Waiting for a noisy request to end, 0.6 s, before the reserve lapses, it came after those.)
   answers.push(post('apikey-quiet', chat('quiet', 2)).then((r) => (finished.push('quiet'), r)));
+  await waitFor(async () => (await queued()) === 4, 'the quiet request queued');
+  expect(replica.stats().running).toBe(MAX_RUNNING - 1);
   expect((await Promise.all(answers)).map((r) => r.status)).toEqual(Array(11).fill(200));
-  expect(finished[0]).toBe('quiet');
+  expect(finished.indexOf('quiet')).toBeGreaterThan(0);
 });
