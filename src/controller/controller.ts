@@ -112,6 +112,10 @@ export class StatusController {
   private dirty = new Set<string>();
   private retryTimers = new Map<string, NodeJS.Timeout>();
   private attempts = new Map<string, number>();
+  /** Put-backs of a status another writer changed, per key: how many in a row, and when the last one was. */
+  private putBacks = new Map<string, { count: number; at: number }>();
+  /** Keys whose next put-back waits (another writer keeps changing their status). */
+  private putBackTimers = new Map<string, NodeJS.Timeout>();
   private active = 0;
   private idleWaiters: Array<() => void> = [];
   private unsubscribe: (() => void) | undefined;
@@ -161,10 +165,40 @@ export class StatusController {
     if (!e || e.resource.metadata.uid !== resource.metadata.uid) return;
     const entry = { resource, status: e.status };
     this.latest.set(key, entry);
-    if (!this.leadership.isLeader() || this.retryTimers.has(key)) return;
+    if (!this.leadership.isLeader() || this.retryTimers.has(key) || this.putBackTimers.has(key)) return;
     const current = this.currentStatus(key, resource);
     if (statusNeedsWrite(desiredStatus(e.status, current, this.now(), { project: projectOf(entry) }), current))
+      this.putBack(key);
+  }
+
+  /**
+   * Another writer changed a status: the first put-back goes at once; while that writer keeps answering (a second
+   * servegate installation watching the same namespace, another controller), each next one waits twice as long, up to
+   * maxRetryMs, so that two writers that disagree cost the API server a write per object a minute, not one per round trip.
+   */
+  private putBack(key: string): void {
+    const now = Date.now();
+    const prev = this.putBacks.get(key);
+    // A quiet spell of twice the longest wait ends a fight.
+    const count = prev && now - prev.at < 2 * this.maxRetryMs ? prev.count + 1 : 1;
+    this.putBacks.set(key, { count, at: now });
+    if (count === 1) {
       this.enqueue(key);
+      return;
+    }
+    const delay = Math.min(this.maxRetryMs, this.retryBaseMs * 2 ** (count - 1));
+    if (count === 2 || delay === this.maxRetryMs)
+      this.log.warn(
+        { key, putBacks: count, nextInMs: delay },
+        "another writer keeps changing this ServingDeployment's status (a second servegate watching the namespace, " +
+          'or another controller); putting it back less and less often',
+      );
+    const t = setTimeout(() => {
+      this.putBackTimers.delete(key);
+      this.enqueue(key);
+    }, delay);
+    t.unref?.();
+    this.putBackTimers.set(key, t);
   }
 
   /** Call when this process stopped leading: queued work and pending retries are dropped. */
@@ -175,7 +209,7 @@ export class StatusController {
 
   /** Items waiting (queued or waiting for a retry). */
   queueDepth(): number {
-    return this.queue.length + this.retryTimers.size;
+    return this.queue.length + this.retryTimers.size + this.putBackTimers.size;
   }
 
   /** Resolves when nothing is queued, in flight or waiting for a retry (or after timeoutMs). */
@@ -239,6 +273,9 @@ export class StatusController {
     if (t) clearTimeout(t);
     let pending = this.retryTimers.delete(key);
     this.attempts.delete(key);
+    clearTimeout(this.putBackTimers.get(key));
+    if (this.putBackTimers.delete(key)) pending = true;
+    this.putBacks.delete(key);
     this.written.delete(key);
     if (this.queued.delete(key)) {
       this.queue = this.queue.filter((k) => k !== key);
@@ -253,6 +290,9 @@ export class StatusController {
     for (const t of this.retryTimers.values()) clearTimeout(t);
     this.retryTimers.clear();
     this.attempts.clear();
+    for (const t of this.putBackTimers.values()) clearTimeout(t);
+    this.putBackTimers.clear();
+    this.putBacks.clear();
     this.queue = [];
     this.queued.clear();
     this.dirty.clear();

@@ -1,0 +1,115 @@
+// A hostile review of the Kubernetes side (session 4, H5) against the real kube-apiserver: what an operator and an
+// attacker do to the gateway's watches and status writes that the other suites leave out.
+import { afterEach, beforeAll, describe, expect, test } from '@jest/globals';
+import { CustomObjectsApi, KubernetesObjectApi, Watch } from '@kubernetes/client-node';
+import { startKubernetesWith } from '../../src/cli/serve-kubernetes.js';
+import { parseConfig } from '../../src/config/load.js';
+import { silentLogger } from '../../src/log.js';
+import type { Servegate } from '../../src/server.js';
+import { sharedKubeCluster, type KubeCluster } from '../support/kube.js';
+import { sdepRaw, serviceRaw, type Obj } from '../support/k8s-objects.js';
+import { expectSuccess } from '../support/processes.js';
+import { ROOT } from '../support/paths.js';
+import { sleep, waitFor } from '../support/wait.js';
+import { join } from 'node:path';
+
+const GROUP = 'serving.servegate.dev';
+let cluster: KubeCluster;
+let admin: KubernetesObjectApi;
+const cleanups: Array<() => Promise<unknown> | unknown> = [];
+
+beforeAll(async () => {
+  cluster = await sharedKubeCluster();
+  expectSuccess(await cluster.kubectl(['apply', '-f', join(ROOT, 'crds')]));
+  expectSuccess(
+    await cluster.kubectl(['wait', '--for=condition=Established', `crd/servingdeployments.${GROUP}`, '--timeout=30s']),
+  );
+  admin = KubernetesObjectApi.makeApiClient(cluster.kubeConfig());
+}, 180_000);
+
+afterEach(async () => {
+  while (cleanups.length > 0) await cleanups.pop()!();
+});
+
+function create(obj: Obj): Promise<unknown> {
+  return admin.create(obj as never);
+}
+
+async function project(ns: string, names: string[]): Promise<void> {
+  await create({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: ns } });
+  for (const n of names) {
+    await create(serviceRaw(`${ns}/${n}-svc`, [{ port: 80 }]));
+    const sdep = sdepRaw(`${ns}/${n}`, { type: 'python', backend: { service: `${n}-svc`, port: 80 } });
+    delete sdep.spec.modelServer;
+    await create(sdep);
+  }
+}
+
+async function gateway(o: { namespaces: string[]; publicUrl: string }): Promise<Servegate> {
+  const config = parseConfig(
+    {
+      publicUrl: o.publicUrl,
+      limits: { scaleFromZeroHoldSeconds: 0 },
+      kubernetes: { namespaces: o.namespaces, leaderElection: { enabled: false } },
+    },
+    { port: 0, namespace: 'default' },
+  );
+  const gw = await startKubernetesWith(cluster.kubeConfig(), config, {
+    port: 0,
+    adminPort: 0,
+    host: '127.0.0.1',
+    logger: silentLogger,
+    namespace: 'default',
+    identity: 'hostile',
+    processMetrics: false,
+    backoff: { initialMs: 50, maxMs: 500 },
+  });
+  cleanups.push(() => gw.close());
+  return gw;
+}
+
+/** Counts the MODIFIED events of the ServingDeployments of a namespace while `during` runs. */
+async function countModified(ns: string, during: () => Promise<void>): Promise<number> {
+  let n = 0;
+  const w = await new Watch(cluster.kubeConfig()).watch(
+    `/apis/${GROUP}/v1alpha1/namespaces/${ns}/servingdeployments`,
+    {},
+    (type) => {
+      if (type === 'MODIFIED') n++;
+    },
+    () => undefined,
+  );
+  try {
+    await during();
+  } finally {
+    w.abort();
+  }
+  return n;
+}
+
+describe('two status writers that disagree', () => {
+  test('two servegate installations watching one namespace do not put each other\u2019s status back in a hot loop', async () => {
+    // Two gateways (say prod and staging, each elected leader of its own Lease) that both watch a namespace: each
+    // computes a different URL. Each sees the other's write as "another writer changed the status" and puts its own
+    // back. That is a fight an operator must learn about, but it may not cost the API server and etcd a write per
+    // round trip for as long as both run.
+    const ns = 'hostile-fight';
+    await project(ns, ['model']);
+    const sdeps = cluster.kubeConfig().makeApiClient(CustomObjectsApi);
+    const ref = { group: GROUP, version: 'v1alpha1', namespace: ns, plural: 'servingdeployments', name: 'model' };
+    const a = await gateway({ namespaces: [ns], publicUrl: 'https://a.example.com' });
+    await waitFor(
+      async () => ((await sdeps.getNamespacedCustomObject(ref)) as Obj).status?.url?.startsWith('https://a.'),
+      'the first status',
+    );
+    const writes = await countModified(ns, async () => {
+      await gateway({ namespaces: [ns], publicUrl: 'https://b.example.com' });
+      await sleep(4000);
+    });
+    // Before: each gateway answered the other at once, hundreds of writes in 4 s. A few put-backs are fine; then each
+    // writer backs off.
+    expect(writes).toBeLessThan(20);
+    expect(writes).toBeGreaterThanOrEqual(1);
+    void a;
+  }, 60_000);
+});
