@@ -39,7 +39,7 @@ export interface LeaderElectorOptions extends LeaderTimings {
   /** Per-request timeout; default min(retryPeriod, 5s) but at least 500 ms. */
   requestTimeoutMs?: number;
   logger?: Logger;
-  /** Wall clock in ms (renewTime is compared with it). */
+  /** Clock in ms: how long the Lease went unrenewed is measured with it (never against the holder's renewTime). */
   now?: () => number;
   onStartedLeading?: () => void;
   onStoppedLeading?: () => void;
@@ -109,6 +109,9 @@ export class LeaderElector implements Leadership {
   /** renewTime of our last successful acquire/renew (ms). */
   private lastRenew = 0;
   private observedHolder: string | undefined;
+  /** The Lease record (holder, renewTime, duration) last read, and when (this process's clock) it last changed. */
+  private observedRecord: string | undefined;
+  private observedAt = 0;
   private running: Promise<void> | undefined;
   private stopped = false;
   private wake: (() => void) | undefined;
@@ -294,9 +297,16 @@ export class LeaderElector implements Leadership {
 
     const spec = lease.spec ?? {};
     const holder = spec.holderIdentity ?? '';
-    const renewed = timeMs(spec.renewTime);
     const durationMs = (spec.leaseDurationSeconds ?? leaseSeconds) * 1000;
-    const expired = !holder || renewed === undefined || renewed + durationMs < now;
+    // Expiry by this process's clock, as client-go does: the record has not changed for the lease duration since we
+    // first saw it. The holder's renewTime is another node's clock; compared with ours, a node whose clock is ahead
+    // took a lease its holder was renewing, and one whose clock is behind waited that much longer after a holder died.
+    const record = `${holder}|${String(timeMs(spec.renewTime))}|${durationMs}`;
+    if (record !== this.observedRecord) {
+      this.observedRecord = record;
+      this.observedAt = now;
+    }
+    const expired = !holder || this.observedAt + durationMs < now;
     this.observe(holder);
     if (holder !== identity && !expired) return false;
 

@@ -1,7 +1,8 @@
 // A hostile review of the Kubernetes side (session 4, H5) against the real kube-apiserver: what an operator and an
 // attacker do to the gateway's watches and status writes that the other suites leave out.
 import { afterEach, beforeAll, describe, expect, test } from '@jest/globals';
-import { CustomObjectsApi, KubernetesObjectApi, Watch } from '@kubernetes/client-node';
+import { CoordinationV1Api, CustomObjectsApi, KubernetesObjectApi, V1MicroTime, Watch } from '@kubernetes/client-node';
+import { LeaderElector } from '../../src/controller/leader.js';
 import { startKubernetesWith } from '../../src/cli/serve-kubernetes.js';
 import { parseConfig } from '../../src/config/load.js';
 import { silentLogger } from '../../src/log.js';
@@ -112,4 +113,59 @@ describe('two status writers that disagree', () => {
     expect(writes).toBeGreaterThanOrEqual(1);
     void a;
   }, 60_000);
+});
+
+describe('leader election between nodes whose clocks disagree', () => {
+  const timings = { leaseDurationMs: 2000, renewDeadlineMs: 1500, retryPeriodMs: 300 };
+  const leases = () => cluster.kubeConfig().makeApiClient(CoordinationV1Api);
+
+  function elector(name: string, identity: string, skewMs: number): LeaderElector {
+    const e = new LeaderElector({
+      api: cluster.kubeConfig(),
+      namespace: 'default',
+      name,
+      identity,
+      ...timings,
+      logger: silentLogger,
+      now: () => Date.now() + skewMs,
+    });
+    cleanups.push(() => e.stop());
+    return e;
+  }
+
+  test('a replica whose clock is 20 s ahead does not take the Lease from a leader that keeps renewing it', async () => {
+    const a = elector('hostile-skew-ahead', 'node-a', 0);
+    a.start();
+    await waitFor(() => a.isLeader(), 'node-a to lead');
+    const b = elector('hostile-skew-ahead', 'node-b', 20_000);
+    b.start();
+    // Three lease durations in which node-b reads the Lease every 0.3 s.
+    const until = Date.now() + 3 * timings.leaseDurationMs;
+    while (Date.now() < until) {
+      expect(b.isLeader()).toBe(false);
+      await sleep(100);
+    }
+    expect(a.isLeader()).toBe(true);
+    const l = await leases().readNamespacedLease({ name: 'hostile-skew-ahead', namespace: 'default' });
+    expect(l.spec?.holderIdentity).toBe('node-a');
+    expect(b.stats.acquisitions).toBe(0);
+  }, 30_000);
+
+  test('a replica whose clock is 20 s behind takes over a dead leader\u2019s Lease after the lease duration, not 20 s later', async () => {
+    const name = 'hostile-skew-behind';
+    const now = new V1MicroTime(Date.now());
+    await leases().createNamespacedLease({
+      namespace: 'default',
+      body: {
+        metadata: { name, namespace: 'default' },
+        spec: { holderIdentity: 'dead-node', leaseDurationSeconds: 2, renewTime: now, acquireTime: now },
+      },
+    });
+    const b = elector(name, 'node-b', -20_000);
+    const started = Date.now();
+    b.start();
+    await waitFor(() => b.isLeader(), 'node-b to take the Lease over', 15_000, 50);
+    // The lease duration (2 s) since node-b first saw the record, plus a retry period and a request.
+    expect(Date.now() - started).toBeLessThan(2000 + 300 * 1.2 + 1000);
+  }, 30_000);
 });
