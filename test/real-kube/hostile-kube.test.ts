@@ -3,6 +3,7 @@
 import { afterEach, beforeAll, describe, expect, test } from '@jest/globals';
 import { CoordinationV1Api, CustomObjectsApi, KubernetesObjectApi, V1MicroTime, Watch } from '@kubernetes/client-node';
 import { LeaderElector } from '../../src/controller/leader.js';
+import { KubernetesSource } from '../../src/sources/kubernetes/index.js';
 import { startKubernetesWith } from '../../src/cli/serve-kubernetes.js';
 import { parseConfig } from '../../src/config/load.js';
 import { silentLogger } from '../../src/log.js';
@@ -167,5 +168,61 @@ describe('leader election between nodes whose clocks disagree', () => {
     await waitFor(() => b.isLeader(), 'node-b to take the Lease over', 15_000, 50);
     // The lease duration (2 s) since node-b first saw the record, plus a retry period and a request.
     expect(Date.now() - started).toBeLessThan(2000 + 300 * 1.2 + 1000);
+  }, 30_000);
+});
+
+describe('a dual-stack Service: an IPv4 and an IPv6 EndpointSlice for the same pods', () => {
+  function slice(ns: string, name: string, service: string, addressType: string, ips: string[]): Obj {
+    return {
+      apiVersion: 'discovery.k8s.io/v1',
+      kind: 'EndpointSlice',
+      metadata: { name, namespace: ns, labels: { 'kubernetes.io/service-name': service } },
+      addressType,
+      ports: [{ name: 'http', protocol: 'TCP', port: 8000 }],
+      endpoints: ips.map((ip, i) => ({
+        addresses: [ip],
+        conditions: { ready: true },
+        targetRef: { kind: 'Pod', namespace: ns, name: `pod-${i}` },
+      })),
+    };
+  }
+
+  test('each pod is one endpoint, in the Service\u2019s primary family', async () => {
+    const ns = 'hostile-dual';
+    await create({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: ns } });
+    const svc = (name: string, spec: Obj = {}): Obj => ({
+      apiVersion: 'v1',
+      kind: 'Service',
+      metadata: { name, namespace: ns },
+      spec: { ports: [{ name: 'http', port: 80, targetPort: 8000, protocol: 'TCP' }], ...spec },
+    });
+    // The cluster is single-stack IPv4: a ClusterIP Service gets ipFamilies [IPv4]; a headless one without a selector
+    // may name both families, IPv6 first.
+    await create(svc('dual'));
+    await create(
+      svc('v6first', { clusterIP: 'None', ipFamilyPolicy: 'RequireDualStack', ipFamilies: ['IPv6', 'IPv4'] }),
+    );
+    await create(svc('v6only'));
+    for (const [service, v4, v6] of [
+      ['dual', ['10.1.0.1', '10.1.0.2'], ['fd00::1', 'fd00::2']],
+      ['v6first', ['10.1.0.3', '10.1.0.4'], ['fd00::3', 'fd00::4']],
+      ['v6only', [], ['fd00::5']],
+    ] as const) {
+      if (v4.length > 0) await create(slice(ns, `${service}-v4`, service, 'IPv4', [...v4]));
+      await create(slice(ns, `${service}-v6`, service, 'IPv6', [...v6]));
+    }
+    const source = new KubernetesSource(cluster.kubeConfig(), {
+      keysNamespace: 'default',
+      namespaces: [ns],
+      kserve: false,
+      logger: silentLogger,
+    });
+    cleanups.push(() => source.stop());
+    await source.start(() => undefined);
+    const hosts = (service: string) =>
+      source.endpoints({ kind: 'service', namespace: ns, service, port: 80 }).map((e) => `${e.host}:${e.port}`);
+    expect(hosts('dual')).toEqual(['10.1.0.1:8000', '10.1.0.2:8000']);
+    expect(hosts('v6first')).toEqual(['fd00::3:8000', 'fd00::4:8000']);
+    expect(hosts('v6only')).toEqual(['fd00::5:8000']);
   }, 30_000);
 });

@@ -103,6 +103,8 @@ export interface ParsedSlice {
   ports: SlicePort[];
   /** Addresses of ready endpoints (conditions.ready !== false). */
   readyAddresses: string[];
+  /** addressType: IPv4 (the default), IPv6 or FQDN; a dual-stack Service has a slice of each IP family. */
+  addressType?: string;
 }
 
 export const SERVICE_NAME_LABEL = 'kubernetes.io/service-name';
@@ -136,5 +138,14 @@ export function toSlice(raw: unknown): ParsedSlice | undefined {
     service: metadata.labels?.[SERVICE_NAME_LABEL],
     ports,
     readyAddresses,
+    addressType: typeof r.addressType === 'string' && r.addressType !== '' ? r.addressType : 'IPv4',
   };
+}
+
+/** A Service's primary IP family (spec.ipFamilies[0]): the family its EndpointSlices are read in when it has two. */
+export function servicePrimaryFamily(raw: unknown): string | undefined {
+  const spec = isObj(raw) ? raw.spec : undefined;
+  if (!isObj(spec) || !Array.isArray(spec.ipFamilies)) return undefined;
+  const first: unknown = spec.ipFamilies[0];
+  return typeof first === 'string' && first !== '' ? first : undefined;
 }

@@ -35,6 +35,8 @@ export class EndpointIndex {
     private readonly services: (key: string) => ServiceResource | undefined,
     /** Called after the slices or the Service of "ns/service" changed. */
     private readonly onChange?: (svcKey: string) => void,
+    /** The Service's primary IP family (spec.ipFamilies[0]), when known. */
+    private readonly primaryFamily: (svcKey: string) => string | undefined = () => undefined,
   ) {}
 
   /** Whether any slice of "ns/service" lists a ready address (on any port). */
@@ -138,8 +140,9 @@ export class EndpointIndex {
     const wanted = portName ?? '';
     const seen = new Set<string>();
     const out: EndpointAddress[] = [];
+    const family = this.familyOf(svcKey, slices);
     for (const slice of slices.values()) {
-      if (slice.readyAddresses.length === 0) continue;
+      if (slice.readyAddresses.length === 0 || (slice.addressType ?? 'IPv4') !== family) continue;
       // The endpoint port is the slice port with the Service port's name; else a numeric targetPort;
       // else (no targetPort at all) the Service port itself, as Kubernetes defaults targetPort to port.
       let port = slice.ports.find((p) => p.name === wanted && p.port !== undefined)?.port;
@@ -155,6 +158,22 @@ export class EndpointIndex {
     }
     out.sort((a, b) => (a.host < b.host ? -1 : a.host > b.host ? 1 : a.port - b.port));
     return out;
+  }
+
+  /**
+   * The one address family read for a Service: a dual-stack Service has an IPv4 and an IPv6 slice for the same
+   * endpoints, and reading both would make each pod two endpoints (twice the share of round-robin, its load split in
+   * two for least-request and the LLM picker). The Service's primary family when it has slices of it, else IPv4,
+   * else whichever family has them (IPv6, FQDN).
+   */
+  private familyOf(svcKey: string, slices: Map<string, ParsedSlice>): string {
+    const families = new Set<string>();
+    for (const s of slices.values()) if (s.readyAddresses.length > 0) families.add(s.addressType ?? 'IPv4');
+    if (families.size <= 1) return families.values().next().value ?? 'IPv4';
+    const primary = this.primaryFamily(svcKey);
+    if (primary !== undefined && families.has(primary)) return primary;
+    if (families.has('IPv4')) return 'IPv4';
+    return families.has('IPv6') ? 'IPv6' : [...families].sort()[0];
   }
 
   private removeFrom(owner: string, sliceName: string): void {

@@ -13,7 +13,14 @@ import type {
 } from '../../routing/types.js';
 import { KEY_LABEL } from '../../routing/types.js';
 import type { EndpointAddress, EndpointResolver, RouteSource, SourceHealth } from '../types.js';
-import { toInferenceService, toKeySecret, toService, toServingDeployment, toSlice } from './convert.js';
+import {
+  servicePrimaryFamily,
+  toInferenceService,
+  toKeySecret,
+  toService,
+  toServingDeployment,
+  toSlice,
+} from './convert.js';
 import { EndpointIndex } from './endpoints.js';
 import { Reflector, type Backoff, type RawObject, type RestartReason } from './reflector.js';
 import { copyWith } from '../../same-shape.js';
@@ -85,6 +92,8 @@ export class KubernetesSource implements RouteSource, EndpointResolver {
   private readonly inferenceServices = new Map<string, InferenceServiceResource>();
   private readonly keySecrets = new Map<string, KeySecretResource>();
   private readonly services = new Map<string, ServiceResource>();
+  /** "ns/service" → spec.ipFamilies[0], for dual-stack Services (EndpointIndex reads one family). */
+  private readonly serviceFamilies = new Map<string, string>();
   /** Snapshot arrays, rebuilt only for the parts that changed. */
   private readonly arrays: Partial<Record<Part, unknown[]>> = {};
   private readonly index: EndpointIndex;
@@ -108,6 +117,7 @@ export class KubernetesSource implements RouteSource, EndpointResolver {
     this.index = new EndpointIndex(
       (key) => this.services.get(key),
       (key) => this.endpointsChanged(key),
+      (key) => this.serviceFamilies.get(key),
     );
   }
 
@@ -247,9 +257,7 @@ export class KubernetesSource implements RouteSource, EndpointResolver {
         prefix: '/api/v1',
         plural: 'services',
         namespaces: projectScopes,
-        handler: this.partHandler('services', this.services, toService, (ns, name) =>
-          this.index.serviceChanged(ns, name),
-        ),
+        handler: this.serviceHandler(),
       },
       {
         kind: 'endpointslices',
@@ -280,6 +288,26 @@ export class KubernetesSource implements RouteSource, EndpointResolver {
       });
     }
     return list;
+  }
+
+  /** Services: the snapshot part, and the primary IP family the endpoint index reads their slices in. */
+  private serviceHandler(): Watched['handler'] {
+    const part = this.partHandler('services', this.services, toService, (ns, name) =>
+      this.index.serviceChanged(ns, name),
+    );
+    const familyKey = (obj: RawObject) => `${obj.metadata.namespace ?? ''}/${obj.metadata.name}`;
+    return {
+      upsert: (obj) => {
+        const family = servicePrimaryFamily(obj);
+        if (family === undefined) this.serviceFamilies.delete(familyKey(obj));
+        else this.serviceFamilies.set(familyKey(obj), family);
+        part.upsert(obj);
+      },
+      delete: (obj) => {
+        this.serviceFamilies.delete(familyKey(obj));
+        part.delete(obj);
+      },
+    };
   }
 
   private partHandler<T>(
