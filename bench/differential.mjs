@@ -149,18 +149,19 @@ async function restartFleet() {
 }
 await restartFleet();
 const dir = mkdtempSync(join(tmpdir(), 'h4-diff-'));
+const manifestDocs = () =>
+  docs.concat([
+    dep('p1', 'fleet', {
+      type: 'model',
+      modelServer: 'llm',
+      modelName: 'sim-llama',
+      backend: { urls: FLEET_PORTS.map((p) => `http://127.0.0.1:${p}`) },
+      balancing: { policy: 'llm' },
+    }),
+  ]);
 writeFileSync(
   join(dir, 'all.yaml'),
-  docs
-    .concat([
-      dep('p1', 'fleet', {
-        type: 'model',
-        modelServer: 'llm',
-        modelName: 'sim-llama',
-        backend: { urls: FLEET_PORTS.map((p) => `http://127.0.0.1:${p}`) },
-        balancing: { policy: 'llm' },
-      }),
-    ])
+  manifestDocs()
     .map((x) => stringify(x))
     .join('---\n'),
 );
@@ -1184,6 +1185,142 @@ add(
   ['GET', 'GET'],
 );
 
+// as the openai SDK (node) sends them
+const SDK = [
+  'Accept: application/json',
+  'Content-Type: application/json',
+  'User-Agent: OpenAI/JS 6.49.0',
+  'X-Stainless-Lang: js',
+  'X-Stainless-Package-Version: 6.49.0',
+  'X-Stainless-OS: Linux',
+  'X-Stainless-Arch: x64',
+  'X-Stainless-Runtime: node',
+  'X-Stainless-Runtime-Version: v20.18.1',
+  'Authorization: Bearer {k1}',
+  'X-Stainless-Retry-Count: 0',
+  'X-Stainless-Timeout: 600',
+  'Accept-Encoding: gzip, deflate',
+  'Connection: keep-alive',
+];
+add(
+  'sdk stream then list',
+  [
+    {
+      write: rq(
+        'POST',
+        '/openai/v1/chat/completions',
+        SDK,
+        chat('p1/llm', ',"stream":true,"stream_options":{"include_usage":true}'),
+      ),
+    },
+    { pause: 200 },
+    { write: rq('GET', '/openai/v1/models', SDK) },
+    { pause: 200 },
+    { write: rq('GET', '/openai/v1/models/p1%2Fllm', SDK) },
+    { pause: 200 },
+    { write: rq('POST', '/openai/v1/chat/completions', SDK, chat('p1/nope')) },
+  ],
+  ['POST', 'GET', 'GET', 'POST'],
+);
+add(
+  'sdk retry of a 5xx',
+  Buffer.concat([
+    rq('POST', '/openai/v1/chat/completions?status=500', SDK, chat('p1/llm')),
+    rq(
+      'POST',
+      '/openai/v1/chat/completions?status=500',
+      [...SDK.filter((h) => !/retry-count/i.test(h)), 'X-Stainless-Retry-Count: 1'],
+      chat('p1/llm'),
+    ),
+  ]),
+  ['POST', 'POST'],
+);
+
+// after the manifests change (run last)
+const reloadCase = (name, method, path, headers, body) =>
+  one(`reload: ${name}`, method, path, headers, body, { reload: true });
+reloadCase('removed key', 'GET', '/v1/p1/echo/x', [A12]);
+reloadCase('kept key', 'GET', '/v1/p1/echo/x', [A1]);
+reloadCase('removed deployment', 'GET', '/v1/p1/canary0/x', [A1]);
+reloadCase('added deployment', 'GET', '/v1/p1/late/x', [A1]);
+reloadCase('fallback added', 'GET', '/v1/p1/echo/x?status=503', [A1]);
+reloadCase('models list', 'GET', '/openai/v1/models', ['Authorization: Bearer {kall}']);
+cases.push({
+  name: 'reload: admin deployments',
+  steps: [{ write: rq('GET', '/deployments', []) }],
+  methods: ['GET'],
+  admin: true,
+  reload: true,
+});
+
+// the client or the backend ending early
+add(
+  'client gone while waiting for the head',
+  [{ write: rq('GET', '/v1/p1/echo/x?hang=1', [A1]) }, { pause: 200 }, { half: true }],
+  ['GET'],
+  { idleMs: 600 },
+);
+add(
+  'client gone while waiting llm',
+  [{ write: rq('POST', '/openai/v1/chat/completions?hang=1', AJS, chat('p1/llm')) }, { pause: 200 }, { half: true }],
+  ['POST'],
+  { idleMs: 600 },
+);
+add(
+  'backend answers before the body',
+  [
+    { write: rq('POST', '/v1/p1/echo/x?early=1', [A1, 'Content-Length: 10']) },
+    { write: 'abc' },
+    { pause: 300 },
+    { write: 'defghij' },
+  ],
+  ['POST'],
+  { idleMs: 600 },
+);
+add(
+  'backend 503 before the body, fallback',
+  [
+    { write: rq('POST', '/v1/p1/flaky/x?early=1&status=503', [A1, 'Content-Length: 10']) },
+    { write: 'abc' },
+    { pause: 300 },
+    { write: 'defghij' },
+  ],
+  ['POST'],
+  { idleMs: 600 },
+);
+add(
+  'backend answers before a chunked body',
+  [
+    { write: rq('POST', '/v1/p1/echo/x?early=1', [A1, 'Transfer-Encoding: chunked']) },
+    { write: '3\r\nabc\r\n' },
+    { pause: 300 },
+    { write: '0\r\n\r\n' },
+    { write: rq('GET', '/v1/p1/echo/after', [A1]) },
+  ],
+  ['POST', 'GET'],
+  { idleMs: 600 },
+);
+add(
+  'body idle then pipelined',
+  [
+    { write: rq('POST', '/v1/p1/echo/x', [A1, 'Content-Length: 4']) },
+    { write: 'ab' },
+    { pause: 400 },
+    { write: 'cd' },
+    { write: rq('GET', '/v1/p1/echo/after', [A1]) },
+  ],
+  ['POST', 'GET'],
+);
+add(
+  'expect continue with fallback streaming body',
+  [
+    { write: rq('POST', '/v1/p1/flaky/x?status=503', [A1, 'Expect: 100-continue', 'Content-Length: 5']) },
+    { waitBytes: 20, maxMs: 1500 },
+    { write: 'hello' },
+  ],
+  ['POST'],
+);
+
 // failed-auth throttling by address (profile c makes it bite after 3)
 const xff = (ip) => `X-Forwarded-For: ${ip}`;
 add(
@@ -1267,11 +1404,13 @@ if (fuzzN > 0)
 
 // ---- run ----
 const ports = gws.flatMap((g) => [g.port, g.adminPort]);
+/** The lines since `from`, once none has come for 250 ms: the access log is written in batches every 100 ms. */
 async function logsSettled(gw, from) {
   let n = gw.lines.length;
-  for (let i = 0; i < 20; i++) {
-    await new Promise((r) => setTimeout(r, 40));
-    if (gw.lines.length === n && i >= 2) break;
+  let quiet = 0;
+  for (let i = 0; i < 60 && quiet < 5; i++) {
+    await new Promise((r) => setTimeout(r, 50));
+    quiet = gw.lines.length === n ? quiet + 1 : 0;
     n = gw.lines.length;
   }
   return gw.lines.slice(from);
@@ -1387,7 +1526,33 @@ for (const gw of gws) {
   await restartFleet();
   for (const c of fleetCases) fleetRuns.set(`${gw.label}:${c.name}`, await runOn(gw, c));
 }
+// Reload cases last: the manifests change under both gateways (a key removed, a deployment added, one removed, one
+// given a fallback), and they run once both serve the added deployment.
+battery = battery.filter((c) => !c.reload).concat(battery.filter((c) => c.reload));
+let reloaded = false;
+async function applyReload() {
+  reloaded = true;
+  const changed = manifestDocs()
+    .filter((d) => d.metadata.name !== 'k12' && d.metadata.name !== 'canary0')
+    .map((d) =>
+      d.metadata.name === 'echo' && d.metadata.namespace === 'p1'
+        ? { ...d, spec: { ...d.spec, fallbacks: ['plain'] } }
+        : d,
+    )
+    .concat([dep('p1', 'late', { type: 'python', backend: { url: P } })]);
+  writeFileSync(join(dir, 'all.yaml'), changed.map((x) => stringify(x)).join('---\n'));
+  for (const gw of gws) {
+    const until = Date.now() + 15_000;
+    for (;;) {
+      const { bytes } = await exchange(gw.port, [{ write: rq('GET', '/v1/p1/late/probe', [A1]) }], { idleMs: 100 });
+      if (bytes.toString('latin1').startsWith('HTTP/1.1 200')) break;
+      if (Date.now() > until) throw new Error(`${gw.label} did not load the changed manifests`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+}
 for (const c of battery) {
+  if (c.reload && !reloaded) await applyReload();
   const o = c.fleet ? fleetRuns.get(`old:${c.name}`) : await runOn(gws[0], c);
   const n = c.fleet ? fleetRuns.get(`new:${c.name}`) : await runOn(gws[1], c);
   const parts = {};

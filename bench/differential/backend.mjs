@@ -4,6 +4,7 @@
 //   ?resetmid=1    head + part of the body, then destroy            ?hang=1 never answer
 //   ?chunked=1     a chunked answer with a trailer                   ?cookies=1 two set-cookie headers
 //   ?bighead=N     an answer header of N bytes                       ?refuse=1 refuse a websocket upgrade
+//   ?early=1       answer before reading the body
 //   ?delay=ms      answer after ms                                   ?stall=ms (SSE) pause after the first event
 //   /v1/chat/completions, /v1/completions: an OpenAI-style answer; "stream": true → SSE, usage when asked
 // Every other request is echoed: method, url, the header list in order, the body.
@@ -105,6 +106,8 @@ export async function startBackend(name) {
     if (q.get('reset') === '1') return req.socket.destroy();
     if (q.get('hang') === '1') return;
     if (q.get('delay')) await new Promise((r) => setTimeout(r, Number(q.get('delay'))));
+    if (q.get('early') === '1')
+      return sendJson(res, Number(q.get('status') ?? 200), { early: true, backend: name }, { 'x-backend': name });
     const { body } = await readAll(req);
     if (name === 'modal' && /\/v1\/(chat\/)?completions$/.test(url.pathname)) return chat(req, res, body, q);
     const doc = echoDoc(name, req, body);
