@@ -349,7 +349,7 @@ describe('RBAC equals docs/rbac.md', () => {
       .filter((l) => !/^\s*\{\{.*\}\}\s*$/.test(l))
       .join('\n')
       .replace(
-        '{{ .Values.gateway.kubernetes.leaderElection.leaseName | quote }}',
+        '{{ include "servegate.leaseName" . | quote }}',
         JSON.stringify(values.gateway.kubernetes.leaderElection.leaseName),
       );
     expect(body).not.toContain('{{');

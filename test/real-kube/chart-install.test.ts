@@ -12,6 +12,7 @@ import { readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
+import { parse as parseYaml } from 'yaml';
 import { generateKey, keySecretManifest } from '../../src/keys/index.js';
 import { installChart, type ChartRelease } from '../support/helm.js';
 import { otherCrdsDir, sharedKubeCluster, type KubeCluster } from '../support/kube.js';
@@ -257,7 +258,7 @@ async function expectLeast(
     [
       { verb: 'delete', group: 'coordination.k8s.io', resource: 'leases', namespace: rel.namespace },
       'DELETE',
-      `/apis/coordination.k8s.io/v1/namespaces/${rel.namespace}/leases/servegate-controller`,
+      `/apis/coordination.k8s.io/v1/namespaces/${rel.namespace}/leases/${leaseOf(rel)}`,
     ],
     [
       { verb: 'list', group: 'coordination.k8s.io', resource: 'leases', namespace: rel.namespace },
@@ -318,8 +319,14 @@ async function expectLeast(
   expect(wrong).toEqual([]);
 }
 
+/** The Lease a release elects on: its config's (the chart names it <fullname>-controller by default). */
+function leaseOf(rel: ChartRelease): string {
+  const c = parseYaml(rel.config) as { kubernetes: { leaderElection: { leaseName: string } } };
+  return c.kubernetes.leaderElection.leaseName;
+}
+
 /** What every install grants: the watch rules, the status patch, the Lease. */
-async function expectGranted(rel: ChartRelease, kc: KubeConfig, project: string, lease = 'servegate-controller') {
+async function expectGranted(rel: ChartRelease, kc: KubeConfig, project: string, lease = leaseOf(rel)) {
   const granted: Attr[] = [
     { verb: 'list', group: 'serving.servegate.dev', resource: 'servingdeployments', namespace: project },
     { verb: 'watch', group: 'serving.servegate.dev', resource: 'servingdeployments', namespace: project },
@@ -351,7 +358,7 @@ async function expectWorks(sg: ServegateProcess, rel: ChartRelease, ns: string, 
   const ready = o.status!.conditions!.find((c) => c.type === 'Ready')!;
   expect([ready.status, ready.reason]).toEqual(['False', 'NoReadyEndpoints']);
   expect(o.status!.url).toBe(`${PUBLIC_URL}/v1/${ns}/${name}`);
-  expect(await until('the Lease', () => holder(rel.namespace, 'servegate-controller'))).toBe(rel.podName);
+  expect(await until('the Lease', () => holder(rel.namespace, leaseOf(rel)))).toBe(rel.podName);
   expect(refusals(sg)).toEqual([]);
 }
 

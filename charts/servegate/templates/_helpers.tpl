@@ -70,7 +70,22 @@ app.kubernetes.io/part-of: servegate
 {{- else if and $g.auth.projectNamespaceKeys .Values.rbac.create }}
 {{- fail "gateway.auth.projectNamespaceKeys needs Secret access in the project namespaces: set rbac.projectNamespaceKeys: true instead (it sets both)" }}
 {{- end }}
+{{- $_ := set $g.kubernetes.leaderElection "leaseName" (include "servegate.leaseName" .) }}
 {{ toYaml $g }}
+{{- end }}
+
+{{/*
+The Lease of leader election. The default name (servegate-controller) becomes <fullname>-controller, so that two
+releases in one namespace elect a status writer each instead of one for both (the other release's deployments then got
+no status at all); the release named servegate keeps servegate-controller. Any other name is used as written.
+*/}}
+{{- define "servegate.leaseName" -}}
+{{- $l := .Values.gateway.kubernetes.leaderElection.leaseName -}}
+{{- if eq $l "servegate-controller" -}}
+{{- printf "%s-controller" (include "servegate.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $l -}}
+{{- end -}}
 {{- end }}
 
 {{/* Whole seconds the pod may take to stop: preStop sleep + drain + 5 s for the process to exit. */}}

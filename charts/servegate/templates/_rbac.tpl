@@ -43,6 +43,6 @@ Keep each rule as plain YAML here; rbac.yaml only places them in (Cluster)Roles.
   verbs: [create]
 - apiGroups: [coordination.k8s.io]
   resources: [leases]
-  resourceNames: [{{ .Values.gateway.kubernetes.leaderElection.leaseName | quote }}]
+  resourceNames: [{{ include "servegate.leaseName" . | quote }}]
   verbs: [get, update]
 {{- end }}
