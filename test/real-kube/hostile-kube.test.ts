@@ -226,3 +226,75 @@ describe('a dual-stack Service: an IPv4 and an IPv6 EndpointSlice for the same p
     expect(hosts('v6only')).toEqual(['fd00::5:8000']);
   }, 30_000);
 });
+
+describe('EndpointSlices that change fast', () => {
+  test('200 updates of ready, serving and terminating endpoints, a slice moved to another Service: the index ends where the API server ends', async () => {
+    const ns = 'hostile-churn';
+    await create({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: ns } });
+    for (const name of ['a', 'b'])
+      await create({
+        apiVersion: 'v1',
+        kind: 'Service',
+        metadata: { name, namespace: ns },
+        spec: { ports: [{ name: 'http', port: 80, targetPort: 8000, protocol: 'TCP' }] },
+      });
+    const source = new KubernetesSource(cluster.kubeConfig(), {
+      keysNamespace: 'default',
+      namespaces: [ns],
+      kserve: false,
+      logger: silentLogger,
+    });
+    cleanups.push(() => source.stop());
+    await source.start(() => undefined);
+    const hosts = (service: string) =>
+      source
+        .endpoints({ kind: 'service', namespace: ns, service, port: 80 })
+        .map((e) => e.host)
+        .join(',');
+    const body = (service: string, eps: Obj[]): Obj => ({
+      apiVersion: 'discovery.k8s.io/v1',
+      kind: 'EndpointSlice',
+      metadata: { name: 'churn', namespace: ns, labels: { 'kubernetes.io/service-name': service } },
+      addressType: 'IPv4',
+      ports: [{ name: 'http', protocol: 'TCP', port: 8000 }],
+      endpoints: eps,
+    });
+    const slices = KubernetesObjectApi.makeApiClient(cluster.kubeConfig());
+    await slices.create(body('a', []) as never);
+    let expected = '';
+    let seed = 7;
+    const rnd = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
+    for (let i = 0; i < 200; i++) {
+      const eps: Obj[] = [];
+      const ready: string[] = [];
+      for (let j = 1; j <= 6; j++) {
+        const r = rnd();
+        if (r < 0.2) continue; // gone
+        const ip = `10.2.0.${j}`;
+        if (r < 0.4) eps.push({ addresses: [ip], conditions: { ready: false, serving: true, terminating: true } });
+        else if (r < 0.5)
+          eps.push({ addresses: [ip], conditions: { ready: false, serving: false, terminating: false } });
+        else if (r < 0.6) {
+          eps.push({ addresses: [ip] }); // no conditions: ready, as Kubernetes reads it
+          ready.push(ip);
+        } else {
+          eps.push({ addresses: [ip], conditions: { ready: true, serving: true, terminating: false } });
+          ready.push(ip);
+        }
+      }
+      await slices.replace(body('a', eps) as never);
+      expected = ready.sort().join(',');
+    }
+    expect(expected).not.toBe('');
+    await waitFor(() => hosts('a') === expected, `service a to have ${expected}`, 10_000, 20);
+    // The slice moves to Service b: a has nothing, b has what it lists.
+    const last = (await slices.read({
+      apiVersion: 'discovery.k8s.io/v1',
+      kind: 'EndpointSlice',
+      metadata: { name: 'churn', namespace: ns },
+    } as never)) as unknown as Obj;
+    last.metadata.labels = { 'kubernetes.io/service-name': 'b' };
+    await slices.replace(last as never);
+    await waitFor(() => hosts('a') === '' && hosts('b') === expected, 'the slice under service b', 10_000, 20);
+  }, 60_000);
+});
