@@ -80,6 +80,7 @@ interface Watched {
   plural: string;
   labelSelector?: string;
   optional?: boolean;
+  notFoundHint?: string;
   namespaces: (string | undefined)[];
   handler: { upsert(obj: RawObject): void; delete(obj: RawObject): void };
 }
@@ -168,6 +169,7 @@ export class KubernetesSource implements RouteSource, EndpointResolver {
             scope: ns === undefined ? 'in all namespaces' : `in namespace ${ns}`,
             labelSelector: w.labelSelector,
             optional: w.optional,
+            notFoundHint: w.notFoundHint,
             pageSize: this.opts.pageSize ?? 500,
             idleTimeoutMs: this.opts.watchIdleTimeoutMs ?? 300_000,
             backoff: this.opts.backoff ?? { initialMs: 200, maxMs: 30_000 },
@@ -235,6 +237,9 @@ export class KubernetesSource implements RouteSource, EndpointResolver {
         kind: 'servingdeployments',
         prefix: '/apis/serving.servegate.dev/v1alpha1',
         plural: 'servingdeployments',
+        notFoundHint:
+          'the CustomResourceDefinition servingdeployments.serving.servegate.dev is not installed: ' +
+          'kubectl apply -f crds/ (docs/install.md)',
         namespaces: projectScopes,
         handler: this.partHandler('deployments', this.deployments, toServingDeployment),
       },
@@ -283,6 +288,8 @@ export class KubernetesSource implements RouteSource, EndpointResolver {
         prefix: '/apis/serving.kserve.io/v1beta1',
         plural: 'inferenceservices',
         optional: true,
+        notFoundHint:
+          'KServe is not installed (no serving.kserve.io/v1beta1 InferenceService API); kubernetes.kserve.enabled is on',
         namespaces: projectScopes,
         handler: this.partHandler('inferenceServices', this.inferenceServices, toInferenceService),
       });

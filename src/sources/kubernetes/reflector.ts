@@ -38,6 +38,8 @@ export interface ReflectorOptions {
   labelSelector?: string;
   /** A kind whose API may not be installed (KServe): a 404 on list counts as synced-and-empty while retrying. */
   optional?: boolean;
+  /** Said after a 404 on list: what is missing and how to install it (a CRD not applied yet). */
+  notFoundHint?: string;
   pageSize: number;
   idleTimeoutMs: number;
   backoff: Backoff;
@@ -121,7 +123,8 @@ export class Reflector {
         } catch (err) {
           if (this.stopped) break;
           const delay = this.delay(attempt++);
-          this.fail('list_error', `list ${this.name}: ${errorText(err)}; retrying in ${fmt(delay)}`, err);
+          const hint = apiStatus(err) === 404 && this.o.notFoundHint ? ` (${this.o.notFoundHint})` : '';
+          this.fail('list_error', `list ${this.name}: ${errorText(err)}${hint}; retrying in ${fmt(delay)}`, err);
           await this.sleep(delay);
           continue;
         }
