@@ -1,7 +1,8 @@
 // The status controller: after every build, writes each ServingDeployment's status (URLs, hostname, conditions)
 // through the status subresource, only while leader and only when it changed; a small work queue with retries.
 import { CustomObjectsApi, PatchStrategy, setHeaderMiddleware, type KubeConfig } from '@kubernetes/client-node';
-import { apiStatus, FIELD_MANAGER } from '../kube/objects.js';
+import { createHash } from 'node:crypto';
+import { apiStatus, FIELD_MANAGER, isObject } from '../kube/objects.js';
 import { silentLogger, type Logger } from '../log.js';
 import { PROJECT_NAME } from '../routing/names.js';
 import type { AppliedBuild, RouteStore } from '../routing/store.js';
@@ -116,6 +117,8 @@ export class StatusController {
   private putBacks = new Map<string, { count: number; at: number }>();
   /** Keys whose next put-back waits (another writer keeps changing their status). */
   private putBackTimers = new Map<string, NodeJS.Timeout>();
+  /** Digests of the last few statuses we wrote per key: one seen again is our own write arriving late, not a fight. */
+  private ownWrites = new Map<string, string[]>();
   private active = 0;
   private idleWaiters: Array<() => void> = [];
   private unsubscribe: (() => void) | undefined;
@@ -167,8 +170,11 @@ export class StatusController {
     this.latest.set(key, entry);
     if (!this.leadership.isLeader() || this.retryTimers.has(key) || this.putBackTimers.has(key)) return;
     const current = this.currentStatus(key, resource);
-    if (statusNeedsWrite(desiredStatus(e.status, current, this.now(), { project: projectOf(entry) }), current))
-      this.putBack(key);
+    if (!statusNeedsWrite(desiredStatus(e.status, current, this.now(), { project: projectOf(entry) }), current)) return;
+    // An earlier write of ours delivered after a later one (the route changed while it was on its way): answered at
+    // once, and not counted as another writer.
+    if (this.ownWrites.get(key)?.includes(statusDigest(current))) this.enqueue(key);
+    else this.putBack(key);
   }
 
   /**
@@ -276,6 +282,7 @@ export class StatusController {
     clearTimeout(this.putBackTimers.get(key));
     if (this.putBackTimers.delete(key)) pending = true;
     this.putBacks.delete(key);
+    this.ownWrites.delete(key);
     this.written.delete(key);
     if (this.queued.delete(key)) {
       this.queue = this.queue.filter((k) => k !== key);
@@ -375,6 +382,10 @@ export class StatusController {
       this.attempts.delete(key);
       // The informer has not delivered our write yet: remember it against the resourceVersion we computed from
       // (ignored as soon as the snapshot carries a newer version of the object).
+      const own = this.ownWrites.get(key) ?? [];
+      own.push(statusDigest(desired));
+      if (own.length > 3) own.shift();
+      this.ownWrites.set(key, own);
       this.written.set(key, {
         uid: e.resource.metadata.uid,
         resourceVersion: e.resource.metadata.resourceVersion,
@@ -412,6 +423,22 @@ export class StatusController {
     t.unref?.();
     this.retryTimers.set(key, t);
   }
+}
+
+/** A status's digest, object key order ignored (the API server's order is not ours): see ownWrites. */
+function statusDigest(status: unknown): string {
+  return createHash('sha1').update(canonical(status)).digest('base64');
+}
+
+function canonical(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(canonical).join(',')}]`;
+  if (isObject(v))
+    return `{${Object.keys(v)
+      .filter((k) => v[k] !== undefined)
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${canonical(v[k])}`)
+      .join(',')}}`;
+  return JSON.stringify(v ?? null);
 }
 
 /** The project shown in status (and by `kubectl get sdep`): spec.project, else the namespace; none for InvalidSpec. */

@@ -110,15 +110,31 @@ export function statusNeedsWrite(desired: ServingDeploymentStatus, current: unkn
   return !deepEqual(desired, current ?? {});
 }
 
+/** Every top-level status field servegate writes. */
+const STATUS_FIELDS = [
+  'observedGeneration',
+  'project',
+  'url',
+  'inferenceUrl',
+  'openaiUrl',
+  'endpointUrl',
+  'hostname',
+  'conditions',
+] as const;
+
 /**
- * The JSON merge patch (RFC 7386) that turns `current` into `desired`: every desired key, and null for each
- * top-level key of `current` that `desired` lacks (arrays such as conditions are replaced whole).
+ * The JSON merge patch (RFC 7386) that turns the status into `desired`: every desired key, and null for each field
+ * servegate writes that `desired` lacks and for each other top-level key of `current` (arrays such as conditions
+ * are replaced whole). The fields servegate writes are nulled even when `current` lacks them: `current` may be a
+ * version of the object from before a write of ours that added them (the watch lags), and the status would then
+ * keep them (a Ready=False BackendNotFound with the URLs of the route it no longer is).
  */
 export function statusMergePatch(
   desired: ServingDeploymentStatus,
   current: unknown,
 ): { status: Record<string, unknown> } {
   const patch: Record<string, unknown> = { ...desired };
+  for (const k of STATUS_FIELDS) if (!(k in patch)) patch[k] = null;
   if (isObject(current)) {
     for (const k of Object.keys(current)) if (!(k in patch)) patch[k] = null;
   }

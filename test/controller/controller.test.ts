@@ -179,6 +179,30 @@ describe('status controller', () => {
     expect(sdepStatus('fraud-detection', 'fraud')).toEqual(right);
   });
 
+  test('an earlier write of ours delivered after a later one is put right at once, however often the route flaps', async () => {
+    // The route flaps (its Service comes and goes) faster than the watch delivers our writes: each late echo of an
+    // earlier write of ours is answered at once, not taken for another writer and backed off (hostile-kube.test.ts).
+    fake.create(
+      sdepObj('flap', 'chat', { type: 'model', modelServer: 'llm', backend: { service: 'chat', port: 8000 } }),
+    );
+    const { store, c } = controller();
+    const before = snapshotNow(); // the object as it was before any write of ours (the watch lags)
+    for (let round = 0; round < 3; round++) {
+      store.apply({ ...snapshotNow(), services: [], deployments: before.deployments }); // BackendNotFound
+      await c.idle();
+      const notFound = snapshotNow().deployments[0]!; // our BackendNotFound write, delivered later
+      fake.create(svcObj('flap', 'chat', 8000));
+      store.apply({ ...snapshotNow(), deployments: before.deployments }); // Routed
+      await c.idle();
+      const writes = statusWrites().length;
+      c.statusChanged(notFound);
+      await c.idle();
+      expect(statusWrites()).toHaveLength(writes + 1);
+      expect(sdepStatus('flap', 'chat').conditions[0].reason).toBe('Routed');
+      fake.delete('v1', 'Service', 'flap', 'chat');
+    }
+  });
+
   test('a spec change is reflected with the new observedGeneration', async () => {
     fake.create(svcObj('demo', 'chat', 8000));
     fake.create(

@@ -216,10 +216,26 @@ describe('statusNeedsWrite', () => {
 describe('statusMergePatch', () => {
   test('sets every desired field and nulls the fields the current status has but the desired lacks', () => {
     const desired = desiredStatus(rejected('Conflict', 'taken'), undefined, T0);
-    const patch = statusMergePatch(desired, { url: 'u', hostname: 'h', observedGeneration: 1, conditions: [] });
+    const patch = statusMergePatch(desired, { url: 'u', hostname: 'h', observedGeneration: 1, conditions: [], x: 1 });
     expect(patch).toEqual({
-      status: { observedGeneration: 2, conditions: desired.conditions, url: null, hostname: null },
+      status: {
+        observedGeneration: 2,
+        conditions: desired.conditions,
+        project: null,
+        url: null,
+        inferenceUrl: null,
+        openaiUrl: null,
+        endpointUrl: null,
+        hostname: null,
+        x: null,
+      },
     });
+  });
+
+  test('nulls every field servegate writes that the desired lacks, even when the status it read lacks them', () => {
+    // What it read may be older than a write of ours that added the URLs (the watch lags).
+    const desired = desiredStatus(rejected('Conflict', 'taken'), undefined, T0);
+    expect(statusMergePatch(desired, undefined).status).toMatchObject({ url: null, openaiUrl: null, hostname: null });
   });
 });
 
