@@ -49,3 +49,15 @@ describe('the leader-election Lease of a release', () => {
     expect(l).toEqual({ config: 'shared-lease', granted: ['shared-lease'] });
   });
 });
+
+describe('the alerts on the status writer', () => {
+  test('no replica leading, and every status write failing, are alerted on', () => {
+    const docs = render('servegate', '--set', 'prometheusRule.enabled=true');
+    const rules = (docs.find((d) => d.kind === 'PrometheusRule')!.spec.groups as Array<{ rules: Doc[] }>).flatMap(
+      (g) => g.rules,
+    );
+    const byMetric = (m: string) => rules.filter((r) => String(r.expr).includes(m)).map((r) => r.alert);
+    expect(byMetric('servegate_leader')).toEqual(['ServegateNoStatusWriter']);
+    expect(byMetric('servegate_status_write_failures_total')).toEqual(['ServegateStatusWritesFailing']);
+  });
+});
