@@ -1,7 +1,17 @@
 // A hostile review of the Kubernetes side (session 4, H5) against the real kube-apiserver: what an operator and an
 // attacker do to the gateway's watches and status writes that the other suites leave out.
 import { afterEach, beforeAll, describe, expect, test } from '@jest/globals';
-import { CoordinationV1Api, CustomObjectsApi, KubernetesObjectApi, V1MicroTime, Watch } from '@kubernetes/client-node';
+import {
+  CoordinationV1Api,
+  CoreV1Api,
+  CustomObjectsApi,
+  KubernetesObjectApi,
+  PatchStrategy,
+  setHeaderMiddleware,
+  V1MicroTime,
+  Watch,
+} from '@kubernetes/client-node';
+import type { Snapshot } from '../../src/routing/types.js';
 import { LeaderElector } from '../../src/controller/leader.js';
 import { KubernetesSource } from '../../src/sources/kubernetes/index.js';
 import { startKubernetesWith } from '../../src/cli/serve-kubernetes.js';
@@ -16,6 +26,10 @@ import { sleep, waitFor } from '../support/wait.js';
 import { join } from 'node:path';
 
 const GROUP = 'serving.servegate.dev';
+const mergePatch = {
+  middleware: [setHeaderMiddleware('Content-Type', PatchStrategy.MergePatch)],
+  middlewareMergeStrategy: 'append' as const,
+};
 let cluster: KubeCluster;
 let admin: KubernetesObjectApi;
 const cleanups: Array<() => Promise<unknown> | unknown> = [];
@@ -297,4 +311,34 @@ describe('EndpointSlices that change fast', () => {
     await slices.replace(last as never);
     await waitFor(() => hosts('a') === '' && hosts('b') === expected, 'the slice under service b', 10_000, 20);
   }, 60_000);
+});
+
+describe('Services that other controllers keep touching', () => {
+  test('updates that change nothing routing reads (annotations, labels) rebuild nothing; a port change does', async () => {
+    const ns = 'hostile-touch';
+    await project(ns, ['model']);
+    const source = new KubernetesSource(cluster.kubeConfig(), {
+      keysNamespace: 'default',
+      namespaces: [ns],
+      kserve: false,
+      logger: silentLogger,
+    });
+    cleanups.push(() => source.stop());
+    const snapshots: Snapshot[] = [];
+    await source.start((s) => snapshots.push(s));
+    const core = cluster.kubeConfig().makeApiClient(CoreV1Api);
+    const patch = (body: Obj) => core.patchNamespacedService({ name: 'model-svc', namespace: ns, body }, mergePatch);
+    const before = snapshots.length;
+    for (let i = 0; i < 30; i++)
+      await patch({ metadata: { annotations: { 'touched-by': `controller-${i}` }, labels: { round: String(i) } } });
+    await patch({ spec: { ports: [{ port: 80, targetPort: 8081, protocol: 'TCP' }] } });
+    await waitFor(
+      () => snapshots.at(-1)?.services?.find((x) => x.metadata.name === 'model-svc')?.ports[0]?.targetPort === 8081,
+      'the port change',
+      10_000,
+      20,
+    );
+    // Before: one rebuild per touch (30 here); now the port change alone.
+    expect(snapshots.length - before).toBeLessThanOrEqual(2);
+  }, 30_000);
 });
