@@ -213,7 +213,7 @@ export class StatusController {
     this.written.clear();
   }
 
-  /** Items waiting (queued or waiting for a retry). */
+  /** Items waiting (queued, waiting for a retry, or a put-back held while another writer keeps changing it). */
   queueDepth(): number {
     return this.queue.length + this.retryTimers.size + this.putBackTimers.size;
   }
@@ -380,12 +380,12 @@ export class StatusController {
       await this.opts.writer.patchStatus(namespace, name, statusMergePatch(desired, current));
       this.stats.writes++;
       this.attempts.delete(key);
-      // The informer has not delivered our write yet: remember it against the resourceVersion we computed from
-      // (ignored as soon as the snapshot carries a newer version of the object).
       const own = this.ownWrites.get(key) ?? [];
       own.push(statusDigest(desired));
       if (own.length > 3) own.shift();
       this.ownWrites.set(key, own);
+      // The informer has not delivered our write yet: remember it against the resourceVersion we computed from
+      // (ignored as soon as the snapshot carries a newer version of the object).
       this.written.set(key, {
         uid: e.resource.metadata.uid,
         resourceVersion: e.resource.metadata.resourceVersion,
