@@ -71,6 +71,9 @@ export class Reflector {
   /** True while a watch is open and confirmed (connected). */
   private healthy = false;
   private lastOkAt = Date.now();
+  /** When the last 410 made us relist, and how many came one after another (each within 10 s of the last). */
+  private lastExpiredAt = 0;
+  private expiredInARow = 0;
   problem: string | undefined;
   private readonly watch: Watch;
 
@@ -135,9 +138,21 @@ export class Reflector {
       if (out.healthy) attempt = 0;
       const status = apiStatus(out.err);
       if (out.kind === 'expired' || status === 410) {
-        // Our resourceVersion is too old: list again (the diff tells the handler what changed meanwhile).
+        // Our resourceVersion is too old: list again (the diff tells the handler what changed meanwhile). A 410
+        // again right after a relist (a server whose watch cache cannot serve what its lists answer) backs off as
+        // failures do: each relist is a full list, which at thousands of objects is the API server's most costly
+        // request.
         this.rv = undefined;
-        this.restart('expired', `watch ${this.name}: resourceVersion expired (410), relisting`);
+        const now = Date.now();
+        this.expiredInARow = now - this.lastExpiredAt < 10_000 ? this.expiredInARow + 1 : 0;
+        this.lastExpiredAt = now;
+        if (this.expiredInARow === 0) {
+          this.restart('expired', `watch ${this.name}: resourceVersion expired (410), relisting`);
+          continue;
+        }
+        const delay = this.delay(this.expiredInARow - 1);
+        this.restart('expired', `watch ${this.name}: resourceVersion expired (410) again, relisting in ${fmt(delay)}`);
+        await this.sleep(delay);
         continue;
       }
       if (out.kind === 'idle') {
