@@ -103,6 +103,9 @@ interface Recent {
 /** Requests of others at a deployment's endpoints from which a replica counts as one of several (`shared`). */
 const SHARED_MIN = 2;
 
+/** How long a quiet tenant's request waits for a slot its own replica frees before it may take the reserve. */
+const RESERVE_AFTER_MS = 20;
+
 /** The length of one of Recent's two windows. */
 const RECENT_MS = 1000;
 
@@ -140,11 +143,8 @@ export class FairQueues {
     const now = Date.now();
     if (slack) this.lastCritical.set(route.id, now);
     const ahead = !dq ? 0 : slack ? dq.levels[0].count : dq.count;
-    if (
-      ahead === 0 &&
-      !this.saturated(route, slack) &&
-      (slack || !this.reserved(route, now) || (this.shared(route, now) && this.below(route.id, t, now)))
-    ) {
+    // A standard request never takes the reserve on arrival: below its share, it may once it waited RESERVE_AFTER_MS.
+    if (ahead === 0 && !this.saturated(route, slack) && (slack || !this.reserved(route, now))) {
       this.sent(route.id, t, now);
       return undefined;
     }
@@ -455,11 +455,19 @@ export class FairQueues {
       for (const tq of l.tenants.values()) {
         const e = tq.entries[0];
         if (!e || (best && e.tag >= best.tag)) continue;
-        if (belowAt === undefined || this.below(dq.route.id, e.t, belowAt)) best = e;
+        if (belowAt === undefined || this.mayTakeReserve(dq.route.id, e, belowAt)) best = e;
       }
       if (best) return best;
     }
     return undefined;
+  }
+
+  /**
+   * A queued request of a tenant below its share that has waited RESERVE_AFTER_MS: a slot its own replica frees by
+   * then is taken first (the reserve stays the critical requests'); past that, the reserve spares it the longer wait.
+   */
+  private mayTakeReserve(route: string, e: Entry, now: number): boolean {
+    return performance.now() - e.at >= RESERVE_AFTER_MS && this.below(route, e.t, now);
   }
 
   /** A request of `t` goes on to `route`'s endpoints now: counted in its tenant's recent sends. */
@@ -519,7 +527,7 @@ export class FairQueues {
         // them; no other does.
         if (!critical && this.reserved(dq.route, now))
           if (!this.shared(dq.route, now)) e = undefined;
-          else if (!this.below(dq.route.id, e.t, now)) e = this.next(dq, now);
+          else if (!this.mayTakeReserve(dq.route.id, e, now)) e = this.next(dq, now);
         if (!e) break;
         this.sent(dq.route.id, e.t, now);
         e.level.vtime = Math.max(e.level.vtime, e.tag);
