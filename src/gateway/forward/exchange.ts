@@ -214,7 +214,7 @@ export class Exchange extends NextTarget implements Job, CallOwner {
         meter: route.kind === 'llm' && !head,
         stripUsage: this.llm?.stripUsage ?? false,
         stripCors: ctx.cors.enabled,
-        closing: ctx.drain.draining,
+        drain: ctx.drain,
         head,
         origin: target.origin,
       },

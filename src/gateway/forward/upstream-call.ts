@@ -42,8 +42,11 @@ export interface CallOptions {
   stripUsage: boolean;
   /** The gateway answers CORS: the backend's own CORS headers are dropped. */
   stripCors: boolean;
-  /** Connection: close on the answer (shutting down). */
-  closing: boolean;
+  /**
+   * Read when the answer's head is written, not when the call starts: a request in flight when SIGTERM comes gets
+   * Connection: close too, so its client does not send another request on a connection about to close.
+   */
+  drain: { readonly draining: boolean };
   head: boolean;
   /** The endpoint's origin: counted in flight there while the call lasts. */
   origin: string;
@@ -139,7 +142,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
       list.push('x-accel-buffering', 'no');
       if (!down.cacheControl) list.push('cache-control', 'no-cache');
     }
-    if (opts.closing) list.push('connection', 'close');
+    if (opts.drain.draining) list.push('connection', 'close');
     if (opts.meter && status < 300) {
       if (sse) {
         this.meter = new SseUsageMeter(opts.stripUsage);

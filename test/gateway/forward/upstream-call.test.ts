@@ -35,7 +35,7 @@ function callFor(events: string[], divert: boolean): UpstreamCall {
       meter: true,
       stripUsage: false,
       stripCors: false,
-      closing: false,
+      drain: { draining: false },
       head: false,
       origin: 'http://127.0.0.1:1',
     },
