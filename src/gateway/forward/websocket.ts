@@ -170,6 +170,15 @@ export class UpgradeJob extends RequestStart implements Job, UpgradeOwner {
   upgraded(status: number, raw: Buffer[], up: Duplex): void {
     const { socket } = this;
     if (socket.destroyed) return void up.destroy();
+    // A switch to another protocol (h2c) is no websocket: a client must fail it (RFC 6455 §4.1), so it is not passed on.
+    const to = switchedTo(raw);
+    if (to !== 'websocket') {
+      up.destroy();
+      this.upstreamErrors('bad_answer');
+      return this.refuse(
+        gatewayError('backend_error', `the backend switched to ${to || 'no protocol'}, not to websocket`),
+      );
+    }
     this.tunnel = up;
     this.status = status;
     this.lastActive = Date.now();
@@ -372,8 +381,12 @@ export class UpgradeJob extends RequestStart implements Job, UpgradeOwner {
   failed(err: Error): void {
     if (this.socket.destroyed || this.tunnel || err instanceof ClientGone) return;
     const mapped = mapUpstreamError((err as { code?: string }).code ?? '', this.route!);
-    this.ctx.metrics.upstreamErrors.inc({ cause: mapped.cause });
+    this.upstreamErrors(mapped.cause);
     this.refuse(mapped.error);
+  }
+
+  private upstreamErrors(cause: string): void {
+    this.ctx.metrics.upstreamErrors.inc({ cause });
   }
 
   private refuse(err: GatewayError): void {
@@ -411,4 +424,12 @@ export class UpgradeJob extends RequestStart implements Job, UpgradeOwner {
     socket.unshift(Buffer.concat([Buffer.from(text, 'latin1'), this.firstBytes]));
     this.server.emit('connection', socket);
   }
+}
+
+/** The protocol a 101's Upgrade header names, lower case ('' when it names none). */
+function switchedTo(raw: Buffer[]): string {
+  for (let i = 0; i < raw.length; i += 2)
+    if (raw[i].toString('latin1').toLowerCase() === 'upgrade')
+      return raw[i + 1].toString('latin1').trim().toLowerCase();
+  return '';
 }
