@@ -32,6 +32,19 @@ beforeAll(() => {
 }, 180_000);
 
 describe('the chart, rendered by helm', () => {
+  test.each([
+    ['1.27.3', false],
+    ['1.28.0', true],
+    ['v1.36.3', true],
+    // An API server built from source without version stamps reports this; helm refuses any kubeVersion against it.
+    ['v0.0.0-master+$Format:%H$', true],
+  ])('Kubernetes %s: rendered %s', (version, renders) => {
+    const r = run('template', 'servegate', CHART, '-n', 'servegate', '--kube-version', version);
+    if (renders) expect(r.output).toMatch(/kind: Deployment/);
+    else expect(r.output).toMatch(/servegate needs Kubernetes 1\.28 or newer .* this cluster reports v1\.27\.3/);
+    expect(r.status === 0).toBe(renders);
+  });
+
   test('helm lint passes', () => {
     const r = run('lint', CHART);
     expect(r.output).toMatch(/0 chart\(s\) failed/);

@@ -17,7 +17,7 @@ describe('the real control plane', () => {
     const v = await cluster.kubeConfig().makeApiClient(VersionApi).getCode();
     expect(v.major).toBe('1');
     expect(Number.parseInt(v.minor, 10)).toBeGreaterThanOrEqual(34);
-    // A version helm can read: a chart's kubeVersion constraint (charts/servegate has one) is checked against it.
+    // A version helm can read, as a release's: a chart's kubeVersion constraint is checked against it.
     expect(v.gitVersion).toMatch(new RegExp(`^v1\\.${v.minor}\\.\\d+$`));
     // A request without credentials is system:anonymous, and RBAC gives it nothing.
     const anonymous = await new Promise<number>((resolve, reject) => {

@@ -128,3 +128,15 @@ there is no memory limit or the percentage is 0.
 {{- max $mb 64 -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+Kubernetes 1.28 or newer (the CRD's validation rules use CEL). Checked here rather than by Chart.yaml's kubeVersion:
+helm refuses any kubeVersion constraint against an API server built from source without version stamps
+(v0.0.0-master+...), which is what such a server reports; that one is let through.
+*/}}
+{{- define "servegate.checkKubeVersion" -}}
+{{- $v := .Capabilities.KubeVersion.Version -}}
+{{- if and (not (hasPrefix "v0.0.0" $v)) (semverCompare "<1.28.0-0" $v) -}}
+{{- fail (printf "servegate needs Kubernetes 1.28 or newer (its CustomResourceDefinition's validation rules use CEL); this cluster reports %s" $v) -}}
+{{- end -}}
+{{- end -}}
