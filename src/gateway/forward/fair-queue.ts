@@ -417,17 +417,18 @@ export class FairQueues {
     if (dq.count === 0 && this.queues.get(dq.route.id) === dq) this.queues.delete(dq.route.id);
   }
 
-  /** A full queue makes room for `t` by refusing the newest request of a lower priority; false when there is none. */
+  /**
+   * A full queue makes room for `t` by refusing the newest request of a lower priority, else, at its own priority, the
+   * newest of the tenant holding the most places per weight when that is more than `t`'s tenant would hold with it
+   * (fair shares hold at the bound too: one tenant's backlog never turns another's first request away). False: none.
+   */
   private evictBelow(dq: DeploymentQueue, t: Ticket, reason: 'queue_full' | 'queue_bytes'): boolean {
     const rank = PRIORITIES.indexOf(t.priority);
     for (let i = dq.levels.length - 1; i >= 0; i--) {
       const l = dq.levels[i];
-      if (PRIORITIES.indexOf(l.priority) <= rank || l.count === 0) continue;
-      let newest: Entry | undefined;
-      for (const tq of l.tenants.values()) {
-        const e = tq.entries[tq.entries.length - 1];
-        if (e && (!newest || e.at > newest.at)) newest = e;
-      }
+      const below = PRIORITIES.indexOf(l.priority) > rank;
+      if ((!below && l.priority !== t.priority) || l.count === 0) continue;
+      const newest = below ? newestOf(l) : newestOfLargest(l, t);
       if (!newest) continue;
       if (reason === 'queue_bytes' && dq.bytes - newest.t.bytes + t.bytes > this.settings.maxQueuedBytes) return false;
       this.take(newest);
@@ -580,4 +581,32 @@ export function overloaded(route: Route, reason: string, retryAfter: string): Ga
     { 'retry-after': retryAfter },
     reason === 'sheddable' ? 429 : 503,
   );
+}
+
+/** The newest request queued at a level. */
+function newestOf(l: Level): Entry | undefined {
+  let newest: Entry | undefined;
+  for (const tq of l.tenants.values()) {
+    const e = tq.entries[tq.entries.length - 1];
+    if (e && (!newest || e.at > newest.at)) newest = e;
+  }
+  return newest;
+}
+
+/** The newest request of the tenant with the most places per weight at `t`'s level, if it holds more than `t`'s would. */
+function newestOfLargest(l: Level, t: Ticket): Entry | undefined {
+  const weight = (w: number) => (w > 0 ? w : 1);
+  const mine = ((l.tenants.get(t.tenant)?.entries.length ?? 0) + 1) / weight(t.weight);
+  let largest: TenantQueue | undefined;
+  let most = mine;
+  for (const tq of l.tenants.values()) {
+    const last = tq.entries[tq.entries.length - 1];
+    if (!last || tq.name === t.tenant) continue;
+    const held = tq.entries.length / weight(last.t.weight);
+    if (held > most) {
+      most = held;
+      largest = tq;
+    }
+  }
+  return largest?.entries[largest.entries.length - 1];
 }
