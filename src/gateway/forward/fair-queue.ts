@@ -326,7 +326,9 @@ export class FairQueues {
     if (!s) return Infinity;
     if (s.kv !== undefined && s.kv > this.settings.maxKvCache) return 0;
     const since = this.sinceOf(t.origin, s);
-    if (since.capacity === 0) return this.settings.maxWaiting + 1 - s.waiting;
+    // Until a report with waiting requests teaches the capacity, a guess that doubles with each report (TCP's slow
+    // start): a first burst waits here, not in the backend's queue, and costs a few scrapes at most to ramp up.
+    const capacity = since.capacity || Math.max(1, 2 * s.running);
     // The endpoint's requests now: what it reported, plus this replica's own changes there that the report does not
     // hold (sinceOf); never fewer than this replica's own in flight (requests on their way when it reported are not in
     // its figures). Not scaled by this replica's share: a replica with a small share would then see every room as full
@@ -334,7 +336,7 @@ export class FairQueues {
     const own = this.picker.inflightAt(t.origin);
     const total = Math.max(s.running + s.waiting + since.change, own);
     // Running slots fill first (the capacity its reports taught), then the waiting queue.
-    return since.capacity + this.settings.maxWaiting + 1 - total;
+    return capacity + this.settings.maxWaiting + 1 - total;
   }
 
   /** The counts since `origin`'s last scrape (its own changes the new one holds are dropped when it arrives). */
