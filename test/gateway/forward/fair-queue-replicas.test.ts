@@ -11,14 +11,7 @@ import { afterAll, beforeAll, expect, test } from '@jest/globals';
 import { send, startGateway, type Gateway, type Reply } from '../../support/harness.js';
 import { metricValue } from '../../support/metrics.js';
 import { waitFor } from '../../support/wait.js';
-
-type Replica = {
-  url: string;
-  stats(): { served: number; aborted: number; waiting: number; running: number };
-  close(): Promise<void>;
-};
-const sim = (): Promise<{ startReplica(port: number, options?: object): Promise<Replica> }> =>
-  import(new URL('../../../examples/backends/vllm-sim.mjs', import.meta.url).href) as never;
+import { startSimReplica, type SimReplica } from '../../support/vllm-sim.js';
 
 /** How late the replica's metrics answer: figures read at once, sent this much later (unless held). */
 const METRICS_DELAY_MS = 300;
@@ -42,7 +35,7 @@ function holdAnswers(m: LateMetrics): { done: Promise<void>; release(): void } {
 /** Running sequences of the replica; balancing.maxWaiting 0: each gateway's view holds 2 running + 1 waiting. */
 const MAX_RUNNING = 2;
 
-let replica: Replica;
+let replica: SimReplica;
 const gws: Gateway[] = [];
 /** One answer of `max_tokens` takes about max_tokens × 10 ms. */
 const chat = (content: string, maxTokens: number) => ({
@@ -52,9 +45,7 @@ const chat = (content: string, maxTokens: number) => ({
 });
 
 beforeAll(async () => {
-  replica = await (
-    await sim()
-  ).startReplica(0, {
+  replica = await startSimReplica({
     maxRunning: MAX_RUNNING,
     decodeMsPerToken: 10,
     prefillMsPerBlock: 0,

@@ -8,19 +8,12 @@ import { afterAll, beforeAll, expect, test } from '@jest/globals';
 import { send, startGateway, type Gateway, type Reply } from '../../support/harness.js';
 import { metricValue } from '../../support/metrics.js';
 import { waitFor } from '../../support/wait.js';
-
-type Replica = {
-  url: string;
-  stats(): { served: number; aborted: number; waiting: number; running: number };
-  close(): Promise<void>;
-};
-const sim = (): Promise<{ startReplica(port: number, options?: object): Promise<Replica> }> =>
-  import(new URL('../../../examples/backends/vllm-sim.mjs', import.meta.url).href) as never;
+import { startSimReplica, type SimReplica } from '../../support/vllm-sim.js';
 
 /** Running sequences of the replica: the smallest with a slot kept for critical requests (one in eight). */
 const MAX_RUNNING = 8;
 
-let replica: Replica;
+let replica: SimReplica;
 let gw: Gateway;
 /** One answer of `max_tokens` takes about max_tokens × 10 ms. */
 const chat = (content: string, maxTokens: number) => ({
@@ -30,9 +23,7 @@ const chat = (content: string, maxTokens: number) => ({
 });
 
 beforeAll(async () => {
-  replica = await (
-    await sim()
-  ).startReplica(0, { maxRunning: MAX_RUNNING, decodeMsPerToken: 10, prefillMsPerBlock: 0 });
+  replica = await startSimReplica({ maxRunning: MAX_RUNNING, decodeMsPerToken: 10, prefillMsPerBlock: 0 });
   gw = await startGateway({
     config: {
       balancing: { maxWaiting: 0, scrapeIntervalMs: 10, staleAfterMs: 5000 },

@@ -9,16 +9,9 @@ import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import { send, startGateway, type Gateway, type Reply } from '../../support/harness.js';
 import { metricValue } from '../../support/metrics.js';
 import { waitFor } from '../../support/wait.js';
+import { startSimReplica, type SimReplica } from '../../support/vllm-sim.js';
 
-type Replica = {
-  url: string;
-  stats(): { served: number; aborted: number; waiting: number; running: number };
-  close(): Promise<void>;
-};
-const sim = (): Promise<{ startReplica(port: number, options?: object): Promise<Replica> }> =>
-  import(new URL('../../../examples/backends/vllm-sim.mjs', import.meta.url).href) as never;
-
-let replica: Replica;
+let replica: SimReplica;
 let gw: Gateway;
 /** One answer of `max_tokens` takes about max_tokens × 10 ms. */
 const chat = (content: string, maxTokens = 10, extra: object = {}) => ({
@@ -29,7 +22,7 @@ const chat = (content: string, maxTokens = 10, extra: object = {}) => ({
 });
 
 beforeAll(async () => {
-  replica = await (await sim()).startReplica(0, { maxRunning: 1, decodeMsPerToken: 10, prefillMsPerBlock: 0 });
+  replica = await startSimReplica({ maxRunning: 1, decodeMsPerToken: 10, prefillMsPerBlock: 0 });
   gw = await startGateway({
     config: {
       balancing: { maxWaiting: 0, scrapeIntervalMs: 10, staleAfterMs: 5000 },
