@@ -383,7 +383,7 @@ export class FairQueues {
     let tenant = level.tenants.get(t.tenant);
     if (!tenant) level.tenants.set(t.tenant, (tenant = { name: t.tenant, entries: [], last: 0 }));
     const tag = Math.max(level.vtime, tenant.last);
-    tenant.last = tag + 1 / (t.weight > 0 ? t.weight : 1);
+    tenant.last = tag + 1 / weightOf(t.weight);
     const timer = setTimeout(() => {
       if (!this.where.has(q)) return;
       this.take(entry);
@@ -476,7 +476,7 @@ export class FairQueues {
   /** A request of `t` goes on to `route`'s endpoints now: counted in its tenant's recent sends. */
   private sent(route: string, t: Ticket, now: number): void {
     const r = this.recentOf(route, now);
-    r.now.set(t.tenant, (r.now.get(t.tenant) ?? 0) + 1 / (t.weight > 0 ? t.weight : 1));
+    r.now.set(t.tenant, (r.now.get(t.tenant) ?? 0) + 1 / weightOf(t.weight));
   }
 
   /**
@@ -585,6 +585,11 @@ export function overloaded(route: Route, reason: string, retryAfter: string): Ga
   );
 }
 
+/** A tenant's weight as fair shares count it: one unless a positive one is set. */
+function weightOf(w: number): number {
+  return w > 0 ? w : 1;
+}
+
 /** The newest request queued at a level. */
 function newestOf(l: Level): Entry | undefined {
   let newest: Entry | undefined;
@@ -597,14 +602,13 @@ function newestOf(l: Level): Entry | undefined {
 
 /** The newest request of the tenant with the most places per weight at `t`'s level, if it holds more than `t`'s would. */
 function newestOfLargest(l: Level, t: Ticket): Entry | undefined {
-  const weight = (w: number) => (w > 0 ? w : 1);
-  const mine = ((l.tenants.get(t.tenant)?.entries.length ?? 0) + 1) / weight(t.weight);
+  const mine = ((l.tenants.get(t.tenant)?.entries.length ?? 0) + 1) / weightOf(t.weight);
   let largest: TenantQueue | undefined;
   let most = mine;
   for (const tq of l.tenants.values()) {
     const last = tq.entries[tq.entries.length - 1];
     if (!last || tq.name === t.tenant) continue;
-    const held = tq.entries.length / weight(last.t.weight);
+    const held = tq.entries.length / weightOf(last.t.weight);
     if (held > most) {
       most = held;
       largest = tq;
