@@ -180,15 +180,16 @@ test("a late report does not open room the replica's own requests took after its
   const first = holdAnswers(m);
   let asked = m.reads.length;
   await waitFor(() => m.reads.length > asked, "gateway 0's next scrape");
-  // Gateway 1's request waits in the replica's queue (its report: 2 running, room for 1 waiting).
+  // A request of a client of the replica's own (not a gateway's: one whose report shows 2 requests of others keeps no
+  // request waiting in the replica's queue, docs/llm.md) waits in the replica's queue.
   // 1 s each from here on: nothing may end, and no waiting request move up, while the counts below are read.
-  answers.push(post(gws[1], 'apikey-noisy', chat('other replica', 100)));
-  await waitFor(() => replica.stats().waiting === 1, "the other replica's request waiting");
+  answers.push(send(`${replica.url}/v1/chat/completions`, { method: 'POST', body: chat('a client of its own', 100) }));
+  await waitFor(() => replica.stats().waiting === 1, "the other client's request waiting");
   // Gateway 0 gets its report from before (2 running, both its own); its next scrape reads 2 running and 1 waiting.
   const second = holdAnswers(m);
   asked = m.reads.length;
   first.release();
-  await waitFor(() => m.reads.length > asked, "gateway 0's scrape after the other replica's request");
+  await waitFor(() => m.reads.length > asked, "gateway 0's scrape after the other client's request");
   expect(m.reads[asked]).toEqual({ running: 2, waiting: 1 });
   // On the report from before, gateway 0 sends one request into the replica's queue; three queue in the gateway.
   for (let i = 0; i < 4; i++) answers.push(post(gws[0], 'apikey-noisy', chat(`burst ${i}`, 100)));
@@ -199,7 +200,7 @@ test("a late report does not open room the replica's own requests took after its
   second.release();
   await waitFor(async () => (await seen(gws[0])).waiting === 1, 'gateway 0 reading the held report');
   // Its two long requests end: two running slots free, which the two waiting requests take. The replica holds 2, and
-  // gateway 0 sends one more (room for one waiting), not two: its report holds the other replica's request and not
+  // gateway 0 sends one more (room for one waiting), not two: its report holds the other client's request and not
   // its own sent after the scrape (counting its own only from when it read the report, it would see room for two).
   await waitFor(() => replica.stats().served >= servedBefore + 2, 'the long requests answered');
   await waitFor(async () => (await queued(gws[0])) <= 2, 'gateway 0 refilling');

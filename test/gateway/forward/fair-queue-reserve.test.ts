@@ -4,7 +4,7 @@
 // tenant's backlog leaves the last free running slot free and waits in the gateway, while a quiet tenant's request (a
 // tenant below its share of the deployment's recent requests) takes that slot at once instead of waiting for a running
 // request of its own replica to end: a replica sees only the slots its own requests free.
-import { afterAll, beforeAll, expect, test } from '@jest/globals';
+import { afterAll, beforeAll, describe, expect, test } from '@jest/globals';
 import { send, startGateway, type Gateway, type Reply } from '../../support/harness.js';
 import { metricValue } from '../../support/metrics.js';
 import { waitFor } from '../../support/wait.js';
@@ -128,4 +128,97 @@ test('a replica alone keeps the slot for critical requests: a quiet request wait
   expect(replica.stats().running).toBe(MAX_RUNNING - 1);
   expect((await Promise.all(answers)).map((r) => r.status)).toEqual(Array(11).fill(200));
   expect(finished.indexOf('quiet')).toBeGreaterThan(0);
+});
+
+test("where other clients' requests run, a replica keeps none of its own waiting in the replica's queue", async () => {
+  await waitFor(async () => {
+    const s = await seen();
+    return s.running === 0 && s.waiting === 0;
+  }, 'a report of the idle replica');
+  // The last critical request was sent more than a second ago (the test before waited for two rounds of 0.6 s
+  // answers after it): no slot is kept free. Three requests of another client (1 s each), in a report.
+  const answers: Promise<Reply>[] = [];
+  for (let i = 0; i < 3; i++)
+    answers.push(send(`${replica.url}/v1/chat/completions`, { method: 'POST', body: chat(`other ${i}`, 100) }));
+  await waitFor(async () => (await seen()).running === 3, "a report of the other client's requests");
+  // A noisy burst of 8 fills the 5 running slots left; the other 3 wait in the gateway, none in the replica's queue
+  // (alone, a replica keeps one there, to start the moment a slot frees; with others each would, ahead of a critical
+  // request).
+  for (let i = 0; i < 8; i++) answers.push(post('apikey-noisy', chat(`noisy ${i}`, 60)));
+  await waitFor(
+    async () => replica.stats().running === MAX_RUNNING && (await queued()) === 3,
+    '8 running, 3 queued in the gateway',
+  );
+  expect(replica.stats().waiting).toBe(0);
+  expect((await Promise.all(answers)).map((r) => r.status)).toEqual(Array(11).fill(200));
+});
+
+describe('a deployment of 16 slots or more', () => {
+  let big: SimReplica;
+  let gw16: Gateway;
+  const BIG = 16;
+  beforeAll(async () => {
+    big = await startSimReplica({ maxRunning: BIG, decodeMsPerToken: 10, prefillMsPerBlock: 0 });
+    gw16 = await startGateway({
+      config: {
+        balancing: { maxWaiting: 0, scrapeIntervalMs: 10, staleAfterMs: 5000 },
+        queueing: { maxQueued: 50, maxWaitSeconds: 20 },
+      },
+      deployments: [{ namespace: 'demo', name: 'chat', modelServer: 'llm', url: big.url }],
+      keys: [
+        { name: 'apikey-noisy', projects: 'demo', fields: { tenant: 'noisy' } },
+        { name: 'apikey-crit', projects: 'demo', fields: { priority: 'critical' } },
+      ],
+    });
+  });
+  afterAll(async () => {
+    await gw16?.close();
+    await big?.close();
+  });
+  const post16 = (key: string, body: object) =>
+    send(`${gw16.url}/v1/demo/chat/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `ApiKey ${gw16.keys[key]}` },
+      body,
+    });
+  const seen16 = async (): Promise<{ running?: number; waiting?: number }> => {
+    const d = JSON.parse((await send(`${gw16.adminUrl}/deployments`)).text);
+    return d.deployments.find((x: { name: string }) => x.name === 'chat').endpoints?.[0] ?? {};
+  };
+  const queued16 = async () =>
+    metricValue((await send(`${gw16.adminUrl}/metrics`)).text, 'servegate_queue_length', {
+      project: 'demo',
+      deployment: 'chat',
+      priority: 'standard',
+    }) ?? 0;
+
+  test('where other clients send too, two running slots are kept for critical requests', async () => {
+    // Learn the capacity (a report of 16 running with some waiting), as in the first test.
+    const learn: Promise<Reply>[] = [];
+    for (let i = 0; i < BIG + 2; i++) learn.push(post16('apikey-noisy', chat(`learn ${i}`, 100)));
+    await waitFor(async () => (await seen16()).waiting! >= 1, 'a report of requests waiting');
+    learn.push(post16('apikey-noisy', chat('read it', 1)));
+    expect((await Promise.all(learn)).every((r) => r.status === 200)).toBe(true);
+    await waitFor(async () => {
+      const s = await seen16();
+      return s.running === 0 && s.waiting === 0;
+    }, 'a report of the idle replica');
+    // Another client's three requests (1 s each), in a report: this replica is one of several. A critical request,
+    // then a noisy burst of 20 (0.6 s each): it leaves two running slots free (a replica sees another's take of the
+    // slot only at its next scrape: the second covers that), 11 run, 9 wait in the gateway.
+    const answers: Promise<Reply>[] = [];
+    for (let i = 0; i < 3; i++)
+      answers.push(send(`${big.url}/v1/chat/completions`, { method: 'POST', body: chat(`other ${i}`, 100) }));
+    await waitFor(async () => (await seen16()).running === 3, "a report of the other client's requests");
+    expect((await post16('apikey-crit', chat('critical', 1))).status).toBe(200);
+    for (let i = 0; i < 20; i++) answers.push(post16('apikey-noisy', chat(`noisy ${i}`, 60)));
+    await waitFor(
+      async () => big.stats().running === BIG - 2 && (await queued16()) === 9,
+      '14 running, 9 queued in the gateway',
+    );
+    expect(big.stats().waiting).toBe(0);
+    // A critical request now starts at once, in a slot kept free.
+    expect((await post16('apikey-crit', chat('critical', 1))).status).toBe(200);
+    expect((await Promise.all(answers)).map((r) => r.status)).toEqual(Array(23).fill(200));
+  });
 });
