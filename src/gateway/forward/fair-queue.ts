@@ -35,6 +35,8 @@ export interface QueueSettings {
 }
 
 export const PRIORITIES: readonly Priority[] = ['critical', 'standard', 'sheddable'];
+/** The priorities that wait in a queue (`sheddable` never does). */
+const QUEUED_PRIORITIES: readonly Priority[] = ['critical', 'standard'];
 
 /**
  * Running slots of a deployment kept free for critical requests while they are recent (`reserved`); where other
@@ -125,6 +127,8 @@ export class FairQueues {
   /** When each deployment last had a critical request (Date.now()), while recent. */
   private readonly lastCritical = new Map<string, number>();
   private readonly recent = new Map<string, Recent>();
+  /** Deployments that ever queued: their queue length reads 0 once drained (a series that vanished would read stale). */
+  private readonly queuedOnce = new Map<string, Route>();
   private pumpScheduled = false;
   private ticker: NodeJS.Timeout | undefined;
 
@@ -182,7 +186,7 @@ export class FairQueues {
   remove(q: Queued): boolean {
     const e = this.where.get(q);
     if (!e) return false;
-    this.take(e);
+    this.take(e, false);
     return true;
   }
 
@@ -219,9 +223,13 @@ export class FairQueues {
 
   /** Requests queued per deployment and priority (servegate_queue_length). */
   *lengths(): Iterable<{ project: string; deployment: string; priority: string; count: number }> {
-    for (const dq of this.queues.values())
-      for (const l of dq.levels)
-        yield { project: dq.route.project, deployment: dq.route.deployment, priority: l.priority, count: l.count };
+    for (const [id, route] of this.queuedOnce) {
+      const dq = this.queues.get(id);
+      for (const priority of QUEUED_PRIORITIES) {
+        const count = dq?.levels.find((l) => l.priority === priority)?.count ?? 0;
+        yield { project: route.project, deployment: route.deployment, priority, count };
+      }
+    }
   }
 
   /** One deployment's queue for /deployments and the page; undefined when it never queued. */
@@ -381,7 +389,7 @@ export class FairQueues {
   private queueOf(route: Route): DeploymentQueue {
     const dq: DeploymentQueue = {
       route,
-      levels: PRIORITIES.filter((p) => p !== 'sheddable').map((priority) => ({
+      levels: QUEUED_PRIORITIES.map((priority) => ({
         priority,
         tenants: new Map(),
         vtime: 0,
@@ -391,6 +399,7 @@ export class FairQueues {
       bytes: 0,
     };
     this.queues.set(route.id, dq);
+    this.queuedOnce.set(route.id, route);
     return dq;
   }
 
@@ -402,7 +411,7 @@ export class FairQueues {
     tenant.last = tag + 1 / weightOf(t.weight);
     const timer = setTimeout(() => {
       if (!this.where.has(q)) return;
-      this.take(entry);
+      this.take(entry, false);
       const route = dq.route;
       this.metrics.queueShed.inc({
         project: route.project,
@@ -421,12 +430,21 @@ export class FairQueues {
     this.where.set(q, entry);
   }
 
-  /** Takes `e` out of its queue (sent on, shed, or gone). */
-  private take(e: Entry): void {
+  /**
+   * Takes `e` out of its queue: sent on (`served`), or shed or gone, when its tenant gets back the turn it was given
+   * (its later requests, and its next, start 1/weight sooner: a tenant is not charged for requests never sent).
+   */
+  private take(e: Entry, served: boolean): void {
     clearTimeout(e.timer);
     this.where.delete(e.q);
     const i = e.tenant.entries.indexOf(e);
     if (i !== -1) e.tenant.entries.splice(i, 1);
+    if (!served) {
+      const turn = 1 / weightOf(e.t.weight);
+      for (let j = Math.max(0, i); j < e.tenant.entries.length; j++)
+        e.tenant.entries[j].tag = Math.max(e.level.vtime, e.tenant.entries[j].tag - turn);
+      e.tenant.last = Math.max(e.level.vtime, e.tenant.last - turn);
+    }
     if (e.tenant.entries.length === 0) e.level.tenants.delete(e.tenant.name);
     e.level.count--;
     const dq = e.dq;
@@ -449,7 +467,7 @@ export class FairQueues {
       const newest = below ? newestOf(l) : newestOfLargest(l, t);
       if (!newest) continue;
       if (reason === 'queue_bytes' && dq.bytes - newest.t.bytes + t.bytes > this.settings.maxQueuedBytes) return false;
-      this.take(newest);
+      this.take(newest, false);
       this.metrics.queueShed.inc({
         project: dq.route.project,
         deployment: dq.route.deployment,
@@ -550,7 +568,7 @@ export class FairQueues {
         if (!e) break;
         this.sent(dq.route.id, e.t, now);
         e.level.vtime = Math.max(e.level.vtime, e.tag);
-        this.take(e);
+        this.take(e, true);
         this.observeWait(dq, e);
         e.q.dispatch(room);
       }

@@ -188,6 +188,33 @@ describe('a saturated deployment', () => {
     await waitFor(() => replica.stats().running + replica.stats().waiting === 0, 'the replica to be idle');
     expect(replica.stats().served).toBe(served + 3); // the two long ones and the stream, not the one that left
   });
+
+  test('a tenant whose queued requests leave gets their turns back; a drained queue reads 0', async () => {
+    const long = await saturate();
+    const finished: string[] = [];
+    const first = await enqueue([() => post('apikey-noisy1', chat('n1', 2))], finished, ['n1']);
+    // Two more of the noisy tenant's, whose clients leave while they wait: turns 2 and 3 it never used.
+    const leaving = [await rawPost(chat('n2', 2), 'apikey-noisy1'), await rawPost(chat('n3', 2), 'apikey-noisy2')];
+    await waitFor(async () => (await queued()) === 3, 'n2 and n3 queued');
+    for (const socket of leaving) socket.destroy();
+    await waitFor(async () => (await queued()) === 1, 'the queue to drop them');
+    const rest = await enqueue(
+      [
+        () => post('apikey-quiet', chat('k1', 2)),
+        () => post('apikey-quiet', chat('k2', 2)),
+        () => post('apikey-noisy1', chat('n4', 2)),
+      ],
+      finished,
+      ['k1', 'k2', 'n4'],
+    );
+    await Promise.all([...long, ...first, ...rest]);
+    // n4 starts where n1 finishes (turn 2), beside k2, not at turn 4 behind every quiet request.
+    expect(finished.indexOf('n4')).toBeLessThan(finished.indexOf('k2'));
+    // Drained: the series reads 0 rather than vanishing (a vanished gauge reads its last value in Prometheus).
+    const text = await metrics();
+    for (const priority of ['critical', 'standard'])
+      expect(metricValue(text, 'servegate_queue_length', { project: 'demo', deployment: 'chat', priority })).toBe(0);
+  });
 });
 
 describe('waiting too long', () => {
@@ -211,12 +238,12 @@ describe('waiting too long', () => {
 });
 
 /** A POST on a raw socket (to hang up while it waits). */
-function rawPost(body: object): Promise<Socket> {
+function rawPost(body: object, key = 'apikey-std'): Promise<Socket> {
   const text = JSON.stringify(body);
   return new Promise((resolve) => {
     const s = connect(gw.port, '127.0.0.1', () => {
       s.write(
-        `POST /v1/demo/chat/v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: ApiKey ${gw.keys['apikey-std']}\r\n` +
+        `POST /v1/demo/chat/v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: ApiKey ${gw.keys[key]}\r\n` +
           `content-type: application/json\r\ncontent-length: ${Buffer.byteLength(text)}\r\n\r\n${text}`,
       );
       resolve(s);
