@@ -25,7 +25,7 @@ import { copyWith } from '../../same-shape.js';
 import type { PlaneContext } from './context.js';
 import type { Conn, Job } from './job.js';
 import { NextTarget } from './next-target.js';
-import type { Chosen, Variant } from './targets.js';
+import type { Chosen } from './targets.js';
 import { bodyForUndici, Diverted, LET_GO_MIN, UpstreamCall, type CallOwner } from './upstream-call.js';
 import { BODY_TOO_LARGE, ClientGone, tooLarge } from './upstream-errors.js';
 
@@ -35,9 +35,7 @@ class EndedByGateway extends Error {
 }
 
 export class Exchange extends NextTarget implements Job, CallOwner {
-  private variant: Variant | undefined;
   private call: UpstreamCall | undefined;
-  private closeAfter = false;
 
   constructor(
     ctx: PlaneContext,
@@ -127,7 +125,7 @@ export class Exchange extends NextTarget implements Job, CallOwner {
     if (models instanceof Error) return this.refuseModel(models, unread);
     if (models !== undefined) {
       this.ended = 'answered';
-      const closing = (this.closeAfter = unread || this.ctx.drain.draining);
+      const closing = unread || this.ctx.drain.draining;
       return sendJson(this.res, 200, models, this.answerHeaders, closing, head.method === 'HEAD');
     }
     const upload = llm.unroutable(head.contentType, isBinaryContentType(head.contentType));
@@ -197,10 +195,7 @@ export class Exchange extends NextTarget implements Job, CallOwner {
     if (this.ended || !admission || !route) return;
     const target = chosen.target;
     this.chosen = chosen;
-    if (chosen.variant && !this.variant) {
-      this.variant = chosen.variant;
-      this.answerHeaders.push('x-servegate-variant', chosen.variant);
-    }
+    if (chosen.variant) setHeader(this.answerHeaders, 'x-servegate-variant', chosen.variant);
     if (this.namesDeployment(route))
       setHeader(this.answerHeaders, 'x-servegate-deployment', `${route.project}/${route.deployment}`);
     const headers = this.headersFor(route, target, route.kind === 'llm', this.bodyLength);
@@ -247,7 +242,6 @@ export class Exchange extends NextTarget implements Job, CallOwner {
   private bodyWritten(call: UpstreamCall): void {
     if (call !== this.call || !Buffer.isBuffer(this.body)) return;
     this.body = null;
-    this.bodySent = true;
     this.letGoOfBody();
   }
 
@@ -322,7 +316,6 @@ export class Exchange extends NextTarget implements Job, CallOwner {
     // A body not read (or waiting for 100-continue) must not be taken for the next request.
     const unread = !req.complete && (head?.chunked || (head?.contentLength ?? 0) > 0);
     const closing = close || unread || this.ctx.drain.draining;
-    if (closing) this.closeAfter = true;
     if (unread) {
       // The socket lingers after the answer, so that a reset does not erase it.
       this.conn.lastAnswer();
@@ -344,6 +337,8 @@ export class Exchange extends NextTarget implements Job, CallOwner {
   closed(): void {
     if (this.ended === 'over') return;
     const { res, req, call } = this;
+    // The gateway's own answer to a request whose body is still coming: the connection closes after it (refuse).
+    const closeAfter = this.ended === 'answered' && !req.complete;
     this.stopWaiting();
     if (!res.writableFinished) {
       this.ended = 'gone';
@@ -353,7 +348,7 @@ export class Exchange extends NextTarget implements Job, CallOwner {
     }
     this.ended = 'over';
     this.record(!res.writableFinished && !res.headersSent ? 499 : res.statusCode);
-    if (this.closeAfter && !req.complete) closeSocket(this.conn.socket);
+    if (closeAfter) closeSocket(this.conn.socket);
     this.conn.done(this);
     this.release();
   }
@@ -375,7 +370,7 @@ export class Exchange extends NextTarget implements Job, CallOwner {
         })
       : undefined;
     const upstream = chosen?.target.origin.slice(7) ?? '';
-    this.recordAs(status, upstream, this.bodyLength ?? 0, call?.bytesOut ?? 0, chosen?.reason, llm, this.variant);
+    this.recordAs(status, upstream, this.bodyLength ?? 0, call?.bytesOut ?? 0, chosen?.reason, llm, chosen?.variant);
   }
 
   /** undici may keep a finished handler queued for a while: the call lets go of this exchange. */

@@ -26,4 +26,8 @@ export interface Conn {
   lastAnswer(): void;
   /** The job's answer is complete (or abandoned): the next one may go. */
   done(job: Job): void;
+  /** Starts the clocks of the body the active request reads (one per connection: one request reads at a time). */
+  clockBody(now: number, idleMs: number, minBytesPerSecond: number): void;
+  /** One look at them (`backpressured`: bytes wait in the request's own buffer): 'idle' or 'slow' when a bound broke. */
+  bodyLate(now: number, backpressured: boolean): 'idle' | 'slow' | undefined;
 }

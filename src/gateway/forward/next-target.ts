@@ -192,7 +192,7 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
   }
 
   protected retried(code: string): boolean {
-    const replayable = !this.bodySent && (this.body === null || Buffer.isBuffer(this.body));
+    const replayable = !this.bodyLetGo && (this.body === null || Buffer.isBuffer(this.body));
     if (!shouldRetry({ code, answerStarted: this.res.headersSent, replayable, attempts: this.attempts })) return false;
     const avoid = this.chosen?.target.origin.slice(7) ?? '';
     this.ctx.logger.debug({ requestId: this.requestId, err: code, target: avoid }, 'connect failed, retrying once');
@@ -222,7 +222,7 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
   protected nextFallback(): Route | undefined {
     const route = this.route;
     if (!this.admission || !route) return undefined;
-    if (this.res.headersSent || this.bodySent || !(this.body === null || Buffer.isBuffer(this.body))) return undefined;
+    if (this.res.headersSent || this.bodyLetGo || !(this.body === null || Buffer.isBuffer(this.body))) return undefined;
     if (!route.fallbacks && !this.fallbacks) return undefined;
     if (this.deadlineAt && performance.now() >= this.deadlineAt) return undefined;
     return (this.fallbacks ??= new Fallbacks()).peek(this.ctx.store.current(), route, this.key!);

@@ -3,7 +3,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Transform, type Readable } from 'node:stream';
 import type { ByModel } from '../admit/pipeline.js';
-import { BodyClock } from '../http/body-clock.js';
 import { collectBody } from '../http/body-collect.js';
 import type { GatewayError } from '../http/errors.js';
 import { bodyBudgetFull, type Reservation } from './body-budget.js';
@@ -17,11 +16,8 @@ export abstract class RequestBody extends RequestStart {
   protected ended: Ended | undefined;
   protected body: Buffer | Readable | null = null;
   protected bodyLength: number | undefined;
-  /** Written whole and let go (no fallback could need it): it cannot be sent again. */
-  protected bodySent = false;
   protected room: Reservation | undefined;
   private stopBody: (() => void) | undefined;
-  private clock: BodyClock | undefined;
 
   /** The whole body is in: `wire` as sent, `plain` decoded (the same buffer without a Content-Encoding). */
   protected abstract bodyChecked(wire: Buffer, plain: Buffer, base: ByModel | undefined): void;
@@ -29,17 +25,22 @@ export abstract class RequestBody extends RequestStart {
   protected abstract refuse(err: GatewayError, close?: boolean): void;
   protected abstract readonly res: ServerResponse;
 
-  /** Started with the request, the sweep fires between bodyIdleMs and bodyIdleMs + its 1 s period. */
+  /**
+   * Let go of after it was sent (written whole with no fallback to need it, or the answer came): it cannot be sent
+   * again. A body that was never there has no length, or 0.
+   */
+  protected get bodyLetGo(): boolean {
+    return this.body === null && (this.bodyLength ?? 0) > 0;
+  }
+
+  /** The body's clock (the connection's) starts with the request; the sweep fires between bodyIdleMs and + 1 s. */
   protected startClock(): void {
-    const { bodyIdleMs, bodyMinRate } = this.ctx;
-    this.clock = new BodyClock(this.conn.socket.bytesRead, Date.now(), bodyIdleMs, bodyMinRate);
+    this.conn.clockBody(Date.now(), this.ctx.bodyIdleMs, this.ctx.bodyMinRate);
   }
 
   protected bodyLate(now: number): 'idle' | 'slow' | undefined {
     const req = this.req;
-    if (!req.complete) return this.clock!.look(now, this.conn.socket.bytesRead, req.readableLength > 0);
-    this.clock = undefined;
-    return undefined;
+    return req.complete ? undefined : this.conn.bodyLate(now, req.readableLength > 0);
   }
 
   /** `stream`: forwarded as it comes (unchecked kinds); else read whole and checked. */

@@ -8,18 +8,27 @@ export class BodyClock {
   /** The connection's bytes read at the last look, and when they last moved. */
   private seenBytes: number;
   private seenAt: number;
-  private readonly startedAt: number;
+  private startedAt: number;
   /** [time, bytes read, ...] of the looks in the current rate window. */
   private rate: number[] | undefined;
 
   constructor(
     bytesRead: number,
     now: number,
-    private readonly idleMs: number,
-    private readonly minBytesPerSecond: number,
+    private idleMs: number,
+    private minBytesPerSecond: number,
   ) {
     this.seenBytes = bytesRead;
     this.seenAt = this.startedAt = now;
+  }
+
+  /** Starts again, for the next body on the same connection. */
+  reset(bytesRead: number, now: number, idleMs: number, minBytesPerSecond: number): void {
+    this.seenBytes = bytesRead;
+    this.seenAt = this.startedAt = now;
+    this.idleMs = idleMs;
+    this.minBytesPerSecond = minBytesPerSecond;
+    this.rate = undefined;
   }
 
   /** One look (`backpressured`: bytes wait in the request's own buffer); 'idle' or 'slow' when a bound broke. */

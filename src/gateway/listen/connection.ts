@@ -5,6 +5,7 @@ import type { Socket } from 'node:net';
 import type { Drain } from './drain.js';
 import type { Dialect, GatewayError } from '../http/errors.js';
 import { lingerAfterAnswer, sendRawError } from '../http/answers.js';
+import { BodyClock } from '../http/body-clock.js';
 import type { Conn as JobConn, Job } from '../forward/job.js';
 
 /** Pipelined requests parsed ahead of the request being served, beyond which the connection stops reading. */
@@ -22,6 +23,9 @@ export class Conn implements JobConn {
   /** A parse error seen while earlier requests were still being answered: answered after them. */
   private pendingError:
     { err: GatewayError; dialect: Dialect; headers: readonly string[]; answered: boolean } | undefined;
+
+  /** The clocks of the body the active request reads (BodyClock), made for the first and reset for each later one. */
+  private clock: BodyClock | undefined;
 
   /** The peer address (without the IPv4-mapped IPv6 prefix) and scheme, read once per connection. */
   readonly client: string;
@@ -115,6 +119,16 @@ export class Conn implements JobConn {
 
   tick(now: number): void {
     this.active?.tick(now);
+  }
+
+  clockBody(now: number, idleMs: number, minBytesPerSecond: number): void {
+    const read = this.socket.bytesRead;
+    if (this.clock) this.clock.reset(read, now, idleMs, minBytesPerSecond);
+    else this.clock = new BodyClock(read, now, idleMs, minBytesPerSecond);
+  }
+
+  bodyLate(now: number, backpressured: boolean): 'idle' | 'slow' | undefined {
+    return this.clock?.look(now, this.socket.bytesRead, backpressured);
   }
 
   deadline(): void {

@@ -50,3 +50,21 @@ describe('BodyClock (idle 30 s, at least 100 bytes/s)', () => {
     ).toBeUndefined();
   });
 });
+
+describe('BodyClock reset for the next body on a connection', () => {
+  test('nothing of the body before carries over: idle and the rate window count from the reset', () => {
+    const c = new BodyClock(0, 0, 30_000, 100);
+    // A first body that went slow at 20 s.
+    expect(run(c, 60, () => 5)).toEqual({ verdict: 'slow', at: 20 });
+    // Reset at 100 s with 5,000 bytes read on the connection: a body at 150 bytes/s goes on, idle only 30 s after.
+    c.reset(5_000, 100_000, 30_000, 100);
+    let bytes = 5_000;
+    for (let s = 101; s <= 160; s++) expect(c.look(s * 1000, (bytes += 150), false)).toBeUndefined();
+    expect(c.look(161_000, bytes, false)).toBeUndefined();
+    expect(c.look(190_000, bytes, false)).toBe('idle');
+    // With other bounds: idle after 2 s, no rate bound.
+    c.reset(bytes, 200_000, 2_000, 0);
+    expect(c.look(201_000, bytes, false)).toBeUndefined();
+    expect(c.look(202_000, bytes, false)).toBe('idle');
+  });
+});

@@ -619,6 +619,27 @@ describe('request bodies that stop arriving (limits.requestBodyIdleTimeoutSecond
     expect(r.status).toBe(200);
     expect(py.last().body.toString()).toBe('abcdef');
   });
+
+  it("a later request on a kept-alive connection is timed too (the clock is the connection's, set again for it)", async () => {
+    py.reset();
+    const c = await RawClient.connect(gw.port);
+    opened.push(c);
+    const post = (path: string, length: number) =>
+      rawHttp('POST', path, [
+        ['Host', `127.0.0.1:${gw.port}`],
+        ['Authorization', `ApiKey ${gw.keys['k-demo']}`],
+        ['Content-Length', String(length)],
+      ]);
+    c.write(post('/v1/demo/py/first', 3) + 'abc');
+    expect((await c.next({ timeoutMs: 3000 })).status).toBe(200);
+    // Idle between requests for longer than the body idle bound: that is the keep-alive's time, not a body's.
+    await sleep(1500); // stays: the stimulus, a connection idle between two requests
+    const start = performance.now();
+    c.write(post('/v1/demo/py/second', 100) + '0123456789');
+    const r = await c.final({ timeoutMs: 3000 });
+    expect(r.status).toBe(408);
+    expect(performance.now() - start).toBeGreaterThan(900);
+  });
 });
 
 describe('SIGTERM after an attack (CLI process, drainSeconds 3, acceptSeconds 0)', () => {
