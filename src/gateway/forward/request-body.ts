@@ -3,6 +3,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Transform, type Readable } from 'node:stream';
 import type { ByModel } from '../admit/pipeline.js';
+import { sendContinue } from '../http/answers.js';
 import { collectBody } from '../http/body-collect.js';
 import type { GatewayError } from '../http/errors.js';
 import { bodyBudgetFull, type Reservation } from './body-budget.js';
@@ -50,7 +51,7 @@ export abstract class RequestBody extends RequestStart {
     const declared = head.contentLength;
     if (declared !== undefined && declared > ctx.maxBody) return this.refuse(tooLarge(ctx.maxBody), true);
     const hasBody = head.chunked || (declared !== undefined && declared > 0);
-    if (continueRequested) this.res.writeContinue();
+    if (continueRequested) sendContinue(this.res);
     if (stream) {
       this.body = !hasBody ? null : declared !== undefined ? req : limitStream(req, ctx.maxBody);
       this.bodyLength = hasBody ? declared : undefined;

@@ -43,6 +43,11 @@ export function sendJson(
   res.end(head ? undefined : body);
 }
 
+/** The interim 100 Continue to a request that asked for it (Expect: 100-continue), once it is admitted. */
+export function sendContinue(res: ServerResponse): void {
+  res.writeContinue();
+}
+
 /** An answer with no body (a CORS preflight's 204): `headers` gets its content-length: 0 (and connection: close). */
 export function sendEmpty(res: ServerResponse, status: number, headers: string[], close: boolean): void {
   headers.push('content-length', '0');

@@ -1,12 +1,14 @@
 // Answer heads are written in http/answers.ts only (its header comment says so; this keeps it true): no other file of
-// the gateway calls writeHead, flushHeaders or setHeader on a response, or puts a raw status line together.
+// the gateway calls writeHead, an interim head's writer (writeContinue, ...), flushHeaders or setHeader on a response, or
+// puts a raw status line together.
 import { readdirSync, readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { expect, test } from '@jest/globals';
 import { ROOT } from '../../support/paths.js';
 
 const GATEWAY = join(ROOT, 'src', 'gateway');
-const WRITER = /\.(?:writeHead|flushHeaders|setHeader)\(|\brawHead\(|HTTP\/1\.1 \$\{/;
+const WRITER =
+  /\.(?:writeHead|writeContinue|writeProcessing|writeEarlyHints|flushHeaders|setHeader)\(|\brawHead\(|HTTP\/1\.1 \$\{/;
 
 function sources(dir: string): string[] {
   return readdirSync(dir, { withFileTypes: true, recursive: true })
