@@ -74,7 +74,8 @@ export function goalTexts(ctx) {
     addedVsBare: `p99 added latency <= 1.5x the bare forwarder's at ${ctx.rate} req/s`,
     rss: `RSS flat (±10 %) over ${ctx.rssRequests.toLocaleString('en-US')} requests`,
     sse: 'SSE chunks pass unbuffered',
-    sseCost: "SSE per-event CPU <= fastify's ÷ 1.5",
+    // Restated after issue 21 (the bare forwarder itself met fastify's ÷ 1.5 in 1 of 8 runs).
+    sseCost: "SSE per-event CPU <= the bare node:http + undici forwarder's (same run)",
   };
 }
 
@@ -1163,17 +1164,13 @@ function judge(ctx, results) {
   // A per-event CPU at or below 0 (the 50-event streams read cheaper than the 1-event ones: noise) measures nothing.
   const clean = (r) => (r && !r.lost && !r.errors && Number.isFinite(r.usPerEvent) && r.usPerEvent > 0 ? r : undefined);
   const sg = clean(sc?.servegate);
+  const bf = clean(sc?.bare);
   const fa = clean(sc?.fastify);
   const costFigure =
-    sg && fa
-      ? `${us1(sg.usPerEvent)} vs ${us1(fa.usPerEvent)} (fastify÷servegate ${ratio(fa.usPerEvent / sg.usPerEvent)}${clean(sc?.bare) ? `; bare ${us1(sc.bare.usPerEvent)}` : ''})`
-      : `n/a (${!sc?.fastify ? 'no fastify row' : 'no clean run of both: streams lost, errors or a per-event CPU <= 0'})`;
-  results.goals.sseCost = goal(
-    texts.sseCost,
-    costFigure,
-    sg && fa ? sg.usPerEvent <= fa.usPerEvent / 1.5 : undefined,
-    'A',
-  );
+    sg && bf
+      ? `${us1(sg.usPerEvent)} vs bare ${us1(bf.usPerEvent)} (servegate÷bare ${ratio(sg.usPerEvent / bf.usPerEvent)}${fa ? `; fastify ${us1(fa.usPerEvent)}` : ''})`
+      : `n/a (${!sc?.bare ? 'no bare forwarder row' : 'no clean run of both: streams lost, errors or a per-event CPU <= 0'})`;
+  results.goals.sseCost = goal(texts.sseCost, costFigure, sg && bf ? sg.usPerEvent <= bf.usPerEvent : undefined, 'A');
 }
 
 /**

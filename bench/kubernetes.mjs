@@ -28,7 +28,8 @@ export function goalTexts(ctx) {
   const n = ctx.deployments.toLocaleString('en-US');
   return {
     eventToRoute: `watch event → route served p99 <= 50 ms at ${n}`,
-    throughput: `throughput with ${n} routes within ±5 % of 1 route`,
+    // Restated after issue 21 (nginx itself loses 14-18 % with the same routes): no more than nginx loses.
+    throughput: `throughput with ${n} routes ÷ 1 route >= nginx's with the same routes (same rounds)`,
     memory: `RSS after full GC <= 200 MB, ${n} deployments`,
   };
 }
@@ -631,8 +632,8 @@ export async function runKubernetesBench(ctx) {
         : `${ratio(r)} (${r >= 1 ? '+' : '−'}${Math.abs((r - 1) * 100).toFixed(1)} %)${r > 1.05 ? ' faster: noise' : ''}${ng ? `; nginx ${ratio(ng.ratio)}` : ''}`;
     results.goals.throughput = goal(
       texts.throughput,
-      figure,
-      r === undefined ? undefined : Math.abs(r - 1) <= 0.05,
+      ng ? figure : `${figure} [no verdict: no nginx run with the same routes]`,
+      r === undefined || !ng ? undefined : r >= ng.ratio,
       'B',
     );
     const m = results.memory.tenK?.rssAfterGc;
