@@ -120,7 +120,7 @@ export class Metrics {
   });
   readonly watchRestarts = new Counter({
     name: 'servegate_watch_restarts_total',
-    help: 'Kubernetes watches re-opened, by kind and reason (closed, error, expired, idle, list_error)',
+    help: 'Kubernetes watches re-opened, by kind and reason (closed, error, expired, idle, list_error, too_large: the server had gone back behind the watch, e.g. etcd restored from a backup)',
     labelNames: ['kind', 'reason'] as const,
     registers: [this.registry],
   });

@@ -8,10 +8,13 @@
 // writes DIR/state.json once the API server is ready (ports, pids, files), and stops etcd and the API server, then
 // removes DIR, on SIGTERM/SIGINT or as soon as process PID (the jest worker that owns it) is gone. Faults on demand:
 // SIGUSR1 kills the API server with SIGKILL (its port stays free for the restart), SIGUSR2 starts it again on the same
-// port; state.json's apiserverPid follows. No controller manager, scheduler or kubelet runs: tests write what those
+// port; state.json's apiserverPid follows. SIGHUP runs the etcd operation written in DIR/etcd-op ("<n> backup" or
+// "<n> restore"): the API server is killed, etcd stopped, its data folder copied to DIR/etcd-backup (or put back from
+// it: a restore from a volume backup, revisions back where they were), then both started again on the same ports;
+// state.json's etcdOpDone becomes n. No controller manager, scheduler or kubelet runs: tests write what those
 // would (EndpointSlices, ServiceAccounts) themselves.
 import { execFileSync, spawn } from 'node:child_process';
-import { mkdirSync, rmSync, writeFileSync, existsSync, openSync } from 'node:fs';
+import { cpSync, mkdirSync, readFileSync, rmSync, writeFileSync, existsSync, openSync } from 'node:fs';
 import { request } from 'node:https';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
@@ -126,9 +129,10 @@ function run(name, file, argv) {
   return child;
 }
 
-const etcd = run('etcd', 'etcd', [
+const etcdData = join(dir, 'etcd');
+const etcdArgs = [
   '--name=test',
-  `--data-dir=${join(dir, 'etcd')}`,
+  `--data-dir=${etcdData}`,
   `--listen-client-urls=${etcdUrl}`,
   `--advertise-client-urls=${etcdUrl}`,
   `--listen-peer-urls=http://127.0.0.1:${peerPort}`,
@@ -136,7 +140,8 @@ const etcd = run('etcd', 'etcd', [
   `--initial-cluster=test=http://127.0.0.1:${peerPort}`,
   '--unsafe-no-fsync',
   '--log-level=warn',
-]);
+];
+let etcd = startEtcd();
 
 const apiArgs = [
   `--etcd-servers=${etcdUrl}`,
@@ -191,7 +196,7 @@ function writeState(extra = {}) {
     server,
     apiPort,
     etcdUrl,
-    etcdPid: etcd.pid,
+    etcdPid: etcd?.pid ?? 0,
     apiserverPid: apiserver?.pid ?? 0,
     pid: process.pid,
     kubeconfig: join(dir, 'admin.kubeconfig'),
@@ -225,12 +230,76 @@ process.on('SIGUSR2', () => {
   apiserver = run('apiserver', 'kube-apiserver', apiArgs);
   writeState();
 });
-etcd.on('exit', (code, signal) => {
-  if (!stopping) {
-    console.error(`cluster: etcd exited (${code ?? signal}); see ${dir}/etcd.log`);
-    stop(4);
-  }
+
+function startEtcd() {
+  const child = run('etcd', 'etcd', etcdArgs);
+  child.on('exit', (code, signal) => {
+    // An etcd stopped for a backup or restore is not a failure.
+    if (!stopping && child === etcd) {
+      console.error(`cluster: etcd exited (${code ?? signal}); see ${dir}/etcd.log`);
+      stop(4);
+    }
+  });
+  return child;
+}
+
+function exited(child) {
+  return child.exitCode !== null || child.signalCode !== null
+    ? Promise.resolve()
+    : new Promise((resolve) => child.once('exit', () => resolve()));
+}
+
+let etcdOp = Promise.resolve();
+process.on('SIGHUP', () => {
+  etcdOp = etcdOp.then(runEtcdOp).catch((err) => {
+    console.error(`cluster: etcd operation failed: ${err?.stack ?? err}`);
+    stop(6);
+  });
 });
+
+/** Backup or restore of etcd's data folder, with the API server and etcd stopped; both started again after. */
+async function runEtcdOp() {
+  const [n, op] = readFileSync(join(dir, 'etcd-op'), 'utf8').trim().split(' ');
+  const backup = join(dir, 'etcd-backup');
+  if (apiserver) {
+    const a = apiserver;
+    apiserver = undefined;
+    a.kill('SIGKILL');
+    await exited(a);
+  }
+  writeState({ apiserverDown: true });
+  const e = etcd;
+  etcd = undefined;
+  e.kill('SIGTERM');
+  await exited(e);
+  if (op === 'backup') {
+    rmSync(backup, { recursive: true, force: true });
+    cpSync(etcdData, backup, { recursive: true });
+  } else if (op === 'restore') {
+    if (!existsSync(backup)) throw new Error('restore without a backup');
+    rmSync(etcdData, { recursive: true, force: true });
+    cpSync(backup, etcdData, { recursive: true });
+  } else {
+    throw new Error(`unknown etcd operation ${op}`);
+  }
+  etcd = startEtcd();
+  const deadline = Date.now() + 30_000;
+  while (!(await etcdHealthy())) {
+    if (Date.now() > deadline) throw new Error(`etcd did not come back; see ${dir}/etcd.log`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  apiserver = run('apiserver', 'kube-apiserver', apiArgs);
+  writeState({ etcdOpDone: Number(n) });
+}
+
+async function etcdHealthy() {
+  try {
+    const r = await fetch(`${etcdUrl}/health`, { signal: AbortSignal.timeout(2000) });
+    return r.ok && (await r.json()).health === 'true';
+  } catch {
+    return false;
+  }
+}
 if (parent) {
   setInterval(() => {
     try {

@@ -154,8 +154,14 @@ async function restarts(gw: Servegate, kind: string, reason: string): Promise<nu
   return m.values.find((v) => v.labels.kind === kind && v.labels.reason === reason)?.value ?? 0;
 }
 
+/** Watches, or lists (not the one-item check of the server's resourceVersion made before reopening a silent watch). */
 const sdepRequests = (proxy: KubeFaultProxy, ns: string, watch: boolean): ProxiedRequest[] =>
-  proxy.requests.filter((r) => r.path === `${SDEP}/namespaces/${ns}/servingdeployments` && r.watch === watch);
+  proxy.requests.filter(
+    (r) =>
+      r.path === `${SDEP}/namespaces/${ns}/servingdeployments` &&
+      r.watch === watch &&
+      (watch || r.query.get('limit') !== '1'),
+  );
 
 describe('the API server killed (SIGKILL) and restarted while servegate serves', () => {
   test('the last routes keep being served, /readyz reports the staleness, and after the restart changes are served', async () => {

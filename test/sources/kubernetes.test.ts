@@ -436,13 +436,16 @@ describe('restarts', () => {
     const h = startSource();
     await h.started;
     await waitFor(() => fake.openWatches() === 4, 'four watches');
-    const listsBefore = fake.requests.filter((r) => !r.watch).length;
+    // A watch that had delivered nothing is checked (a one-item list: is the server behind its resourceVersion?)
+    // before it is reopened; that is no relist.
+    const lists = () => fake.requests.filter((r) => !r.watch && !/(^|&)limit=1(&|$)/.test(r.query)).length;
+    const listsBefore = lists();
     fake.dropWatches();
     fake.create(sdepRaw('demo/b'));
     fake.delete(SDEP_API, 'ServingDeployment', 'demo', 'a');
     await waitFor(() => names(h.last()).join() === 'demo/b', 'events made while the watch was down');
     await waitFor(() => fake.openWatches() === 4, 'watches reopened');
-    expect(fake.requests.filter((r) => !r.watch).length).toBe(listsBefore); // no relist was needed
+    expect(lists()).toBe(listsBefore); // no relist was needed
     const reopened = fake.requests.filter((r) => r.watch && r.path.endsWith('/servingdeployments')).at(-1)!;
     expect(reopened.query).toMatch(/resourceVersion=\d+/);
     expect(
@@ -491,7 +494,8 @@ describe('restarts', () => {
     );
     expect(h.restarts.some((r) => r.kind === 'servingdeployments' && r.reason === 'expired')).toBe(true);
     const sdepLists = fake.requests.filter(
-      (r) => r.path.endsWith('/servingdeployments') && !r.watch && r.status === 200,
+      (r) =>
+        r.path.endsWith('/servingdeployments') && !r.watch && r.status === 200 && !/(^|&)limit=1(&|$)/.test(r.query),
     );
     expect(sdepLists.length).toBe(2);
   });

@@ -26,6 +26,8 @@ export interface KubeState {
   adminKey: string;
   dir: string;
   apiserverDown?: boolean;
+  /** The number of the last etcd backup or restore done (backupEtcd, restoreEtcd). */
+  etcdOpDone?: number;
 }
 
 /** Where the binaries are; undefined until `npm run kube:build` has run for the current test/kube module. */
@@ -177,6 +179,44 @@ export class KubeCluster {
       120_000,
       'the API server to be ready again',
     );
+  }
+
+  /**
+   * Copies etcd's data folder aside, as a volume backup would, with the API server and etcd stopped for the copy
+   * (both come back on the same ports). restoreEtcd puts it back.
+   */
+  backupEtcd(): Promise<void> {
+    return this.etcdOp('backup');
+  }
+
+  /**
+   * Restores etcd from backupEtcd's copy: every object written since is gone and etcd's revision, which the API
+   * server's resourceVersions are, goes back to what it was then. The API server is restarted on the same port.
+   */
+  restoreEtcd(): Promise<void> {
+    return this.etcdOp('restore');
+  }
+
+  private etcdOps = 0;
+
+  private async etcdOp(op: 'backup' | 'restore'): Promise<void> {
+    const n = ++this.etcdOps;
+    writeFileSync(join(this.dir, 'etcd-op'), `${n} ${op}\n`);
+    process.kill(this.state.pid, 'SIGHUP');
+    await until(
+      async () => this.state.etcdOpDone === n && (await this.raw('/readyz')).status === 200,
+      120_000,
+      `etcd's ${op} and the API server to be ready again`,
+    );
+  }
+
+  /** etcd's current revision: the newest resourceVersion the API server can hand out. */
+  async etcdRevision(): Promise<number> {
+    const range = await fetch(`${this.state.etcdUrl}/v3/kv/range`, {
+      method: 'POST',
+      body: JSON.stringify({ key: 'AA==' }),
+    });
+    return Number(((await range.json()) as { header: { revision: string } }).header.revision);
   }
 
   /** Compacts etcd at its current revision (the API server's watches from before then get 410); returns it. */

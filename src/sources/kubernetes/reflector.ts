@@ -1,6 +1,7 @@
 // A small reflector: list (paged) then watch from the list's resourceVersion, with the client's Watch class.
 // It never gives up: dropped or ended watches reopen with backoff and jitter, 410 relists, idle watches restart,
-// failing lists retry. It tells its handler about every change as upsert/delete, relists included (diffed).
+// failing lists retry, and a server whose resourceVersions went back (etcd restored from a backup) is listed again
+// from scratch. It tells its handler about every change as upsert/delete, relists included (diffed).
 import { Watch, type KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from '../../log.js';
 import { apiStatus } from '../../kube/objects.js';
@@ -8,7 +9,7 @@ import { errorText, getJson } from './http.js';
 import { copyWith } from '../../same-shape.js';
 
 /** Why a watch was (re)started: the `reason` label of servegate_watch_restarts_total. */
-export type RestartReason = 'closed' | 'error' | 'expired' | 'idle' | 'list_error';
+export type RestartReason = 'closed' | 'error' | 'expired' | 'idle' | 'list_error' | 'too_large';
 
 export interface Backoff {
   initialMs: number;
@@ -50,7 +51,13 @@ export interface ReflectorOptions {
   onMalformed: (kind: string, why: string) => void;
 }
 
-type Outcome = { kind: 'closed' | 'error' | 'expired' | 'idle' | 'stopped'; err?: unknown; healthy: boolean };
+type Outcome = {
+  kind: 'closed' | 'error' | 'expired' | 'too_large' | 'idle' | 'stopped';
+  err?: unknown;
+  healthy: boolean;
+  /** The watch delivered an event or bookmark. */
+  delivered: boolean;
+};
 
 const LIST_TIMEOUT_MS = 60_000;
 
@@ -71,9 +78,9 @@ export class Reflector {
   /** True while a watch is open and confirmed (connected). */
   private healthy = false;
   private lastOkAt = Date.now();
-  /** When the last 410 made us relist, and how many came one after another (each within 10 s of the last). */
-  private lastExpiredAt = 0;
-  private expiredInARow = 0;
+  /** When a 410 or a too-large resourceVersion last made us relist, and how many came within 10 s of the last. */
+  private lastRelistAt = 0;
+  private relistsInARow = 0;
   problem: string | undefined;
   private readonly watch: Watch;
 
@@ -118,11 +125,18 @@ export class Reflector {
 
   private async run(): Promise<void> {
     let attempt = 0;
+    // The last watch brought nothing (it could not be opened, or stayed silent until it ended): before watching from
+    // our resourceVersion again, check that the server has not gone back behind it.
+    let check = false;
+    /** Watches one after another that failed without delivering anything. */
+    let failedInARow = 0;
     while (!this.stopped) {
       if (this.rv === undefined) {
         try {
           await this.list();
-          attempt = 0;
+          // A list in the middle of failing watches (below) keeps their backoff.
+          if (failedInARow === 0) attempt = 0;
+          check = false;
         } catch (err) {
           if (this.stopped) break;
           const delay = this.delay(attempt++);
@@ -132,26 +146,57 @@ export class Reflector {
           continue;
         }
       }
+      if (check) {
+        let behind: string | undefined;
+        try {
+          behind = await this.serverBehind();
+        } catch (err) {
+          if (this.stopped) break;
+          const delay = this.delay(attempt++);
+          this.fail('error', `watch ${this.name}: ${errorText(err)}; retrying in ${fmt(delay)}`, err);
+          await this.sleep(delay);
+          continue;
+        }
+        if (this.stopped) break;
+        check = false;
+        if (behind !== undefined) {
+          await this.tooLarge(`the API server's resourceVersion is ${behind}`);
+          continue;
+        }
+      }
       const out = await this.watchOnce();
       this.healthy = false;
       if (this.stopped || out.kind === 'stopped') break;
       if (out.healthy) attempt = 0;
+      check = !out.delivered;
+      failedInARow = out.delivered || out.healthy ? 0 : failedInARow + 1;
+      if (out.kind === 'too_large') {
+        await this.tooLarge(errorText(out.err));
+        continue;
+      }
       const status = apiStatus(out.err);
       if (out.kind === 'expired' || status === 410) {
-        // Our resourceVersion is too old: list again (the diff tells the handler what changed meanwhile). A 410
-        // again right after a relist (a server whose watch cache cannot serve what its lists answer) backs off as
-        // failures do: each relist is a full list, which at thousands of objects is the API server's most costly
-        // request.
+        // Our resourceVersion is too old: list again (the diff tells the handler what changed meanwhile).
         this.rv = undefined;
-        const now = Date.now();
-        this.expiredInARow = now - this.lastExpiredAt < 10_000 ? this.expiredInARow + 1 : 0;
-        this.lastExpiredAt = now;
-        if (this.expiredInARow === 0) {
-          this.restart('expired', `watch ${this.name}: resourceVersion expired (410), relisting`);
-          continue;
-        }
-        const delay = this.delay(this.expiredInARow - 1);
-        this.restart('expired', `watch ${this.name}: resourceVersion expired (410) again, relisting in ${fmt(delay)}`);
+        const delay = this.relistDelay();
+        this.restart(
+          'expired',
+          `watch ${this.name}: resourceVersion expired (410)${delay ? ` again, relisting in ${fmt(delay)}` : ', relisting'}`,
+        );
+        if (delay) await this.sleep(delay);
+        continue;
+      }
+      if (failedInARow % 3 === 0 && failedInARow > 0 && out.kind === 'error') {
+        // The server answers (the check before each found it no older than us) but every watch from our
+        // resourceVersion fails: list again and watch from the new one (client-go lists after every failed watch),
+        // every third failure, the backoff growing on.
+        const delay = this.delay(attempt++);
+        this.fail(
+          'error',
+          `watch ${this.name}: ${errorText(out.err)} ${failedInARow} times in a row from resourceVersion ${this.rv ?? ''}; relisting in ${fmt(delay)}`,
+          out.err,
+        );
+        this.rv = undefined;
         await this.sleep(delay);
         continue;
       }
@@ -172,6 +217,61 @@ export class Reflector {
       );
       await this.sleep(delay);
     }
+  }
+
+  /**
+   * The server has nothing as new as our resourceVersion: etcd was restored from a backup (its revision went back),
+   * or the API server is another cluster's. A watch from it would stay silent until the server's revision passes ours
+   * and then miss everything written in between: list again from scratch (the diff takes away what the restore
+   * removed) and watch from that list, as client-go does on "Too large resource version".
+   */
+  private async tooLarge(why: string): Promise<void> {
+    const delay = this.relistDelay();
+    const message =
+      `watch ${this.name}: resourceVersion ${this.rv ?? ''} is newer than anything the API server has (${why}; ` +
+      `etcd restored from a backup?): relisting from scratch${delay ? ` in ${fmt(delay)}` : ''}`;
+    this.rv = undefined;
+    this.problem = message;
+    this.o.onRestart(this.o.kind, 'too_large');
+    this.o.logger.warn({ watch: this.name, reason: 'too_large' }, message);
+    if (delay) await this.sleep(delay);
+  }
+
+  /**
+   * 0 for a relist forced by the server (410, a resourceVersion too large), unless another came within 10 s: then
+   * the backoff, growing with each (a server whose watch cache cannot serve what its lists answer). Each relist is a
+   * full list, at thousands of objects the API server's most costly request.
+   */
+  private relistDelay(): number {
+    const now = Date.now();
+    this.relistsInARow = now - this.lastRelistAt < 10_000 ? this.relistsInARow + 1 : 0;
+    this.lastRelistAt = now;
+    return this.relistsInARow === 0 ? 0 : this.delay(this.relistsInARow - 1);
+  }
+
+  /**
+   * The server's current resourceVersion (a one-item consistent list) when it is older than ours, else undefined.
+   * resourceVersions are compared as numbers, as the API server's own are (etcd revisions); one that is not a number
+   * is taken as fine.
+   */
+  private async serverBehind(): Promise<string | undefined> {
+    const ours = this.rv;
+    if (ours === undefined || !/^\d+$/.test(ours)) return undefined;
+    this.listAbort = new AbortController();
+    let page: unknown;
+    try {
+      page = await getJson(
+        this.o.kc,
+        this.o.path,
+        { labelSelector: this.o.labelSelector, limit: 1 },
+        { signal: this.listAbort.signal, timeoutMs: LIST_TIMEOUT_MS },
+      );
+    } finally {
+      this.listAbort = undefined;
+    }
+    const theirs = (page as { metadata?: { resourceVersion?: unknown } } | null)?.metadata?.resourceVersion;
+    if (typeof theirs !== 'string' || !/^\d+$/.test(theirs)) return undefined;
+    return BigInt(theirs) < BigInt(ours) ? theirs : undefined;
   }
 
   private restart(reason: RestartReason, message?: string): void {
@@ -297,7 +397,7 @@ export class Reflector {
       let controller: AbortController | undefined;
       const openedAt = Date.now();
       const idle = setTimeout(() => finish({ kind: 'idle', healthy: true }), this.o.idleTimeoutMs);
-      const finish = (out: Omit<Outcome, 'healthy'> & { healthy?: boolean }) => {
+      const finish = (out: Omit<Outcome, 'healthy' | 'delivered'> & { healthy?: boolean }) => {
         if (finished) return;
         finished = true;
         clearTimeout(idle);
@@ -311,7 +411,7 @@ export class Reflector {
         }
         // A watch that delivered something or stayed open a while was a good one: reset the backoff.
         const healthy = out.healthy ?? (events > 0 || Date.now() - openedAt >= 2_000);
-        resolve(copyWith(out, { healthy }));
+        resolve(copyWith(out, { healthy, delivered: events > 0 }));
       };
       this.watchAbort = () => finish({ kind: 'stopped' });
       const onEvent = (type: string, obj: unknown) => {
@@ -356,10 +456,11 @@ export class Reflector {
     });
   }
 
-  private onWatchEvent(type: string, obj: unknown, finish: (o: Omit<Outcome, 'healthy'>) => void): void {
+  private onWatchEvent(type: string, obj: unknown, finish: (o: Omit<Outcome, 'healthy' | 'delivered'>) => void): void {
     if (type === 'ERROR') {
       const code = obj && typeof obj === 'object' ? (obj as { code?: unknown }).code : undefined;
       if (code === 410) finish({ kind: 'expired' });
+      else if (isTooLarge(obj)) finish({ kind: 'too_large', err: new Error(errorText(obj)) });
       else finish({ kind: 'error', err: new Error(`watch ERROR event: ${errorText(obj)}`) });
       return;
     }
@@ -383,6 +484,19 @@ export class Reflector {
     }
     if (rv) this.rv = rv;
   }
+}
+
+/** A Status saying the resourceVersion asked for is newer than the server's (504, cause ResourceVersionTooLarge). */
+function isTooLarge(status: unknown): boolean {
+  if (!status || typeof status !== 'object') return false;
+  const s = status as { message?: unknown; details?: { causes?: unknown } };
+  const causes = Array.isArray(s.details?.causes) ? (s.details.causes as unknown[]) : [];
+  return (
+    causes.some(
+      (c) => !!c && typeof c === 'object' && (c as { reason?: unknown }).reason === 'ResourceVersionTooLarge',
+    ) ||
+    (typeof s.message === 'string' && /too large resource version/i.test(s.message))
+  );
 }
 
 function isRaw(v: unknown): v is RawObject {
