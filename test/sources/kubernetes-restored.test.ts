@@ -69,7 +69,8 @@ test('a server back at older resourceVersions (a restored etcd): the source list
   expect(list.query).not.toMatch(/resourceVersion=/);
   restored.create(sdepRaw('demo/later'));
   await waitFor(() => names(h.last()).includes('later'), 'a change after the relist', 5000);
-  expect(source!.health().problems).toEqual([]);
+  await waitFor(() => source!.health().problems.length === 0, 'every watch current again', 5000);
+  expect(h.restarts.filter((r) => r.reason === 'too_large').length).toBeGreaterThanOrEqual(4);
 });
 
 test('a watch answered with an ERROR "Too large resource version" (504, ResourceVersionTooLarge) relists at once', async () => {
@@ -120,5 +121,28 @@ test('watches refused in a loop while lists answer: every third failure lists ag
   expect(
     h.restarts.filter((r) => r.kind === 'servingdeployments' && r.reason === 'error').length,
   ).toBeGreaterThanOrEqual(5);
+  expect(names(h.last())).toEqual(['a']);
+});
+
+test('watches that each end in an ERROR event (500) while lists answer: the third lists again', async () => {
+  const api = await fakeServer();
+  api.create(sdepRaw('demo/a'));
+  const h = start(api);
+  await h.started;
+  await waitFor(() => api.openWatches() === 4, 'the watches');
+  const from = api.requests.length;
+  const sdep = () => api.requests.slice(from).filter(isSdep);
+  const error = {
+    type: 'ERROR',
+    object: { kind: 'Status', apiVersion: 'v1', status: 'Failure', message: 'etcd: leader changed', code: 500 },
+  };
+  for (let i = 0; i < 3; i++) {
+    // The sdep watch open (the first, then each reopened after its check): answer it with the ERROR.
+    await waitFor(() => api.openWatches() === 4 && sdep().filter((r) => r.watch).length === i, `watch ${i + 1}`, 5000);
+    api.injectWatchEvent(SDEP_API, 'ServingDeployment', error);
+  }
+  await waitFor(() => sdep().some(isList), 'a list again', 5000);
+  const shape = sdep().map((r) => (r.watch ? 'watch' : isList(r) ? 'list' : 'check'));
+  expect(shape.slice(0, 5)).toEqual(['check', 'watch', 'check', 'watch', 'list']);
   expect(names(h.last())).toEqual(['a']);
 });

@@ -55,7 +55,7 @@ type Outcome = {
   kind: 'closed' | 'error' | 'expired' | 'too_large' | 'idle' | 'stopped';
   err?: unknown;
   healthy: boolean;
-  /** The watch delivered an event or bookmark. */
+  /** The watch delivered an event or bookmark (an ERROR event is none). */
   delivered: boolean;
 };
 
@@ -416,9 +416,12 @@ export class Reflector {
       this.watchAbort = () => finish({ kind: 'stopped' });
       const onEvent = (type: string, obj: unknown) => {
         if (finished) return;
-        events++;
-        idle.refresh();
-        this.markOk();
+        // An ERROR event ends the watch and proves nothing current: it is no sign of a working watch.
+        if (type !== 'ERROR') {
+          events++;
+          idle.refresh();
+          this.markOk();
+        }
         try {
           this.onWatchEvent(type, obj, finish);
         } catch (err) {
