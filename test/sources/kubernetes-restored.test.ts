@@ -146,3 +146,18 @@ test('watches that each end in an ERROR event (500) while lists answer: the thir
   expect(shape.slice(0, 5)).toEqual(['check', 'watch', 'check', 'watch', 'list']);
   expect(names(h.last())).toEqual(['a']);
 });
+
+test('a working watch that is cut is checked before it is reopened (an API server back quickly on a restored etcd)', async () => {
+  const api = await fakeServer();
+  const h = start(api);
+  await h.started;
+  await waitFor(() => api.openWatches() === 4, 'the watches');
+  api.create(sdepRaw('demo/a'));
+  await waitFor(() => names(h.last()).join() === 'a', 'the event');
+  const from = api.requests.length;
+  api.dropWatches();
+  await waitFor(() => api.openWatches() === 4, 'the watches reopened');
+  const sdep = api.requests.slice(from).filter(isSdep);
+  expect(sdep.map((r) => (r.watch ? 'watch' : isList(r) ? 'list' : 'check'))).toEqual(['check', 'watch']);
+  expect(sdep[1]!.query).toMatch(/resourceVersion=\d+/);
+});

@@ -125,8 +125,9 @@ export class Reflector {
 
   private async run(): Promise<void> {
     let attempt = 0;
-    // The last watch brought nothing (it could not be opened, or stayed silent until it ended): before watching from
-    // our resourceVersion again, check that the server has not gone back behind it.
+    // The last watch brought nothing (it could not be opened, or stayed silent until it ended) or was cut (the API
+    // server may have been restarted, on an etcd restored from a backup): before watching from our resourceVersion
+    // again, check that the server has not gone back behind it.
     let check = false;
     /** Watches one after another that failed without delivering anything. */
     let failedInARow = 0;
@@ -168,7 +169,7 @@ export class Reflector {
       this.healthy = false;
       if (this.stopped || out.kind === 'stopped') break;
       if (out.healthy) attempt = 0;
-      check = !out.delivered;
+      check = !out.delivered || out.kind === 'error';
       failedInARow = out.delivered || out.healthy ? 0 : failedInARow + 1;
       if (out.kind === 'too_large') {
         await this.tooLarge(errorText(out.err));
