@@ -18,6 +18,7 @@ import {
 } from '../keys/index.js';
 import { ClusterKeyStore, FilesKeyStore, type KeyStore } from '../keys/store.js';
 import { isDnsLabel } from '../routing/names.js';
+import { shown } from '../routing/quote.js';
 import { KEY_LABEL } from '../routing/types.js';
 import { choice, command, count, processIo, run, subcommand, type CliIo } from './io.js';
 import { kubeClients } from './kube.js';
@@ -274,7 +275,10 @@ function printKeys(
       [k.rpm !== undefined ? `${k.rpm} rpm` : '', k.tpm !== undefined ? `${k.tpm} tpm` : '', k.budget ?? '']
         .filter(Boolean)
         .join(', ') || 'default';
-    return [k.name, k.prefix, k.projects, expires, limits, ...(files ? [k.origin ?? ''] : [])];
+    // A cell is one line of bounded width: a Secret's field may hold anything (newlines, a megabyte); -o json shows it.
+    return [k.name, k.prefix, k.projects, expires, limits, ...(files ? [k.origin ?? ''] : [])].map((c) =>
+      shown(c, 256),
+    );
   });
   io.stdout(formatTable([header, ...table]));
 }

@@ -7,6 +7,7 @@ import { formatTime, isObject, secretData } from '../kube/objects.js';
 import { isDnsSubdomain, KEY_PREFIX, KEY_SHA256, PROJECT_NAME } from '../routing/names.js';
 import { KEY_LABEL } from '../routing/types.js';
 import { parseBudgetPeriod } from '../limits/budgets.js';
+import { quoted } from '../routing/quote.js';
 
 export const PREFIX_LENGTH = 16;
 /** 43 url-safe characters: 32 random bytes in base64url. */
@@ -45,7 +46,7 @@ export function hashKey(key: string): string {
 export function keyNameProblem(name: string): string | undefined {
   if (!name) return 'a key needs a name (--name)';
   if (!isDnsSubdomain(name)) {
-    return `invalid key name "${name}": a key is stored as a Secret, whose name must be a DNS-1123 subdomain (lower-case a-z, 0-9, '-' and '.', starting and ending with a letter or digit, at most 253 characters)`;
+    return `invalid key name ${quoted(name)}: a key is stored as a Secret, whose name must be a DNS-1123 subdomain (lower-case a-z, 0-9, '-' and '.', starting and ending with a letter or digit, at most 253 characters)`;
   }
   return undefined;
 }
@@ -59,11 +60,11 @@ export function parseProjects(raw: string | undefined): '*' | string[] {
   const list = text.split(',').map((p) => p.trim());
   const out: string[] = [];
   for (const p of list) {
-    if (p === '') throw new KeyError(`--projects "${text}" has an empty project name`);
+    if (p === '') throw new KeyError(`--projects ${quoted(text)} has an empty project name`);
     if (p === '*') throw new KeyError('--projects "*" grants every project and cannot be combined with project names');
     if (p.length > 63 || !PROJECT_NAME.test(p)) {
       throw new KeyError(
-        `invalid project name "${p}" in --projects: 1-63 letters, digits, '_' or '-', starting and ending with a letter or digit`,
+        `invalid project name ${quoted(p)} in --projects: 1-63 letters, digits, '_' or '-', starting and ending with a letter or digit`,
       );
     }
     if (!out.includes(p)) out.push(p);
@@ -81,20 +82,20 @@ export function parseExpires(raw: string, now: number = Date.now()): Date {
   const d = DURATION.exec(text);
   if (d) {
     const n = Number(d[1]);
-    if (n <= 0) throw new KeyError(`--expires "${raw}" must be a positive duration`);
+    if (n <= 0) throw new KeyError(`--expires ${quoted(raw)} must be a positive duration`);
     const at = now + n * UNIT_MS[d[2]];
     if (!Number.isFinite(at) || at > Date.parse('9999-12-31T23:59:59Z'))
-      throw new KeyError(`--expires "${raw}" is too far away`);
+      throw new KeyError(`--expires ${quoted(raw)} is too far away`);
     return new Date(at);
   }
   if (RFC3339.test(text)) {
     const at = Date.parse(text);
-    if (Number.isNaN(at)) throw new KeyError(`--expires "${raw}" is not a valid RFC 3339 time`);
-    if (at <= now) throw new KeyError(`--expires "${raw}" is in the past`);
+    if (Number.isNaN(at)) throw new KeyError(`--expires ${quoted(raw)} is not a valid RFC 3339 time`);
+    if (at <= now) throw new KeyError(`--expires ${quoted(raw)} is in the past`);
     return new Date(at);
   }
   throw new KeyError(
-    `invalid --expires "${raw}": give a duration like 90m, 12h, 30d or 2w, or an RFC 3339 time like 2027-01-01T00:00:00Z`,
+    `invalid --expires ${quoted(raw)}: give a duration like 90m, 12h, 30d or 2w, or an RFC 3339 time like 2027-01-01T00:00:00Z`,
   );
 }
 
@@ -142,7 +143,7 @@ export function keyFields(o: KeyFieldOptions): KeyFields {
   }
   if (o.budgetCost !== undefined) {
     if (!/^\d{1,12}(\.\d{1,6})?$/.test(o.budgetCost))
-      throw new KeyError(`--budget-cost must be a decimal 0 or more (at most 6 places), got "${o.budgetCost}"`);
+      throw new KeyError(`--budget-cost must be a decimal 0 or more (at most 6 places), got ${quoted(o.budgetCost)}`);
     out.budgetCost = o.budgetCost;
   }
   if (o.budgetPeriod !== undefined) {
@@ -158,12 +159,12 @@ export function keyFields(o: KeyFieldOptions): KeyFields {
   }
   if (o.priority !== undefined) {
     if (!['critical', 'standard', 'sheddable'].includes(o.priority))
-      throw new KeyError(`--priority must be critical, standard or sheddable, got "${o.priority}"`);
+      throw new KeyError(`--priority must be critical, standard or sheddable, got ${quoted(o.priority)}`);
     out.priority = o.priority;
   }
   if (o.weight !== undefined) {
     if (!/^\d{1,6}(\.\d{1,3})?$/.test(o.weight) || !(Number(o.weight) > 0))
-      throw new KeyError(`--weight must be a number above 0, got "${o.weight}"`);
+      throw new KeyError(`--weight must be a number above 0, got ${quoted(o.weight)}`);
     out.weight = o.weight;
   }
   return out;

@@ -3,6 +3,7 @@
 import { chargeable } from './buckets.js';
 import { gatewayError, type GatewayError } from '../gateway/http/errors.js';
 import { projectNamespaceForm as projectForm } from '../routing/names.js';
+import { quoted } from '../routing/quote.js';
 
 /** A budget's period: a calendar day or month (UTC), or a rolling window of `ms`. */
 export type BudgetPeriod = { kind: 'day' } | { kind: 'month' } | { kind: 'rolling'; ms: number };
@@ -19,7 +20,7 @@ export function parseBudgetPeriod(raw: string): BudgetPeriod | string {
   const m = /^(\d{1,6})([mhdw])$/.exec(s);
   const ms = m ? Number(m[1]) * UNITS[m[2]] : NaN;
   if (!(ms >= 3_600_000 && ms <= 366 * 86_400_000))
-    return `budgetPeriod must be "day", "month" or a rolling duration of 1h to 366d such as 12h or 7d, got "${raw}"`;
+    return `budgetPeriod must be "day", "month" or a rolling duration of 1h to 366d such as 12h or 7d, got ${quoted(raw)}`;
   return { kind: 'rolling', ms };
 }
 

@@ -4,6 +4,7 @@ import { isObject } from '../../kube/objects.js';
 import { isDnsLabel } from '../names.js';
 import type { Backend, ServiceResource, Snapshot } from '../types.js';
 import { invalid, type Refusal } from './result.js';
+import { quoted } from '../quote.js';
 import { copyWith } from '../../same-shape.js';
 
 export function parseBackend(
@@ -48,17 +49,17 @@ export function parseBackend(
     try {
       u = new URL(raw.url);
     } catch {
-      return invalid(`spec.backend.url "${shown}" is not a URL`);
+      return invalid(`spec.backend.url ${quoted(shown)} is not a URL`);
     }
     // Any userinfo is refused, an empty one too (`http://@host`, `http://:pass@host`), which the URL parser drops.
     if (u.username || u.password || hasUserinfo(raw.url)) {
       return invalid(
-        `spec.backend.url "${shown}" must not carry credentials (a userinfo "user:secret@" before the host)`,
+        `spec.backend.url ${quoted(shown)} must not carry credentials (a userinfo "user:secret@" before the host)`,
       );
     }
     if (u.protocol !== 'http:' || u.search || u.hash) {
       return invalid(
-        `spec.backend.url "${shown}" must be a plain http://host:port URL (optionally with a path prefix)`,
+        `spec.backend.url ${quoted(shown)} must be a plain http://host:port URL (optionally with a path prefix)`,
       );
     }
     return { kind: 'url', url: `${u.origin}${u.pathname.replace(/\/+$/, '')}` };
@@ -66,11 +67,11 @@ export function parseBackend(
   const { service, port } = raw;
   if (typeof service !== 'string' || !isDnsLabel(service)) {
     return invalid(
-      `spec.backend.service must be the name of a Service in namespace ${namespace} (a DNS-1123 label), got ${JSON.stringify(service)}`,
+      `spec.backend.service must be the name of a Service in namespace ${namespace} (a DNS-1123 label), got ${quoted(service)}`,
     );
   }
   if (typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535) {
-    return invalid(`spec.backend.port must be a port number 1-65535, got ${JSON.stringify(port)}`);
+    return invalid(`spec.backend.port must be a port number 1-65535, got ${quoted(port)}`);
   }
   return serviceBackend(namespace, service, port, services);
 }
@@ -125,7 +126,7 @@ export function parsePathPrefix(raw: unknown, field = 'spec.backend.path'): stri
   if (raw === undefined || raw === null || raw === '' || raw === '/') return undefined;
   if (typeof raw !== 'string' || !PATH_PREFIX.test(raw) || raw.split('/').some((s) => s === '.' || s === '..')) {
     return invalid(
-      `${field} ${JSON.stringify(raw)} must be a path prefix like "/openai": it starts with "/", has no "..", "?", "#", "%" or "//"`,
+      `${field} ${quoted(raw)} must be a path prefix like "/openai": it starts with "/", has no "..", "?", "#", "%" or "//"`,
     );
   }
   return raw.replace(/\/+$/, '');

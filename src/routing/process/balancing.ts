@@ -5,6 +5,7 @@ import type { RouteKind } from '../kinds.js';
 import { isDnsLabel, projectNamespaceForm } from '../names.js';
 import type { Balancing, BalancingPolicy } from '../types.js';
 import { invalid, type Refusal } from './result.js';
+import { quoted, shown } from '../quote.js';
 
 const POLICIES: readonly BalancingPolicy[] = ['llm', 'least-request', 'round-robin'];
 const FIELDS = ['policy', 'metricsPath', 'metricsPort'];
@@ -20,25 +21,21 @@ export function parseBalancing(raw: unknown, kind: RouteKind): Balancing | Refus
   if (!isObject(raw)) return invalid('spec.balancing must be an object: {policy, metricsPath, metricsPort}');
   for (const k of Object.keys(raw))
     if (!FIELDS.includes(k))
-      return invalid(`spec.balancing.${k} is not a field: spec.balancing takes ${FIELDS.join(', ')}`);
+      return invalid(`spec.balancing.${shown(k)} is not a field: spec.balancing takes ${FIELDS.join(', ')}`);
   if (raw.policy !== undefined) {
     if (!POLICIES.includes(raw.policy as BalancingPolicy))
-      return invalid(`spec.balancing.policy must be one of ${POLICIES.join(', ')}, got ${JSON.stringify(raw.policy)}`);
+      return invalid(`spec.balancing.policy must be one of ${POLICIES.join(', ')}, got ${quoted(raw.policy)}`);
     b.policy = raw.policy as BalancingPolicy;
   }
   if (raw.metricsPath !== undefined) {
     if (typeof raw.metricsPath !== 'string' || !/^\/[^\s?#]*$/.test(raw.metricsPath))
-      return invalid(
-        `spec.balancing.metricsPath must be a path like "/metrics", got ${JSON.stringify(raw.metricsPath)}`,
-      );
+      return invalid(`spec.balancing.metricsPath must be a path like "/metrics", got ${quoted(raw.metricsPath)}`);
     b.metricsPath = raw.metricsPath;
   }
   if (raw.metricsPort !== undefined) {
     const p = raw.metricsPort;
     if (typeof p !== 'number' || !Number.isInteger(p) || p < 0 || p > 65535)
-      return invalid(
-        `spec.balancing.metricsPort must be a port number (0 = the serving port), got ${JSON.stringify(p)}`,
-      );
+      return invalid(`spec.balancing.metricsPort must be a port number (0 = the serving port), got ${quoted(p)}`);
     b.metricsPort = p;
   }
   return b;
@@ -58,15 +55,15 @@ export function parseFallbacks(raw: unknown, project: string, name: string): rea
   const self = `${projectNamespaceForm(project)}/${name}`;
   const seen: string[] = [];
   for (const f of raw) {
-    if (typeof f !== 'string') return invalid(`spec.fallbacks holds ${JSON.stringify(f)}: each entry is a name`);
+    if (typeof f !== 'string') return invalid(`spec.fallbacks holds ${quoted(f)}: each entry is a name`);
     const slash = f.indexOf('/');
     const p = slash === -1 ? project : f.slice(0, slash);
     const d = slash === -1 ? f : f.slice(slash + 1);
     if (!/^[A-Za-z0-9_-]+$/.test(p) || !isDnsLabel(d))
-      return invalid(`spec.fallbacks entry ${JSON.stringify(f)} must be "<deployment>" or "<project>/<deployment>"`);
+      return invalid(`spec.fallbacks entry ${quoted(f)} must be "<deployment>" or "<project>/<deployment>"`);
     const same = `${projectNamespaceForm(p)}/${d}`;
-    if (same === self) return invalid(`spec.fallbacks names the deployment itself (${JSON.stringify(f)})`);
-    if (seen.includes(same)) return invalid(`spec.fallbacks names ${JSON.stringify(f)} twice`);
+    if (same === self) return invalid(`spec.fallbacks names the deployment itself (${quoted(f)})`);
+    if (seen.includes(same)) return invalid(`spec.fallbacks names ${quoted(f)} twice`);
     seen.push(same);
     out.push(`${p}/${d}`);
   }

@@ -10,6 +10,7 @@ import type {
 } from '../types.js';
 import { serviceBackend } from './backend.js';
 import { invalid, type RouteOrError } from './result.js';
+import { quoted, shown } from '../quote.js';
 import { defaultBalancing } from './balancing.js';
 
 const KSERVE_FORMATS: Record<string, ModelServer> = {
@@ -99,7 +100,7 @@ export function kserveNotReady(status: unknown): string | undefined {
   const ready = status.conditions.find((c) => isObject(c) && c.type === 'Ready') as Record<string, unknown> | undefined;
   if (!ready || ready.status === 'True') return undefined;
   const why = [ready.reason, ready.message].filter((x) => typeof x === 'string' && x !== '').join(': ');
-  return `the InferenceService is not ready (Ready=${String(ready.status)}${why ? `, ${why}` : ''})`;
+  return `the InferenceService is not ready (Ready=${shown(String(ready.status))}${why ? `, ${shown(why, 256)}` : ''})`;
 }
 
 /** Annotation that sets the scale-from-zero hold of an InferenceService (it has no servegate spec field). */
@@ -111,19 +112,19 @@ export function inferenceServiceRoute(
   options: BuildOptions,
 ): RouteOrError {
   const { name, namespace } = res.metadata;
-  if (!isDnsLabel(name)) return invalid(`metadata.name "${name}" must be a DNS-1123 label`);
+  if (!isDnsLabel(name)) return invalid(`metadata.name ${quoted(name)} must be a DNS-1123 label`);
   const modelServer = kserveModelServer(res.spec);
   if (!modelServer)
     return invalid(
       'spec.predictor has no model format servegate knows (sklearn, tensorflow, huggingface, vllm, xgboost, triton, ...)',
     );
-  if (!PROJECT_NAME.test(namespace)) return invalid(`namespace "${namespace}" cannot be a project name`);
+  if (!PROJECT_NAME.test(namespace)) return invalid(`namespace ${quoted(namespace)} cannot be a project name`);
   let hold = options.scaleFromZeroHoldMs ?? 0;
   const annotated = res.metadata.annotations?.[HOLD_ANNOTATION];
   if (annotated !== undefined) {
     const seconds = Number(annotated);
     if (annotated.trim() === '' || !(seconds >= 0 && seconds <= 3600))
-      return invalid(`annotation ${HOLD_ANNOTATION} must be a number of seconds 0-3600, got "${annotated}"`);
+      return invalid(`annotation ${HOLD_ANNOTATION} must be a number of seconds 0-3600, got ${quoted(annotated)}`);
     hold = Math.round(seconds * 1000);
   }
   const backend = serviceBackend(namespace, inferenceServiceBackendName(res), 80, services, true);

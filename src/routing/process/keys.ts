@@ -6,6 +6,7 @@ import type { ApiKeyRecord, KeyBudget, KeyProblem, KeySecretResource, PerMinuteL
 import { parseBudgetPeriod } from '../../limits/budgets.js';
 import { BuildCache, type KeysResult, type ParsedKey } from '../cache.js';
 import { cmp } from './order.js';
+import { quoted } from '../quote.js';
 
 /** Parses API-key Secrets. A bad one is reported and skipped, never fatal. */
 export function buildKeys(
@@ -98,7 +99,7 @@ function parseKeySecret(
   const scoped = s.metadata.namespace !== keysNamespace;
   if (scoped && !projectNamespaceKeys)
     return (
-      `ignored: it is in namespace "${s.metadata.namespace}", not the keys namespace "${keysNamespace}" ` +
+      `ignored: it is in namespace ${quoted(s.metadata.namespace)}, not the keys namespace "${keysNamespace}" ` +
       '(set auth.projectNamespaceKeys: true to let a key Secret in a project namespace grant that project)'
     );
   const d = s.data;
@@ -117,13 +118,13 @@ function parseKeySecret(
       .filter(Boolean);
     const bad = list.find((p) => !PROJECT_NAME.test(p));
     if (bad !== undefined || list.length === 0)
-      return `projects has an invalid project name ${JSON.stringify(bad ?? projectsRaw)}`;
+      return `projects has an invalid project name ${quoted(bad ?? projectsRaw)}`;
     projects = new Set(list.map(projectNamespaceForm));
   }
   let expiresAt: number | undefined;
   if (d.expiresAt !== undefined && d.expiresAt.trim() !== '') {
     expiresAt = Date.parse(d.expiresAt.trim());
-    if (Number.isNaN(expiresAt)) return `expiresAt "${d.expiresAt}" is not an RFC 3339 time`;
+    if (Number.isNaN(expiresAt)) return `expiresAt ${quoted(d.expiresAt)} is not an RFC 3339 time`;
   }
   const limits: PerMinuteLimits = {};
   for (const [field, name] of [
@@ -133,7 +134,7 @@ function parseKeySecret(
     const raw = d[field]?.trim();
     if (raw === undefined || raw === '') continue;
     if (!/^\d+$/.test(raw) || !Number.isSafeInteger(Number(raw)))
-      return `${field} must be a whole number 0 or more (per minute), got "${d[field]}"`;
+      return `${field} must be a whole number 0 or more (per minute), got ${quoted(d[field])}`;
     limits[name] = Number(raw);
   }
   const budget = parseKeyBudget(d);
@@ -164,12 +165,12 @@ function parseKeyBudget(d: Record<string, string | undefined>): KeyBudget | unde
   const budget: KeyBudget = { period: { kind: 'month' } };
   if (tokensRaw) {
     if (!/^\d+$/.test(tokensRaw) || !Number.isSafeInteger(Number(tokensRaw)))
-      return `budgetTokens must be a whole number 0 or more, got "${d.budgetTokens}"`;
+      return `budgetTokens must be a whole number 0 or more, got ${quoted(d.budgetTokens)}`;
     if (Number(tokensRaw) > 0) budget.tokens = Number(tokensRaw);
   }
   if (costRaw) {
     if (!/^\d{1,12}(\.\d{1,6})?$/.test(costRaw))
-      return `budgetCost must be a decimal 0 or more (at most 6 places), got "${d.budgetCost}"`;
+      return `budgetCost must be a decimal 0 or more (at most 6 places), got ${quoted(d.budgetCost)}`;
     if (Number(costRaw) > 0) budget.cost = Number(costRaw);
   }
   if (periodRaw) {
@@ -193,14 +194,14 @@ function parseFairFields(
   const priority = d.priority?.trim();
   if (priority) {
     if (priority !== 'critical' && priority !== 'standard' && priority !== 'sheddable')
-      return `priority must be critical, standard or sheddable, got "${d.priority}"`;
+      return `priority must be critical, standard or sheddable, got ${quoted(d.priority)}`;
     out.priority = priority;
   }
   const weight = d.weight?.trim();
   if (weight) {
     const w = Number(weight);
     if (!/^\d{1,6}(\.\d{1,3})?$/.test(weight) || !(w > 0))
-      return `weight must be a number above 0 (default 1), got "${d.weight}"`;
+      return `weight must be a number above 0 (default 1), got ${quoted(d.weight)}`;
     out.weight = w;
   }
   return out;

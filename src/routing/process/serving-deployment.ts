@@ -24,6 +24,7 @@ import type {
 import { parseBackend, parsePathPrefix } from './backend.js';
 import { parseBalancing, parseFallbacks } from './balancing.js';
 import { invalid, type Refusal, type RouteOrError } from './result.js';
+import { quoted, shown } from '../quote.js';
 
 export function servingDeploymentRoute(
   res: ServingDeploymentResource,
@@ -33,24 +34,24 @@ export function servingDeploymentRoute(
 ): RouteOrError {
   const { name, namespace } = res.metadata;
   if (!isDnsLabel(name))
-    return invalid(`metadata.name "${name}" must be a DNS-1123 label (lower-case a-z, 0-9, '-', at most 63)`);
+    return invalid(`metadata.name ${quoted(name)} must be a DNS-1123 label (lower-case a-z, 0-9, '-', at most 63)`);
   const spec = res.spec;
   if (!isObject(spec)) return invalid('spec must be an object');
 
   const project = spec.project === undefined || spec.project === '' ? namespace : spec.project;
   if (typeof project !== 'string' || project.length > 63 || !PROJECT_NAME.test(project)) {
     return invalid(
-      `spec.project "${String(project)}" must be 1-63 letters, digits, '_' or '-', starting and ending with a letter or digit`,
+      `spec.project ${quoted(project)} must be 1-63 letters, digits, '_' or '-', starting and ending with a letter or digit`,
     );
   }
   const type = spec.type;
   if (type !== 'model' && type !== 'python')
-    return invalid(`spec.type must be "model" or "python", got ${JSON.stringify(type)}`);
+    return invalid(`spec.type must be "model" or "python", got ${quoted(type)}`);
   let modelServer: ModelServer | undefined;
   if (type === 'model') {
     if (!MODEL_SERVERS.includes(spec.modelServer as ModelServer)) {
       return invalid(
-        `spec.modelServer is required for type "model" and must be one of ${MODEL_SERVERS.join(', ')}, got ${JSON.stringify(spec.modelServer)}`,
+        `spec.modelServer is required for type "model" and must be one of ${MODEL_SERVERS.join(', ')}, got ${quoted(spec.modelServer)}`,
       );
     }
     modelServer = spec.modelServer as ModelServer;
@@ -62,13 +63,13 @@ export function servingDeploymentRoute(
   if (kind === 'predictive') {
     modelName = spec.modelName === undefined || spec.modelName === '' ? name : (spec.modelName as string);
     if (typeof modelName !== 'string' || modelName.length > 253 || !MODEL_NAME.test(modelName)) {
-      return invalid(`spec.modelName "${String(modelName)}" must be letters, digits, '_', '.' or '-'`);
+      return invalid(`spec.modelName ${quoted(modelName)} must be letters, digits, '_', '.' or '-'`);
     }
   } else if (kind === 'llm' && spec.modelName !== undefined && spec.modelName !== '') {
     // The name the LLM server serves; the shared OpenAI base URL writes it into the body's `model` (SPEC §9).
     if (typeof spec.modelName !== 'string' || spec.modelName.length > 253 || !SERVED_MODEL_NAME.test(spec.modelName)) {
       return invalid(
-        `spec.modelName ${JSON.stringify(spec.modelName)} must be the name the LLM server serves: letters, digits and _ . : / @ + -`,
+        `spec.modelName ${quoted(spec.modelName)} must be the name the LLM server serves: letters, digits and _ . : / @ + -`,
       );
     }
     modelName = spec.modelName;
@@ -87,17 +88,19 @@ export function servingDeploymentRoute(
     if (!isObject(spec.limits)) return invalid('spec.limits must be an object: {requestsPerMinute, tokensPerMinute}');
     for (const k of Object.keys(spec.limits)) {
       if (k !== 'requestsPerMinute' && k !== 'tokensPerMinute')
-        return invalid(`spec.limits.${k} is not a field: spec.limits takes requestsPerMinute and tokensPerMinute`);
+        return invalid(
+          `spec.limits.${shown(k)} is not a field: spec.limits takes requestsPerMinute and tokensPerMinute`,
+        );
       const v = spec.limits[k];
       if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0)
-        return invalid(`spec.limits.${k} must be a whole number 0 or more, got ${JSON.stringify(v)}`);
+        return invalid(`spec.limits.${k} must be a whole number 0 or more, got ${quoted(v)}`);
       if (v > 0) (limits ??= {})[k] = v;
     }
   }
   let protocol: PredictProtocol | undefined;
   if (spec.protocol !== undefined && spec.protocol !== null) {
     if (spec.protocol !== 'v1' && spec.protocol !== 'v2')
-      return invalid(`spec.protocol must be "v1" or "v2", got ${JSON.stringify(spec.protocol)}`);
+      return invalid(`spec.protocol must be "v1" or "v2", got ${quoted(spec.protocol)}`);
     if (kind !== 'predictive' && spec.protocol === 'v2')
       return invalid('spec.protocol v2 (Open Inference Protocol) is for predictive model servers only');
     if (kind === 'predictive') protocol = spec.protocol;
@@ -114,9 +117,9 @@ export function servingDeploymentRoute(
     if (!isObject(c)) return invalid('spec.canary must be an object: {backend: {service, port}, percent}');
     for (const k of Object.keys(c))
       if (k !== 'backend' && k !== 'percent')
-        return invalid(`spec.canary.${k} is not a field: spec.canary takes backend and percent`);
+        return invalid(`spec.canary.${shown(k)} is not a field: spec.canary takes backend and percent`);
     if (typeof c.percent !== 'number' || !(c.percent >= 0 && c.percent <= 100))
-      return invalid(`spec.canary.percent must be a number 0-100, got ${JSON.stringify(c.percent)}`);
+      return invalid(`spec.canary.percent must be a number 0-100, got ${quoted(c.percent)}`);
     if (isObject(c.backend) && c.backend.path !== undefined)
       return invalid('spec.canary.backend.path is not a field: the canary takes the same spec.backend.path');
     const cb = parseBackend(c.backend, namespace, source, services);
@@ -133,7 +136,7 @@ export function servingDeploymentRoute(
   let priority: Priority | undefined;
   if (spec.priority !== undefined && spec.priority !== null) {
     if (spec.priority !== 'critical' && spec.priority !== 'standard' && spec.priority !== 'sheddable')
-      return invalid(`spec.priority must be critical, standard or sheddable, got ${JSON.stringify(spec.priority)}`);
+      return invalid(`spec.priority must be critical, standard or sheddable, got ${quoted(spec.priority)}`);
     priority = spec.priority;
   }
   return {
@@ -168,10 +171,12 @@ function parsePricing(raw: unknown): { inputPerMillion: number; outputPerMillion
   const out = { inputPerMillion: 0, outputPerMillion: 0 };
   for (const k of Object.keys(raw)) {
     if (k !== 'inputPerMillion' && k !== 'outputPerMillion')
-      return invalid(`spec.pricing.${k} is not a field: spec.pricing takes inputPerMillion and outputPerMillion`);
+      return invalid(
+        `spec.pricing.${shown(k)} is not a field: spec.pricing takes inputPerMillion and outputPerMillion`,
+      );
     const v = raw[k];
     if (typeof v !== 'number' || !Number.isFinite(v) || v < 0 || v > 1e9)
-      return invalid(`spec.pricing.${k} must be a number 0 or more (per million tokens), got ${JSON.stringify(v)}`);
+      return invalid(`spec.pricing.${k} must be a number 0 or more (per million tokens), got ${quoted(v)}`);
     out[k] = v;
   }
   return out.inputPerMillion > 0 || out.outputPerMillion > 0 ? out : undefined;
@@ -183,10 +188,10 @@ export function holdMsOf(raw: unknown, options: BuildOptions, field = 'spec.scal
   if (raw === undefined || raw === null) return fallback;
   if (!isObject(raw)) return invalid(`${field} must be an object: {holdSeconds}`);
   for (const k of Object.keys(raw))
-    if (k !== 'holdSeconds') return invalid(`${field}.${k} is not a field: ${field} takes holdSeconds`);
+    if (k !== 'holdSeconds') return invalid(`${field}.${shown(k)} is not a field: ${field} takes holdSeconds`);
   const s = raw.holdSeconds;
   if (s === undefined) return fallback;
   if (typeof s !== 'number' || !(s >= 0 && s <= 3600))
-    return invalid(`${field}.holdSeconds must be a number of seconds 0-3600, got ${JSON.stringify(s)}`);
+    return invalid(`${field}.holdSeconds must be a number of seconds 0-3600, got ${quoted(s)}`);
   return Math.round(s * 1000);
 }
