@@ -61,6 +61,16 @@ async function probe(name: string): Promise<number> {
   return r.status;
 }
 
+/** The Ready condition servegate wrote into a deployment's status, if any. */
+async function readyCondition(name: string): Promise<{ status: string; reason?: string } | undefined> {
+  const r = await cluster.raw(`${SDEP}/namespaces/${NS}/servingdeployments/${name}`);
+  if (r.status !== 200) throw new Error(`GET ${name}: ${r.status} ${r.body}`);
+  const o = JSON.parse(r.body) as {
+    status?: { conditions?: Array<{ type: string; status: string; reason?: string }> };
+  };
+  return o.status?.conditions?.find((c) => c.type === 'Ready');
+}
+
 async function restarts(kind: string, reason: string): Promise<number> {
   const m = await gw!.metrics.watchRestarts.get();
   return m.values.find((v) => v.labels.kind === kind && v.labels.reason === reason)?.value ?? 0;
@@ -111,6 +121,8 @@ describe('etcd restored from a backup while servegate watches', () => {
     });
     expect(await probe('kept')).toBe(503);
     expect(await probe('lost')).toBe(503);
+    // servegate writes the status of what it serves; the backup holds 'kept' without one.
+    await waitFor(async () => (await readyCondition('kept')) !== undefined, "kept's status", 10_000);
     const gatewayRevision = await cluster.etcdRevision();
     expect(gatewayRevision).toBeGreaterThan(backupRevision + 150);
 
@@ -132,6 +144,8 @@ describe('etcd restored from a backup while servegate watches', () => {
     );
     await waitFor(async () => (await probe('lost')) === 404, 'the deployment the restore took away to go', 5_000);
     expect(await probe('kept')).toBe(503);
+    // The status the restore took away (the backup was taken before servegate started) is written again.
+    await waitFor(async () => (await readyCondition('kept')) !== undefined, "kept's status written again", 10_000);
     expect(await restarts('servingdeployments', 'too_large')).toBeGreaterThanOrEqual(1);
     const warning = logLines.find((l) => l.reason === 'too_large' && String(l.watch).startsWith('servingdeployments'));
     expect(warning?.level).toBe('warn');
