@@ -5,6 +5,7 @@
 import { STATUS_CODES, type ServerResponse } from 'node:http';
 import { Socket as SocketClass, type Socket } from 'node:net';
 import { renderError, type Dialect, type GatewayError } from './errors.js';
+import { mergeVary } from './headers.js';
 
 /** How long a socket we answered and closed may linger while its peer sends its last bytes. */
 const LINGER_MS = 5_000;
@@ -57,10 +58,12 @@ export function sendEmpty(res: ServerResponse, status: number, headers: string[]
 }
 
 /**
- * The head of a backend's answer the gateway relays; the caller writes the body. `flush`: the head leaves at once
+ * The head of a backend's answer the gateway relays, its Vary lines and the gateway's CORS one made one (each field
+ * name once); the caller writes the body. `flush`: the head leaves at once
  * (an event stream: Node would otherwise hold it until the first body write, and the client waits on the first token).
  */
 export function sendRelayedHead(res: ServerResponse, status: number, headers: string[], flush: boolean): void {
+  mergeVary(headers);
   res.writeHead(status, headers);
   if (flush) res.flushHeaders();
 }
@@ -71,13 +74,8 @@ export function writeRawHead(socket: Socket, status: number, headers: readonly s
 }
 
 /** A backend's whole answer relayed on a raw socket (an upgrade it declined), then the socket closes. */
-export function sendRawAnswer(
-  socket: Socket,
-  status: number,
-  headers: readonly string[],
-  body: Buffer,
-  reason?: string,
-): void {
+export function sendRawAnswer(socket: Socket, status: number, headers: string[], body: Buffer, reason?: string): void {
+  mergeVary(headers);
   closeSocket(socket, Buffer.concat([Buffer.from(rawHead(status, headers, reason), 'latin1'), body]));
 }
 

@@ -220,6 +220,33 @@ export function setHeader(list: string[], name: string, value: string): void {
   for (let j = list.length - 2; j > i; j -= 2) if (sameName(list[j], lower)) list.splice(j, 2);
 }
 
+/**
+ * Leaves `list` with at most one Vary line, in place: when there are several (a backend's `Vary: Accept-Encoding,
+ * Origin` and the gateway's CORS `Vary: Origin`), the first takes every field name of them all, each once (compared
+ * case-insensitively, the first spelling kept), or `*` alone when any says `*` (RFC 9110 §12.5.5); later ones go.
+ */
+export function mergeVary(list: string[]): void {
+  const first = headerIndex(list, 'vary');
+  if (first === -1) return;
+  let more = false;
+  for (let i = first + 2; i < list.length && !more; i += 2) more = sameName(list[i], 'vary');
+  if (!more) return;
+  const seen = new Set<string>();
+  const names: string[] = [];
+  for (let i = first; i < list.length; i += 2) {
+    if (!sameName(list[i], 'vary')) continue;
+    for (const t of list[i + 1].split(',')) {
+      const name = t.trim();
+      const lower = name.toLowerCase();
+      if (name === '' || seen.has(lower)) continue;
+      seen.add(lower);
+      names.push(name);
+    }
+  }
+  list[first + 1] = seen.has('*') ? '*' : names.join(', ');
+  for (let j = list.length - 2; j > first; j -= 2) if (sameName(list[j], 'vary')) list.splice(j, 2);
+}
+
 /** A copy of the gateway's own `list` (lower-case names) without its x-ratelimit-* and retry-after lines. */
 export function withoutRateHeaders(list: readonly string[]): string[] {
   const out: string[] = [];
