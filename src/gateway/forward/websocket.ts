@@ -23,6 +23,12 @@ import { RequestStart } from './request-start.js';
 import { DECLINE_BODY_MAX, UpgradeCall, type UpgradeOwner } from './upstream-call.js';
 import { ClientGone, mapUpstreamError, unavailable } from './upstream-errors.js';
 
+/**
+ * Once a tunnel is over (either side ended or closed), how long the other side has to close before both sockets are
+ * destroyed: enough for a backend's last close frame, bounded so that a peer holding its socket open costs nothing.
+ */
+const TUNNEL_GRACE_MS = 5_000;
+
 /** Per budget of buffered bytes (a data plane's): the quarter of it that realtime sessions' held messages may take. */
 const realtimeBudgets = new WeakMap<BodyBudget, BodyBudget>();
 
@@ -49,6 +55,8 @@ export class UpgradeJob extends RequestStart implements Job, UpgradeOwner {
   private bytesOut = 0;
   private lastActive = 0;
   private inject: Inject | undefined;
+  /** Set once the tunnel is over (`over` or `shut`): destroys both sockets when its time is up. */
+  private closing: NodeJS.Timeout | undefined;
   /** Client response.create events admitted by the limits whose response.created has not passed yet. */
   private admittedCreates = 0;
 
@@ -68,8 +76,8 @@ export class UpgradeJob extends RequestStart implements Job, UpgradeOwner {
     const { socket } = this;
     socket.on('error', () => socket.destroy());
     socket.once('close', () => {
-      this.call?.abort(new ClientGone());
-      this.tunnel?.destroy();
+      if (this.tunnel) this.over();
+      else this.call?.abort(new ClientGone());
       this.end();
     });
     try {
@@ -89,6 +97,7 @@ export class UpgradeJob extends RequestStart implements Job, UpgradeOwner {
   }
 
   deadline(): void {
+    this.tunnel?.destroy();
     this.socket.destroy();
   }
 
@@ -105,7 +114,7 @@ export class UpgradeJob extends RequestStart implements Job, UpgradeOwner {
   /** A close frame each way, then both sockets end (destroyed if they do not within a second). */
   private shut(code: number, reason: string, why: string): void {
     const { socket, tunnel } = this;
-    if (!tunnel || this.error !== undefined) return;
+    if (!tunnel || this.error !== undefined || this.closing) return;
     this.error = why;
     this.inject = undefined;
     tunnel.unpipe(socket);
@@ -114,10 +123,35 @@ export class UpgradeJob extends RequestStart implements Job, UpgradeOwner {
     socket.removeAllListeners('data');
     if (socket.writable) socket.end(closeFrame(code, reason, false));
     if (tunnel.writable) tunnel.end(closeFrame(code, reason, true));
-    setTimeout(() => {
+    this.closing = setTimeout(() => {
       socket.destroy();
       tunnel.destroy();
     }, 1000).unref();
+  }
+
+  /**
+   * One side ended (its FIN) or closed: the tunnel is over, as nginx has it. The other side is ended after what it was
+   * already sent (a client's FIN passed on to the backend, a backend's to the client), nothing more is carried, both
+   * sockets are destroyed if still open TUNNEL_GRACE_MS later, and the tunnel is recorded now, once.
+   */
+  private over(): void {
+    const { socket, tunnel } = this;
+    if (!tunnel || this.closing) return;
+    this.inject = undefined;
+    tunnel.unpipe(socket);
+    socket.unpipe(tunnel);
+    tunnel.removeAllListeners('data');
+    socket.removeAllListeners('data');
+    // Whatever still arrives is read and dropped, so that each side's FIN is seen and its socket can close.
+    tunnel.resume();
+    socket.resume();
+    if (socket.writable) socket.end();
+    if (tunnel.writable) tunnel.end();
+    this.closing = setTimeout(() => {
+      socket.destroy();
+      tunnel.destroy();
+    }, TUNNEL_GRACE_MS).unref();
+    this.end();
   }
 
   private run(): void {
@@ -185,8 +219,11 @@ export class UpgradeJob extends RequestStart implements Job, UpgradeOwner {
     const list: string[] = [];
     for (let i = 0; i < raw.length; i += 2) list.push(raw[i].toString('latin1'), raw[i + 1].toString('latin1'));
     writeRawHead(socket, status, list);
-    up.on('error', () => socket.destroy());
-    up.on('close', () => socket.destroy());
+    // Either side's FIN, error or close ends the tunnel (`over`); the client's socket's close is start()'s.
+    up.on('error', () => this.over());
+    up.on('end', () => this.over());
+    up.on('close', () => this.over());
+    socket.on('end', () => this.over());
     // A ping or a pong is activity too.
     up.on('data', (chunk: Buffer) => {
       this.bytesOut += chunk.length;
@@ -200,8 +237,9 @@ export class UpgradeJob extends RequestStart implements Job, UpgradeOwner {
     const route = this.route;
     if (route?.kind !== 'llm') {
       if (this.firstBytes.length) up.write(this.firstBytes);
-      up.pipe(socket);
-      socket.pipe(up);
+      // Not ended by the pipes: `over` ends each side once either has ended.
+      up.pipe(socket, { end: false });
+      socket.pipe(up, { end: false });
       return;
     }
     // Realtime: each response.done's usage is charged as it passes, each client response.create is limited first.
@@ -219,7 +257,6 @@ export class UpgradeJob extends RequestStart implements Job, UpgradeOwner {
       meter.push(chunk);
       this.toClient(chunk, inject);
     });
-    up.on('end', () => socket.end());
     socket.on('drain', () => up.resume());
     let held = false;
     let full = false;
@@ -246,7 +283,6 @@ export class UpgradeJob extends RequestStart implements Job, UpgradeOwner {
       if (!held) socket.resume();
     });
     socket.on('data', (chunk: Buffer) => gate.push(chunk));
-    socket.on('end', () => up.end());
     if (this.firstBytes.length) gate.push(this.firstBytes);
   }
 
