@@ -14,6 +14,7 @@ import {
 } from '../routing/types.js';
 import { isObject, readMeta as readObjectMeta } from '../kube/objects.js';
 import { isDnsLabel, isDnsSubdomain } from '../routing/names.js';
+import { quoted, shown } from '../routing/quote.js';
 import { copyWith } from '../same-shape.js';
 
 export const KSERVE_GROUP = 'serving.kserve.io';
@@ -143,7 +144,7 @@ export function classifyObject(obj: unknown, opts: ManifestOptions, node?: YamlN
 
   if (kind === KIND && group === API_GROUP) {
     if (apiVersion !== API_VERSION)
-      return err(`${KIND} apiVersion "${apiVersion}" is not supported (use ${API_VERSION})`);
+      return err(`${KIND} apiVersion ${quoted(apiVersion)} is not supported (use ${API_VERSION})`);
     const meta = readMeta(obj.metadata, DEFAULT_NAMESPACE, KIND);
     if (typeof meta === 'string') return err(meta);
     const resource: ServingDeploymentResource = {
@@ -159,7 +160,7 @@ export function classifyObject(obj: unknown, opts: ManifestOptions, node?: YamlN
 
   if (kind === 'InferenceService' && group === KSERVE_GROUP) {
     if (apiVersion !== KSERVE_API_VERSION)
-      return err(`InferenceService apiVersion "${apiVersion}" is not supported (use ${KSERVE_API_VERSION})`);
+      return err(`InferenceService apiVersion ${quoted(apiVersion)} is not supported (use ${KSERVE_API_VERSION})`);
     const meta = readMeta(obj.metadata, DEFAULT_NAMESPACE, 'InferenceService');
     if (typeof meta === 'string') return err(meta);
     return {
@@ -174,7 +175,7 @@ export function classifyObject(obj: unknown, opts: ManifestOptions, node?: YamlN
     if (typeof meta === 'string') return err(meta);
     if (!isDnsSubdomain(meta.name))
       return err(
-        `key Secret metadata.name "${meta.name}" must be a DNS-1123 subdomain (lower-case a-z, 0-9, '-', '.')`,
+        `key Secret metadata.name ${quoted(meta.name)} must be a DNS-1123 subdomain (lower-case a-z, 0-9, '-', '.')`,
       );
     const data = secretData(obj, node);
     if (typeof data === 'string') return err(`key Secret ${meta.namespace}/${meta.name}: ${data}`);
@@ -200,7 +201,7 @@ function readMeta(raw: unknown, defaultNamespace: string, what: string): ObjectM
   let ns = defaultNamespace;
   if (namespace !== undefined && namespace !== null && namespace !== '') {
     if (typeof namespace !== 'string' || !isDnsLabel(namespace)) {
-      return `${what} ${name}: metadata.namespace ${JSON.stringify(namespace)} must be a DNS-1123 label`;
+      return `${what} ${quoted(name)}: metadata.namespace ${quoted(namespace)} must be a DNS-1123 label`;
     }
     ns = namespace;
   }
@@ -221,10 +222,10 @@ function secretData(obj: Record<string, unknown>, node?: YamlNode): Record<strin
         out[k] = '';
         continue;
       }
-      if (typeof v !== 'string') return `data.${k} must be a base64 string`;
+      if (typeof v !== 'string') return `data.${shown(k)} must be a base64 string`;
       const compact = v.replace(/\s+/g, '');
       if (compact.length % 4 !== 0 || !BASE64.test(compact))
-        return `data.${k} is not valid base64 (use stringData for plain text)`;
+        return `data.${shown(k)} is not valid base64 (use stringData for plain text)`;
       out[k] = Buffer.from(compact, 'base64').toString('utf8');
     }
   }
@@ -235,7 +236,7 @@ function secretData(obj: Record<string, unknown>, node?: YamlNode): Record<strin
       if (v === null) continue;
       if (typeof v === 'string') out[k] = v;
       else if (typeof v === 'number' || typeof v === 'boolean') out[k] = sourceText.get(k) ?? String(v);
-      else return `stringData.${k} must be a string`;
+      else return `stringData.${shown(k)} must be a string`;
     }
   }
   return out;

@@ -23,6 +23,15 @@ beforeAll(async () => {
       { name: 'apikey-bad-weight', projects: 'demo', fields: { weight: HUGE } },
       { name: 'apikey-bad-period', projects: 'demo', fields: { budgetTokens: '10', budgetPeriod: HUGE } },
     ],
+    files: {
+      // Refused by the files source itself: a problem on /readyz.
+      'bad-name.yaml': {
+        apiVersion: 'v1',
+        kind: 'Secret',
+        metadata: { name: HUGE, namespace: 'servegate', labels: { 'serving.servegate.dev/api-key': 'true' } },
+        stringData: { prefix: 'x' },
+      },
+    },
   });
 });
 
@@ -63,6 +72,17 @@ describe('a huge bad value in a problem message', () => {
     expect(message).toContain(`got "\\u001b[31m${'A'.repeat(59)}…" (1000024 characters)`);
   });
 
+  test('a key Secret name the files source refuses is quoted the same way on /readyz', async () => {
+    const problems = await eventually(async () => {
+      const body = (await send(`${gw.adminUrl}/readyz`)).json() as { problems: string[] };
+      const mine = body.problems.filter((p) => p.includes('/bad-name.yaml#1: '));
+      expect(mine.length).toBe(1);
+      return mine;
+    });
+    expect(problems[0].length).toBeLessThan(300); // the file's path, the message and the value cut
+    expect(problems[0]).toContain(`metadata.name "\\u001b[31m${'A'.repeat(59)}…" (1000024 characters)`);
+  });
+
   test('the admin page and the log carry no run of the value and no raw escape or newline from it', async () => {
     await problems();
     const page = (await send(`${gw.adminUrl}/`)).text;
@@ -85,7 +105,7 @@ describe('a huge bad value in a problem message', () => {
     };
     expect(await keysCommand(['list', '--manifests', gw.dir], io)).toBe(0);
     const lines = out.trimEnd().split('\n');
-    expect(lines.length).toBe(4); // the header and three keys: the forged line is not a row
+    expect(lines.length).toBe(5); // the header and four key Secrets: the forged line is not a row
     for (const l of lines) expect(l.length).toBeLessThan(700);
     expect(out.includes('\u001b')).toBe(false);
   });
