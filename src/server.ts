@@ -75,7 +75,7 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
   const endpointStats = new EndpointStats(config.balancing);
   const metrics = new Metrics(opts.processMetrics ?? true, {
     pending: () => holds.pending(store.current().routes),
-    queues: () => live.plane?.ctx.queues?.lengths() ?? [],
+    queues: () => live.plane?.ctx.queues?.lengths(store.current().routes) ?? [],
     endpoints: () =>
       endpointStats.snapshot().map((e) => {
         const fresh = endpointStats.fresh(e.origin);

@@ -128,7 +128,7 @@ export class FairQueues {
   private readonly lastCritical = new Map<string, number>();
   private readonly recent = new Map<string, Recent>();
   /** Deployments that ever queued: their queue length reads 0 once drained (a series that vanished would read stale). */
-  private readonly queuedOnce = new Map<string, Route>();
+  private readonly queuedOnce = new Set<string>();
   private pumpScheduled = false;
   private ticker: NodeJS.Timeout | undefined;
 
@@ -221,15 +221,24 @@ export class FairQueues {
     s.change += delta;
   }
 
-  /** Requests queued per deployment and priority (servegate_queue_length). */
-  *lengths(): Iterable<{ project: string; deployment: string; priority: string; count: number }> {
-    for (const [id, route] of this.queuedOnce) {
-      const dq = this.queues.get(id);
+  /**
+   * Requests queued per deployment of the table (`routes`) and priority (servegate_queue_length), named as the table
+   * names it now: 0 for one that queued and drained; a deployment the table no longer has goes, as its series do.
+   */
+  *lengths(
+    routes: Iterable<Route>,
+  ): Iterable<{ project: string; deployment: string; priority: string; count: number }> {
+    const live = new Set<string>();
+    for (const route of routes) {
+      if (!this.queuedOnce.has(route.id)) continue;
+      live.add(route.id);
+      const dq = this.queues.get(route.id);
       for (const priority of QUEUED_PRIORITIES) {
         const count = dq?.levels.find((l) => l.priority === priority)?.count ?? 0;
         yield { project: route.project, deployment: route.deployment, priority, count };
       }
     }
+    for (const id of this.queuedOnce) if (!live.has(id) && !this.queues.has(id)) this.queuedOnce.delete(id);
   }
 
   /** One deployment's queue for /deployments and the page; undefined when it never queued. */
@@ -399,7 +408,7 @@ export class FairQueues {
       bytes: 0,
     };
     this.queues.set(route.id, dq);
-    this.queuedOnce.set(route.id, route);
+    this.queuedOnce.add(route.id);
     return dq;
   }
 
