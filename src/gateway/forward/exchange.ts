@@ -196,6 +196,8 @@ export class Exchange extends NextTarget implements Job, CallOwner {
     const target = chosen.target;
     this.chosen = chosen;
     if (chosen.variant) setHeader(this.answerHeaders, 'x-servegate-variant', chosen.variant);
+    // A fallback without a canary: the answer names no variant (the deployment before may have named one).
+    else if (this.inFallback()) this.answerHeaders = withoutHeader(this.answerHeaders, 'x-servegate-variant');
     if (this.namesDeployment(route))
       setHeader(this.answerHeaders, 'x-servegate-deployment', `${route.project}/${route.deployment}`);
     const headers = this.headersFor(route, target, route.kind === 'llm', this.bodyLength);
@@ -235,7 +237,8 @@ export class Exchange extends NextTarget implements Job, CallOwner {
   /** A body undici lets go of once written (upstream-call.ts's SentOnce): no closure for any other. */
   private letsGo(route: Route): boolean {
     const body = this.body;
-    return !route.fallbacks && Buffer.isBuffer(body) && body.length >= LET_GO_MIN;
+    // A fallback's own list is not followed, the first deployment's is: on a fallback, the rest of it may need the body.
+    return !route.fallbacks && !this.inFallback() && Buffer.isBuffer(body) && body.length >= LET_GO_MIN;
   }
 
   /** Written whole, with no fallback to need it again: let go now, not when a minutes-long answer ends. */

@@ -187,6 +187,11 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
     return Math.max(1, Math.ceil(this.deadlineAt - now));
   }
 
+  /** A fallback was taken: the rest of the first deployment's list may still be tried. */
+  protected inFallback(): boolean {
+    return this.fallbacks !== undefined;
+  }
+
   protected namesDeployment(route: Route): boolean {
     return route.fallbacks !== undefined || this.fallbacks?.named(route) === true;
   }
