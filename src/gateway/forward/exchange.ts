@@ -35,8 +35,6 @@ class EndedByGateway extends Error {
 }
 
 export class Exchange extends NextTarget implements Job, CallOwner {
-  private call: UpstreamCall | undefined;
-
   constructor(
     ctx: PlaneContext,
     conn: Conn,
@@ -190,18 +188,16 @@ export class Exchange extends NextTarget implements Job, CallOwner {
     else this.refuse(gatewayError('request_timeout', message), true);
   }
 
-  protected callPhase(chosen: Chosen): void {
+  protected callPhase(chosen: Chosen, attempt: number): void {
     const { ctx, req, admission, route } = this;
     if (this.ended || !admission || !route) return;
     const target = chosen.target;
-    this.chosen = chosen;
     if (chosen.variant) setHeader(this.answerHeaders, 'x-servegate-variant', chosen.variant);
     // A fallback without a canary: the answer names no variant (the deployment before may have named one).
     else if (this.inFallback()) this.answerHeaders = withoutHeader(this.answerHeaders, 'x-servegate-variant');
     if (this.namesDeployment(route))
       setHeader(this.answerHeaders, 'x-servegate-deployment', `${route.project}/${route.deployment}`);
     const headers = this.headersFor(route, target, route.kind === 'llm', this.bodyLength);
-    this.attempts++;
     const head = req.method === 'HEAD';
     const call = (this.call = new UpstreamCall(
       this,
@@ -213,8 +209,9 @@ export class Exchange extends NextTarget implements Job, CallOwner {
         stripCors: ctx.cors.enabled,
         drain: ctx.drain,
         head,
-        origin: target.origin,
       },
+      chosen,
+      attempt,
       ctx.metrics,
       ctx.pools,
       ctx.picker,
@@ -357,7 +354,8 @@ export class Exchange extends NextTarget implements Job, CallOwner {
   }
 
   private record(status: number): void {
-    const { call, admission, chosen } = this;
+    const { call, admission } = this;
+    const chosen = call?.chosen;
     const meter = call?.meter;
     // Reported usage, raised to what the gateway saw when that is more or no report came.
     const charged = meter && chargedUsage(meter, this.llm?.promptEstimate ?? 0);

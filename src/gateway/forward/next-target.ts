@@ -14,19 +14,22 @@ import { RequestBody } from './request-body.js';
 import { RETRY, shouldRetry } from './retry.js';
 import { readWhileHeld, type Held } from './scale-from-zero.js';
 import type { Chosen, Target } from './targets.js';
+import type { UpstreamCall } from './upstream-call.js';
 import { mapUpstreamError, tooLarge, unavailable } from './upstream-errors.js';
 
 export abstract class NextTarget extends RequestBody implements Held, Queued {
   protected llm: LlmRequest | undefined;
-  protected chosen: Chosen | undefined;
-  protected attempts = 0;
+  /** The backend call of the last try, if one was made: where it went (`chosen`) and which try it was (`attempt`). */
+  protected call: UpstreamCall | undefined;
   /** performance.now() by which the answer's head must have come, for the whole chain of tries; 0: no try yet. */
   protected deadlineAt = 0;
   /** Made only for a request that waits (the hold or the fair queue). */
   private wait: Waiting | undefined;
   private fallbacks: Fallbacks | undefined;
 
-  protected abstract callPhase(chosen: Chosen): void;
+  /** `attempt`: the try at this deployment (1; 2 for the one retry, at another address). */
+  protected abstract callPhase(chosen: Chosen, attempt: number): void;
+
   protected abstract cut(cause: string): void;
 
   /** `avoid`: the address a failed try reached nothing at; `room`: one the fair queue knows has room. */
@@ -34,16 +37,17 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
     const { ctx, route } = this;
     if (this.ended || !this.admission || !route) return;
     let chosen: Chosen | undefined;
-    if (avoid !== undefined && this.chosen) {
+    const last = avoid !== undefined ? this.call : undefined;
+    if (last && avoid !== undefined) {
       // The same backend (and variant), another address when it has one.
-      const target = ctx.picker.pick(route, this.chosen.backend, avoid, this.llm?.prefix);
-      chosen = target && copyWith(this.chosen, { target });
+      const target = ctx.picker.pick(route, last.chosen.backend, avoid, this.llm?.prefix);
+      chosen = target && copyWith(last.chosen, { target });
     } else if (!route.notReady) {
       const turn = this.wait?.passed === route.id ? room : this.waitTurn(route);
       if (turn === 'waits') return;
       chosen = this.choose(route, turn);
     }
-    if (chosen) return this.callPhase(chosen);
+    if (chosen) return this.callPhase(chosen, last ? last.attempt + 1 : 1);
     if (avoid === undefined && route.holdMs) return this.hold(route);
     ctx.metrics.upstreamErrors.inc({ cause: route.notReady ? 'not_ready' : 'no_ready_endpoint' });
     if (this.fallback('no_endpoint')) return;
@@ -163,7 +167,7 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
     }
     if (this.budgetRanOut()) return true;
     this.route = route;
-    this.callPhase(chosen);
+    this.callPhase(chosen, 1);
     return true;
   }
 
@@ -198,8 +202,10 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
 
   protected retried(code: string): boolean {
     const replayable = !this.bodyLetGo && (this.body === null || Buffer.isBuffer(this.body));
-    if (!shouldRetry({ code, answerStarted: this.res.headersSent, replayable, attempts: this.attempts })) return false;
-    const avoid = this.chosen?.target.origin.slice(7) ?? '';
+    const last = this.call;
+    if (!last || !shouldRetry({ code, answerStarted: this.res.headersSent, replayable, attempts: last.attempt }))
+      return false;
+    const avoid = last.chosen.target.origin.slice(7);
     this.ctx.logger.debug({ requestId: this.requestId, err: code, target: avoid }, 'connect failed, retrying once');
     setTimeout(() => this.pickPhase(avoid), RETRY.delayMs);
     return true;
@@ -254,8 +260,6 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
       this.bodyLength = body.length;
     }
     this.route = to;
-    this.chosen = undefined;
-    this.attempts = 0;
     // The fallback's own per-minute limits, checked and charged as a direct call's (SPEC §9).
     this.settle(admitFallback(this.admission!, to, this.answerHeaders, this.ctx.admission), this.fallbackAdmitted);
     return true;

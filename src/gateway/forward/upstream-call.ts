@@ -13,6 +13,7 @@ import { sendRelayedHead } from '../http/answers.js';
 import { downstreamHeaders, removeHeader } from '../http/headers.js';
 import { JsonUsageMeter, SseUsageMeter, type UsageMeter } from '../openai/usage-meter.js';
 import type { Pools } from './pools.js';
+import type { Chosen } from './targets.js';
 import { UnsupportedCoding } from './upstream-errors.js';
 
 /** A 5xx or 429 answer that a fallback deployment takes over: dropped, never passed on. */
@@ -48,8 +49,6 @@ export interface CallOptions {
    */
   drain: { readonly draining: boolean };
   head: boolean;
-  /** The endpoint's origin: counted in flight there while the call lasts. */
-  origin: string;
 }
 
 /** In-flight counts per endpoint (the picker's). */
@@ -92,19 +91,20 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   /** The client's answer (opts.res; opts itself is let go once the answer's head is written). */
   private res: ServerResponse | undefined;
 
-  private readonly origin: string;
-
   constructor(
     private owner: CallOwner | undefined,
     private opts: CallOptions | undefined,
+    /** Where the call goes (backend, variant, endpoint: counted in flight there while the call lasts). */
+    readonly chosen: Chosen,
+    /** Its try of the request at this deployment: 1, or 2 for the one retry after a connect failure. */
+    readonly attempt: number,
     private readonly metrics: Metrics,
     private readonly pools: Pools,
     private readonly loads: EndpointLoads,
   ) {
     metrics.inflightNow++;
     this.res = opts!.res;
-    this.origin = opts!.origin;
-    loads.begin(this.origin);
+    loads.begin(chosen.target.origin);
   }
 
   /** Ends the call now, or as soon as it starts. */
@@ -230,7 +230,7 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     if (!this.inflight) return;
     this.inflight = false;
     this.metrics.inflightNow--;
-    this.loads.end(this.origin);
+    this.loads.end(this.chosen.target.origin);
   }
 }
 

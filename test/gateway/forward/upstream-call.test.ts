@@ -5,6 +5,7 @@ import { describe, expect, test } from '@jest/globals';
 import type { ServerResponse } from 'node:http';
 import type { Metrics } from '../../../src/observe/metrics.js';
 import type { Pools } from '../../../src/gateway/forward/pools.js';
+import type { Chosen } from '../../../src/gateway/forward/targets.js';
 import { UpstreamCall, type CallOwner } from '../../../src/gateway/forward/upstream-call.js';
 
 /** A client answer that records what is done to it. */
@@ -37,8 +38,9 @@ function callFor(events: string[], divert: boolean): UpstreamCall {
       stripCors: false,
       drain: { draining: false },
       head: false,
-      origin: 'http://127.0.0.1:1',
     },
+    { backend: 'b', target: { origin: 'http://127.0.0.1:1' } } as unknown as Chosen,
+    1,
     { inflightNow: 0 } as unknown as Metrics,
     { resetNow: false } as unknown as Pools,
     { begin: () => undefined, end: () => undefined },
