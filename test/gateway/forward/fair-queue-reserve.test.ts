@@ -158,7 +158,13 @@ describe('a deployment of 16 slots or more', () => {
   let gw16: Gateway;
   const BIG = 16;
   beforeAll(async () => {
-    big = await startSimReplica({ maxRunning: BIG, decodeMsPerToken: 10, prefillMsPerBlock: 0 });
+    // Every running sequence may prefill at once: a request waits in the replica only for a running slot.
+    big = await startSimReplica({
+      maxRunning: BIG,
+      prefillConcurrency: BIG,
+      decodeMsPerToken: 10,
+      prefillMsPerBlock: 0,
+    });
     gw16 = await startGateway({
       config: {
         balancing: { maxWaiting: 0, scrapeIntervalMs: 10, staleAfterMs: 5000 },
@@ -185,40 +191,45 @@ describe('a deployment of 16 slots or more', () => {
     const d = JSON.parse((await send(`${gw16.adminUrl}/deployments`)).text);
     return d.deployments.find((x: { name: string }) => x.name === 'chat').endpoints?.[0] ?? {};
   };
-  const queued16 = async () =>
-    metricValue((await send(`${gw16.adminUrl}/metrics`)).text, 'servegate_queue_length', {
-      project: 'demo',
-      deployment: 'chat',
-      priority: 'standard',
-    }) ?? 0;
-
   test('where other clients send too, two running slots are kept for critical requests', async () => {
-    // Learn the capacity (a report of 16 running with some waiting), as in the first test.
+    // Learn the capacity (a report of 16 running with some waiting), as in the first test; 3 s answers, so that the
+    // burst has reached the replica whole before any ends, however slowly the scrapes come on a busy CI.
     const learn: Promise<Reply>[] = [];
-    for (let i = 0; i < BIG + 2; i++) learn.push(post16('apikey-noisy', chat(`learn ${i}`, 100)));
-    await waitFor(async () => (await seen16()).waiting! >= 1, 'a report of requests waiting');
+    for (let i = 0; i < BIG + 4; i++) learn.push(post16('apikey-noisy', chat(`learn ${i}`, 300)));
+    await waitFor(async () => (await seen16()).waiting! >= 1, 'a report of requests waiting', 10_000);
     learn.push(post16('apikey-noisy', chat('read it', 1)));
     expect((await Promise.all(learn)).every((r) => r.status === 200)).toBe(true);
     await waitFor(async () => {
       const s = await seen16();
       return s.running === 0 && s.waiting === 0;
     }, 'a report of the idle replica');
-    // Another client's three requests (1 s each), in a report: this replica is one of several. A critical request,
-    // then a noisy burst of 20 (0.6 s each): it leaves two running slots free (a replica sees another's take of the
-    // slot only at its next scrape: the second covers that), 11 run, 9 wait in the gateway.
+    // Another client's three requests (3 s each), in a report: this replica is one of several. A critical request,
+    // then a noisy burst of 20 (2 s each): for the second after the critical request it leaves two running slots free
+    // (a replica sees another's take of the slot only at its next scrape: the second covers that), so at most 11 run
+    // and none waits in the replica.
     const answers: Promise<Reply>[] = [];
     for (let i = 0; i < 3; i++)
-      answers.push(send(`${big.url}/v1/chat/completions`, { method: 'POST', body: chat(`other ${i}`, 100) }));
+      answers.push(send(`${big.url}/v1/chat/completions`, { method: 'POST', body: chat(`other ${i}`, 300) }));
     await waitFor(async () => (await seen16()).running === 3, "a report of the other client's requests");
     expect((await post16('apikey-crit', chat('critical', 1))).status).toBe(200);
-    for (let i = 0; i < 20; i++) answers.push(post16('apikey-noisy', chat(`noisy ${i}`, 60)));
-    await waitFor(
-      async () => big.stats().running === BIG - 2 && (await queued16()) === 9,
-      '14 running, 9 queued in the gateway',
-    );
-    expect(big.stats().waiting).toBe(0);
-    // A critical request now starts at once, in a slot kept free.
-    expect((await post16('apikey-crit', chat('critical', 1))).status).toBe(200);
+    const critical = performance.now();
+    let most = 0;
+    let waited = 0;
+    const watch = setInterval(() => {
+      // While the slots are kept (CRITICAL_RECENT_MS: 1 s after the critical request; 0.8 s to leave a margin).
+      if (performance.now() - critical > 800) return;
+      const st = big.stats();
+      most = Math.max(most, st.running);
+      waited = Math.max(waited, st.waiting);
+    }, 1);
+    try {
+      for (let i = 0; i < 20; i++) answers.push(post16('apikey-noisy', chat(`noisy ${i}`, 200)));
+      await waitFor(() => performance.now() - critical > 800, 'the time the slots are kept');
+    } finally {
+      clearInterval(watch);
+    }
+    expect(most).toBe(BIG - 2);
+    expect(waited).toBe(0);
     expect((await Promise.all(answers)).map((r) => r.status)).toEqual(Array(23).fill(200));
   });
 });
