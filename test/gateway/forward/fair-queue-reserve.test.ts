@@ -136,15 +136,15 @@ test("where other clients' requests run, a replica keeps none of its own waiting
     return s.running === 0 && s.waiting === 0;
   }, 'a report of the idle replica');
   // The last critical request was sent more than a second ago (the test before waited for two rounds of 0.6 s
-  // answers after it): no slot is kept free. Three requests of another client (1 s each), in a report.
+  // answers after it): no slot is kept free. Three requests of another client (3 s each), in a report.
   const answers: Promise<Reply>[] = [];
   for (let i = 0; i < 3; i++)
-    answers.push(send(`${replica.url}/v1/chat/completions`, { method: 'POST', body: chat(`other ${i}`, 100) }));
+    answers.push(send(`${replica.url}/v1/chat/completions`, { method: 'POST', body: chat(`other ${i}`, 300) }));
   await waitFor(async () => (await seen()).running === 3, "a report of the other client's requests");
-  // A noisy burst of 8 fills the 5 running slots left; the other 3 wait in the gateway, none in the replica's queue
-  // (alone, a replica keeps one there, to start the moment a slot frees; with others each would, ahead of a critical
-  // request).
-  for (let i = 0; i < 8; i++) answers.push(post('apikey-noisy', chat(`noisy ${i}`, 60)));
+  // A noisy burst of 8 (2 s each) fills the 5 running slots left; the other 3 wait in the gateway, none in the
+  // replica's queue (alone, a replica keeps one there, to start the moment a slot frees; with others each would, ahead
+  // of a critical request).
+  for (let i = 0; i < 8; i++) answers.push(post('apikey-noisy', chat(`noisy ${i}`, 200)));
   await waitFor(
     async () => replica.stats().running === MAX_RUNNING && (await queued()) === 3,
     '8 running, 3 queued in the gateway',
