@@ -204,7 +204,9 @@ describe('a watch from before an etcd compaction', () => {
     const { proxy, kc } = await throughProxy();
     const gw = await gateway({ namespaces: ['compacted'], kc });
     expect(await probe(gw.port, 'compacted', 'a')).toBe(503);
-    const watchedFrom = sdepRequests(proxy, 'compacted', true)[0]!.query.get('resourceVersion')!;
+    // Served once listed; the watch opens just after.
+    const watch = await waitFor(() => sdepRequests(proxy, 'compacted', true)[0] ?? false, 'the watch to open');
+    const watchedFrom = watch.query.get('resourceVersion')!;
 
     // servegate cannot reach the API server while the cluster changes and etcd is compacted past its resourceVersion.
     proxy.block();
