@@ -230,6 +230,8 @@ describe('a deployment of 16 slots or more', () => {
     }
     expect(most).toBe(BIG - 2);
     expect(waited).toBe(0);
+    // A critical request is answered (a slot kept free, or the place more it may take).
+    expect((await post16('apikey-crit', chat('critical', 1))).status).toBe(200);
     expect((await Promise.all(answers)).map((r) => r.status)).toEqual(Array(23).fill(200));
   });
 });
