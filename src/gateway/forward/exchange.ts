@@ -17,7 +17,7 @@ import { isBinaryContentType, validateBody } from '../admit/kind-rules.js';
 import { BODY_RATE_WINDOW_MS } from '../http/body-clock.js';
 import { gatewayError, GatewayError } from '../http/errors.js';
 import { setHeader, withoutHeader } from '../http/headers.js';
-import { readHead } from '../http/request-head.js';
+import { CONTINUE, expectationOf, readHead } from '../http/request-head.js';
 import { breakStream, closeSocket, sendEmpty, sendError, sendJson } from '../http/answers.js';
 import { chargedUsage } from '../openai/usage-meter.js';
 import { LlmRequest } from '../openai/llm-request.js';
@@ -40,8 +40,6 @@ export class Exchange extends NextTarget implements Job, CallOwner {
     conn: Conn,
     req: IncomingMessage,
     protected readonly res: ServerResponse,
-    /** The Expect header: '100-continue' is answered once the request is admitted, any other value 417. */
-    private readonly expect?: string,
   ) {
     super(ctx, conn, req);
   }
@@ -97,8 +95,9 @@ export class Exchange extends NextTarget implements Job, CallOwner {
   }
 
   private admitPhase(): void {
-    const expectation = this.expect === CONTINUE ? undefined : this.expect;
-    this.settle(this.admitHead(readHead(this.req, this.ctx.head), false, expectation), this.admitted);
+    const head = readHead(this.req, this.ctx.head);
+    const expectation = expectationOf(head, this.req);
+    this.settle(this.admitHead(head, false, expectation === CONTINUE ? undefined : expectation), this.admitted);
   }
 
   private admitted(decided: Admission): void {
@@ -111,7 +110,12 @@ export class Exchange extends NextTarget implements Job, CallOwner {
     if (!decided.ok) return this.refuse(decided.error, decided.close);
     if (decided.kind === 'by-model') return this.baseUrlPhase(decided);
     if (decided.route.kind === 'llm') this.llm = new LlmRequest();
-    this.bodyPhase(decided.check === 'none', this.expect === CONTINUE);
+    this.bodyPhase(decided.check === 'none', this.continueAsked());
+  }
+
+  /** Expect: 100-continue, answered once the request is admitted. */
+  private continueAsked(): boolean {
+    return expectationOf(this.head!, this.req) === CONTINUE;
   }
 
   /** The OpenAI base URL before `model` is read: the model list is the gateway's own answer. */
@@ -128,7 +132,7 @@ export class Exchange extends NextTarget implements Job, CallOwner {
     }
     const upload = llm.unroutable(head.contentType, isBinaryContentType(head.contentType));
     if (upload) return this.refuse(upload, true);
-    this.bodyPhase(false, this.expect === CONTINUE, base);
+    this.bodyPhase(false, this.continueAsked(), base);
   }
 
   protected bodyChecked(wire: Buffer, plain: Buffer, base: ByModel | undefined): void {
@@ -197,8 +201,9 @@ export class Exchange extends NextTarget implements Job, CallOwner {
     else if (this.inFallback()) this.answerHeaders = withoutHeader(this.answerHeaders, 'x-servegate-variant');
     if (this.namesDeployment(route))
       setHeader(this.answerHeaders, 'x-servegate-deployment', `${route.project}/${route.deployment}`);
-    const headers = this.headersFor(route, target, route.kind === 'llm', this.bodyLength);
+    const headers = this.headersFor(route, target, route.kind === 'llm', this.body?.length);
     const head = req.method === 'HEAD';
+    const deadlineAt = this.deadlineFor(route);
     const call = (this.call = new UpstreamCall(
       this,
       {
@@ -216,14 +221,15 @@ export class Exchange extends NextTarget implements Job, CallOwner {
       ctx.pools,
       ctx.picker,
     ));
+    call.deadlineAt = deadlineAt;
     this.dispatchTo(
       target,
       {
         path: target.basePath + (route.pathPrefix ?? '') + admission.upstreamPath,
         method: req.method as Dispatcher.HttpMethod,
         headers,
-        body: bodyForUndici(this.body, this.letsGo(route) ? () => this.bodyWritten(call) : undefined),
-        headersTimeout: this.headersTimeout(route),
+        body: bodyForUndici(this.bodyData, this.letsGo(route) ? () => this.bodyWritten(call) : undefined),
+        headersTimeout: Math.max(1, Math.ceil(deadlineAt - performance.now())),
         bodyTimeout: ctx.streamIdleMs,
         idempotent: false,
       },
@@ -233,15 +239,16 @@ export class Exchange extends NextTarget implements Job, CallOwner {
 
   /** A body undici lets go of once written (upstream-call.ts's SentOnce): no closure for any other. */
   private letsGo(route: Route): boolean {
-    const body = this.body;
+    const body = this.bodyData;
     // A fallback's own list is not followed, the first deployment's is: on a fallback, the rest of it may need the body.
     return !route.fallbacks && !this.inFallback() && Buffer.isBuffer(body) && body.length >= LET_GO_MIN;
   }
 
   /** Written whole, with no fallback to need it again: let go now, not when a minutes-long answer ends. */
   private bodyWritten(call: UpstreamCall): void {
-    if (call !== this.call || !Buffer.isBuffer(this.body)) return;
-    this.body = null;
+    const body = this.body;
+    if (call !== this.call || !body || !Buffer.isBuffer(body.data)) return;
+    body.data = null;
     this.letGoOfBody();
   }
 
@@ -254,7 +261,7 @@ export class Exchange extends NextTarget implements Job, CallOwner {
     // Node builds it from rawHeaders on first read, with the old count of lines.
     this.req.headersDistinct = NO_DISTINCT;
     this.head = undefined;
-    this.body = null;
+    if (this.body) this.body.data = null;
     this.llm?.letGo();
     this.noOtherTarget();
     this.answerHeaders = [];
@@ -371,7 +378,7 @@ export class Exchange extends NextTarget implements Job, CallOwner {
         })
       : undefined;
     const upstream = chosen?.target.origin.slice(7) ?? '';
-    this.recordAs(status, upstream, this.bodyLength ?? 0, call?.bytesOut ?? 0, chosen?.reason, llm, chosen?.variant);
+    this.recordAs(status, upstream, this.body?.length ?? 0, call?.bytesOut ?? 0, chosen?.reason, llm, chosen?.variant);
   }
 
   /** undici may keep a finished handler queued for a while: the call lets go of this exchange. */
@@ -380,9 +387,6 @@ export class Exchange extends NextTarget implements Job, CallOwner {
     this.letGoOfBody();
   }
 }
-
-/** The Expect value Node's 'checkContinue' event stands for. */
-export const CONTINUE = '100-continue';
 
 /** Shared, read by nobody: what an answering request's header lines and headers become. */
 const NO_LINES: string[] = Object.freeze([]) as unknown as string[];

@@ -21,11 +21,8 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
   protected llm: LlmRequest | undefined;
   /** The backend call of the last try, if one was made: where it went (`chosen`) and which try it was (`attempt`). */
   protected call: UpstreamCall | undefined;
-  /** performance.now() by which the answer's head must have come, for the whole chain of tries; 0: no try yet. */
-  protected deadlineAt = 0;
-  /** Made only for a request that waits (the hold or the fair queue). */
-  private wait: Waiting | undefined;
-  private fallbacks: Fallbacks | undefined;
+  /** Made on the first wait (the hold or the fair queue) or fallback: most requests make none. */
+  private detour: Detour | undefined;
 
   /** `attempt`: the try at this deployment (1; 2 for the one retry, at another address). */
   protected abstract callPhase(chosen: Chosen, attempt: number): void;
@@ -43,7 +40,7 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
       const target = ctx.picker.pick(route, last.chosen.backend, avoid, this.llm?.prefix);
       chosen = target && copyWith(last.chosen, { target });
     } else if (!route.notReady) {
-      const turn = this.wait?.passed === route.id ? room : this.waitTurn(route);
+      const turn = this.detour?.passed === route.id ? room : this.waitTurn(route);
       if (turn === 'waits') return;
       chosen = this.choose(route, turn);
     }
@@ -67,34 +64,35 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
   /** Fair queueing (SPEC §14): 'waits' (dispatch or shed goes on), else where there is room. Only whole bodies wait. */
   private waitTurn(route: Route): Target | 'waits' | undefined {
     const queues = this.ctx.queues;
-    if (!queues || route.kind !== 'llm' || !(this.body === null || Buffer.isBuffer(this.body))) return undefined;
+    const body = this.bodyData;
+    if (!queues || route.kind !== 'llm' || !(body === null || Buffer.isBuffer(body))) return undefined;
     const key = this.key!;
     const at = queues.enter(route, this, {
       priority: key.priority ?? route.priority ?? 'standard',
       tenant: key.tenant ?? `${key.namespace}/${key.secretName ?? key.name}`,
       weight: key.weight ?? 1,
-      bytes: Buffer.isBuffer(this.body) ? this.body.length : 0,
+      bytes: Buffer.isBuffer(body) ? body.length : 0,
     });
     if (at === undefined) return queues.roomiest(route);
     if (at === 'queued') this.startWaiting('queued');
     return 'waits';
   }
 
-  private startWaiting(where: 'held' | 'queued'): Waiting {
-    const wait = (this.wait ??= new Waiting());
+  private startWaiting(where: 'held' | 'queued'): Detour {
+    const wait = (this.detour ??= new Detour());
     wait.where = where;
     wait.since = performance.now();
     return wait;
   }
 
   /** The wait does not count against the deadline (SPEC §10). */
-  private waited(wait: Waiting): void {
+  private waited(wait: Detour): void {
     wait.where = undefined;
-    if (this.deadlineAt) this.deadlineAt += performance.now() - wait.since;
+    if (this.call) this.call.deadlineAt += performance.now() - wait.since;
   }
 
   protected stopWaiting(): void {
-    const wait = this.wait;
+    const wait = this.detour;
     if (!wait?.where) return;
     if (wait.where === 'held') this.ctx.holds.remove(this);
     else this.ctx.queues?.remove(this);
@@ -102,7 +100,7 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
   }
 
   dispatch(room: Target): void {
-    const wait = this.wait;
+    const wait = this.detour;
     if (wait?.where !== 'queued') return;
     this.waited(wait);
     wait.passed = this.route?.id;
@@ -124,20 +122,21 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
   }
 
   shed(err: GatewayError): void {
-    if (this.wait) this.wait.where = undefined;
+    if (this.detour) this.detour.where = undefined;
     this.guarded(this.refuse, err);
   }
 
   /** A body still coming is read while held, counted as it arrives: past the queue's byte bound, 503 at once. */
   private hold(route: Route): void {
-    const body = this.body;
-    const bytes = Buffer.isBuffer(body) ? body.length : 0;
+    const data = this.bodyData;
+    const bytes = Buffer.isBuffer(data) ? data.length : 0;
     if (this.ctx.holds.add(route, this, bytes, route.holdMs!)) return this.holdFull();
     const wait = this.startWaiting('held');
-    if (body && !Buffer.isBuffer(body)) {
-      const room = (this.room ??= this.ctx.bodies.reservation());
+    if (data && !Buffer.isBuffer(data)) {
+      const body = this.body!;
+      const room = (body.room ??= this.ctx.bodies.reservation());
       wait.unhold = readWhileHeld(
-        body,
+        data,
         (n) => this.ctx.holds.grow(this, n) && room.resize(room.bytes + n),
         () => this.holdFull(),
         () => this.refuse(tooLarge(this.ctx.maxBody), true),
@@ -158,11 +157,12 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
     const route = current && current.id === old.id ? current : old;
     const chosen = route.notReady ? undefined : this.ctx.picker.choose(route, this.llm?.prefix);
     if (!chosen) return false;
-    const wait = this.wait!;
+    const wait = this.detour!;
     this.waited(wait);
     if (wait.unhold) {
-      const body = (this.body = wait.unhold());
-      if (Buffer.isBuffer(body)) this.bodyLength = body.length;
+      const body = this.body!;
+      const data = (body.data = wait.unhold());
+      if (Buffer.isBuffer(data)) body.length = data.length;
       wait.unhold = undefined;
     }
     if (this.budgetRanOut()) return true;
@@ -172,7 +172,7 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
   }
 
   expire(): void {
-    if (this.wait) this.wait.where = undefined;
+    if (this.detour) this.detour.where = undefined;
     const route = this.route;
     if (this.ended || !this.admission || !route) return;
     this.ctx.metrics.upstreamErrors.inc({ cause: 'hold_timeout' });
@@ -181,27 +181,26 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
 
   /** The answer has started: nothing held for another target is needed. */
   protected noOtherTarget(): void {
-    if (this.wait) this.wait.unhold = undefined;
+    if (this.detour) this.detour.unhold = undefined;
   }
 
-  /** Each try waits for the answer's head what is left of the whole chain's deadline. */
-  protected headersTimeout(route: Route): number {
-    const now = performance.now();
-    if (!this.deadlineAt) this.deadlineAt = now + route.timeoutMs;
-    return Math.max(1, Math.ceil(this.deadlineAt - now));
+  /** Each try waits for the answer's head what is left of the whole chain's deadline (the first try sets it). */
+  protected deadlineFor(route: Route): number {
+    return this.call?.deadlineAt ?? performance.now() + route.timeoutMs;
   }
 
   /** A fallback was taken: the rest of the first deployment's list may still be tried. */
   protected inFallback(): boolean {
-    return this.fallbacks !== undefined;
+    return this.detour?.firstRoute !== undefined;
   }
 
   protected namesDeployment(route: Route): boolean {
-    return route.fallbacks !== undefined || this.fallbacks?.named(route) === true;
+    return route.fallbacks !== undefined || this.detour?.named(route) === true;
   }
 
   protected retried(code: string): boolean {
-    const replayable = !this.bodyLetGo && (this.body === null || Buffer.isBuffer(this.body));
+    const body = this.bodyData;
+    const replayable = !this.bodyLetGo && (body === null || Buffer.isBuffer(body));
     const last = this.call;
     if (!last || !shouldRetry({ code, answerStarted: this.res.headersSent, replayable, attempts: last.attempt }))
       return false;
@@ -213,7 +212,7 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
 
   protected unreached(code: string, err: Error): void {
     const route = this.route!;
-    const mapped = mapUpstreamError(code, route, this.fallbacks?.firstRoute);
+    const mapped = mapUpstreamError(code, route, this.detour?.firstRoute);
     this.ctx.metrics.upstreamErrors.inc({ cause: mapped.cause });
     if (this.fallback(code === 'UND_ERR_HEADERS_TIMEOUT' ? 'timeout' : 'connect')) return;
     this.ctx.logger.warn(
@@ -233,31 +232,32 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
   protected nextFallback(): Route | undefined {
     const route = this.route;
     if (!this.admission || !route) return undefined;
-    if (this.res.headersSent || this.bodyLetGo || !(this.body === null || Buffer.isBuffer(this.body))) return undefined;
-    if (!route.fallbacks && !this.fallbacks) return undefined;
-    if (this.deadlineAt && performance.now() >= this.deadlineAt) return undefined;
-    return (this.fallbacks ??= new Fallbacks()).peek(this.ctx.store.current(), route, this.key!);
+    const body = this.bodyData;
+    if (this.res.headersSent || this.bodyLetGo || !(body === null || Buffer.isBuffer(body))) return undefined;
+    if (!route.fallbacks && !this.inFallback()) return undefined;
+    if (this.call && performance.now() >= this.call.deadlineAt) return undefined;
+    return (this.detour ??= new Detour()).peek(this.ctx.store.current(), route, this.key!);
   }
 
   protected fallback(reason: FallbackReason): boolean {
     if (this.ended) return true;
     const to = this.nextFallback();
     if (!to) return false;
-    const from = this.fallbacks!.take(this.route!, to);
+    const from = this.detour!.take(this.route!, to);
     const ref = `${to.project}/${to.deployment}`;
     this.ctx.metrics.fallbacks.inc({ project: from.project, deployment: from.deployment, to: ref, reason });
     this.ctx.logger.info(
       { requestId: this.requestId, project: from.project, deployment: from.deployment, to: to.id, reason },
       'falling back',
     );
-    const llm = this.llm;
-    if (llm?.keepsBody && Buffer.isBuffer(this.body)) {
+    const { llm, body } = this;
+    if (llm?.keepsBody && body && Buffer.isBuffer(body.data)) {
       // The edit of the deployment before goes first: one edited copy at a time (within what was reserved).
-      this.body = null;
-      const body = llm.forFallback(to)!;
+      body.data = null;
+      const data = llm.forFallback(to)!;
       if (llm.decoded) this.head!.forward = withoutHeader(this.head!.forward, 'content-encoding');
-      this.body = body;
-      this.bodyLength = body.length;
+      body.data = data;
+      body.length = data.length;
     }
     this.route = to;
     // The fallback's own per-minute limits, checked and charged as a direct call's (SPEC §9).
@@ -285,8 +285,11 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
   }
 }
 
-/** A request's wait in the scale-from-zero hold or the fair queue, since `since`. */
-class Waiting {
+/**
+ * What a request that does not go straight to its first pick keeps: the fallbacks taken, and its wait in the
+ * scale-from-zero hold or the fair queue (since `since`).
+ */
+class Detour extends Fallbacks {
   where: 'held' | 'queued' | undefined = undefined;
   since = 0;
   /** Ends reading a streamed body while held: the body as read so far, then the rest. */

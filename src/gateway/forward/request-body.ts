@@ -1,5 +1,5 @@
 // A request's body, streamed through or read whole within the budget of buffered bodies (body-budget.ts), and its
-// clocks. A base class of the exchange, so that a request makes no object more for it.
+// clock. The phase is a base class of the exchange; what it keeps of a body is a ClientBody, made only when there is one.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Transform, type Readable } from 'node:stream';
 import type { ByModel } from '../admit/pipeline.js';
@@ -13,12 +13,22 @@ import { BODY_TOO_LARGE, tooLarge } from './upstream-errors.js';
 /** Why nothing more is to be done: the gateway answered, the client or the shutdown ended it, or recorded. */
 export type Ended = 'answered' | 'gone' | 'over';
 
+/** What a request with a body keeps of it. */
+export class ClientBody {
+  /** The request itself or a limit on it (streamed), a buffer (read whole), null while read or once let go. */
+  data: Buffer | Readable | null = null;
+  /** Declared (streamed) or read; undefined for a chunked body streamed. */
+  length: number | undefined = undefined;
+  /** Its room in the budget of buffered bodies: while it is read whole, held or kept. */
+  room: Reservation | undefined = undefined;
+  /** Stops reading it whole. */
+  stop: (() => void) | undefined = undefined;
+}
+
 export abstract class RequestBody extends RequestStart {
   protected ended: Ended | undefined;
-  protected body: Buffer | Readable | null = null;
-  protected bodyLength: number | undefined;
-  protected room: Reservation | undefined;
-  private stopBody: (() => void) | undefined;
+  /** Undefined: the request has no body. */
+  protected body: ClientBody | undefined;
 
   /** The whole body is in: `wire` as sent, `plain` decoded (the same buffer without a Content-Encoding). */
   protected abstract bodyChecked(wire: Buffer, plain: Buffer, base: ByModel | undefined): void;
@@ -31,7 +41,13 @@ export abstract class RequestBody extends RequestStart {
    * again. A body that was never there has no length, or 0.
    */
   protected get bodyLetGo(): boolean {
-    return this.body === null && (this.bodyLength ?? 0) > 0;
+    const body = this.body;
+    return body !== undefined && body.data === null && (body.length ?? 0) > 0;
+  }
+
+  /** The bytes to send: null when there are none (or no more). */
+  protected get bodyData(): Buffer | Readable | null {
+    return this.body?.data ?? null;
   }
 
   /** The body's clock (the connection's) starts with the request; the sweep fires between bodyIdleMs and + 1 s. */
@@ -53,23 +69,27 @@ export abstract class RequestBody extends RequestStart {
     const hasBody = head.chunked || (declared !== undefined && declared > 0);
     if (continueRequested) sendContinue(this.res);
     if (stream) {
-      this.body = !hasBody ? null : declared !== undefined ? req : limitStream(req, ctx.maxBody);
-      this.bodyLength = hasBody ? declared : undefined;
+      if (hasBody) {
+        const body = (this.body = new ClientBody());
+        body.data = declared !== undefined ? req : limitStream(req, ctx.maxBody);
+        body.length = declared;
+      }
       return this.pickPhase(undefined);
     }
     if (!hasBody) return this.bodyRead(Buffer.alloc(0), base);
     // Room for what has come (and an edited copy), never for what is only declared: a trickled near-limit body
     // would hold every tenant's room. A decoded form's room is asked for once the body is in.
-    const room = (this.room = ctx.bodies.reservation());
+    const body = (this.body = new ClientBody());
+    const room = (body.room = ctx.bodies.reservation());
     const coding = head.contentEncoding;
     const copies = this.edited(base) && (coding === undefined || coding === 'identity') ? 2 : 1;
-    this.stopBody = collectBody(
+    body.stop = collectBody(
       req,
       declared,
       ctx.maxBody,
       (capacity, go) => room.acquire(capacity * copies, go),
       (end) => {
-        this.stopBody = undefined;
+        body.stop = undefined;
         if ('body' in end) return this.bodyRead(end.body, base);
         if (end.problem === 'no_room') return this.bodyBusy();
         this.refuse(tooLarge(ctx.maxBody), true);
@@ -93,7 +113,7 @@ export abstract class RequestBody extends RequestStart {
     const coding = this.head!.contentEncoding;
     if (coding === undefined || coding === 'identity' || wire.length === 0) return this.bodyChecked(wire, wire, base);
     const { maxDecoded } = this.ctx;
-    const room = this.room!;
+    const room = this.body!.room!;
     room.acquire(room.bytes + maxDecoded * (this.edited(base) ? 2 : 1), (ok) => {
       if (this.ended) return;
       if (!ok) return this.guarded(this.bodyBusy, undefined);
@@ -106,18 +126,23 @@ export abstract class RequestBody extends RequestStart {
   }
 
   /** The body held whole; its room shrinks to its buffer unless kept (`keep`) for a fallback's edited copy. */
-  protected holdBody(body: Buffer, keep: boolean): void {
-    this.body = body;
-    this.bodyLength = body.length;
-    const room = this.room;
-    if (room && !keep && body.buffer.byteLength < room.bytes) room.resize(body.buffer.byteLength);
+  protected holdBody(data: Buffer, keep: boolean): void {
+    if (data.length === 0 && !this.body) return;
+    const body = (this.body ??= new ClientBody());
+    body.data = data;
+    body.length = data.length;
+    const room = body.room;
+    if (room && !keep && data.buffer.byteLength < room.bytes) room.resize(data.buffer.byteLength);
   }
 
+  /** Stops reading it and gives its room back (the bytes stay where they are still sent from). */
   protected letGoOfBody(): void {
-    this.stopBody?.();
-    this.stopBody = undefined;
-    this.room?.release();
-    this.room = undefined;
+    const body = this.body;
+    if (!body) return;
+    body.stop?.();
+    body.stop = undefined;
+    body.room?.release();
+    body.room = undefined;
   }
 }
 

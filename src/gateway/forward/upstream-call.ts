@@ -73,6 +73,11 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
   endAt = 0;
   /** Since when the client has not taken what was written (0: it keeps up). */
   drainSince = 0;
+  /**
+   * performance.now() by which the answer's head must have come: set for the first try, carried to each later one (a
+   * retry, a fallback), so the whole chain has one deadline; a wait in the fair queue or the hold moves it on.
+   */
+  deadlineAt = 0;
   private closeDelimited = false;
   /** The answer is a 204 or a 304: no body, whatever its head says. */
   private noBody = false;

@@ -25,6 +25,8 @@ export interface RequestHead {
   transferCoding: string | undefined;
   origin: string | undefined;
   requestId: string | undefined;
+  /** The Expect lines, joined by ", " as Node joins them. */
+  expect: string | undefined;
   /** Lower-cased Upgrade token(s). */
   upgrade: string | undefined;
   acrMethod: boolean;
@@ -134,6 +136,7 @@ export function readHead(req: IncomingMessage, opts: HeadOptions): RequestHead {
     transferCoding: undefined,
     origin: undefined,
     requestId: undefined,
+    expect: undefined,
     upgrade: undefined,
     acrMethod: false,
     acrHeaders: undefined,
@@ -182,6 +185,9 @@ export function readHead(req: IncomingMessage, opts: HeadOptions): RequestHead {
         // Repeated: neither is trusted; the gateway makes a fresh one.
         head.requestId = head.requestId === undefined ? value : '';
         continue;
+      case 'expect':
+        head.expect = head.expect === undefined ? value : `${head.expect}, ${value}`;
+        continue;
       case 'upgrade':
         head.upgrade = value.toLowerCase();
         continue;
@@ -229,6 +235,22 @@ export function readHead(req: IncomingMessage, opts: HeadOptions): RequestHead {
     if (m) head.authority = m[1];
   }
   return head;
+}
+
+/** The Expect value Node's 'checkContinue' event stands for. */
+export const CONTINUE = '100-continue';
+
+/** Node's own test of an Expect value for 100-continue (its server emits 'checkContinue' then, else 'checkExpectation'). */
+const ASKS_CONTINUE = /(?:^|\W)100-continue(?:$|\W)/i;
+
+/**
+ * The request's expectation as Node's server takes it (on HTTP/1.1 only): CONTINUE (answered once admitted), another
+ * value (refused, 417), or undefined.
+ */
+export function expectationOf(head: RequestHead, req: IncomingMessage): string | undefined {
+  const value = head.expect;
+  if (value === undefined || req.httpVersionMajor !== 1 || req.httpVersionMinor !== 1) return undefined;
+  return ASKS_CONTINUE.test(value) ? CONTINUE : value;
 }
 
 /** The address failed-auth throttling counts: the peer, or behind a trusted proxy the last X-Forwarded-For hop. */

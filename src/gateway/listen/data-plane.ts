@@ -14,7 +14,7 @@ import type { Route } from '../../routing/types.js';
 import { copyWith } from '../../same-shape.js';
 import { ALLOWED_METHODS } from '../admit/cors.js';
 import type { PlaneContext } from '../forward/context.js';
-import { CONTINUE, Exchange } from '../forward/exchange.js';
+import { Exchange } from '../forward/exchange.js';
 import { UpgradeJob } from '../forward/websocket.js';
 import { destroyOnError, sendRawError } from '../http/answers.js';
 import { gatewayError } from '../http/errors.js';
@@ -111,18 +111,14 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
       if (!Conn.of(socket)) track(socket);
     });
     if (!cleartext) server.on('tlsClientError', (_err: Error, socket: Socket) => socket.destroy());
-    server.on('request', (req: IncomingMessage, res: ServerResponse) => {
+    const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
       const conn = connOf(req.socket);
       conn.submit(new Exchange(ctx, conn, req, res));
-    });
-    server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
-      const conn = connOf(req.socket);
-      conn.submit(new Exchange(ctx, conn, req, res, CONTINUE));
-    });
-    server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
-      const conn = connOf(req.socket);
-      conn.submit(new Exchange(ctx, conn, req, res, String(req.headers.expect ?? '')));
-    });
+    };
+    server.on('request', onRequest);
+    // Requests with an Expect header: the exchange answers 100 Continue once admitted, any other expectation 417.
+    server.on('checkContinue', onRequest);
+    server.on('checkExpectation', onRequest);
     server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
       // Node hands the socket over without its error listener: one until the job takes it (it may wait its turn).
       socket.on('error', destroyOnError);

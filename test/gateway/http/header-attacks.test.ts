@@ -419,6 +419,31 @@ describe('request ids, Connection-named headers, TE and Expect', () => {
     expect(await seenSince(py, before, '/v1/demo/x/marker')).toEqual(['/marker']);
   });
 
+  it('Expect is read as Node reads it: "100-Continue" among others on HTTP/1.1 gets a 100, any Expect on HTTP/1.0 is ignored', async () => {
+    const c = await connect(gw.port);
+    c.write(
+      rawHttp('POST', '/v1/demo/x/expect-mixed', [
+        host(),
+        authz(),
+        ['Expect', 'fancy, 100-Continue'],
+        ['Content-Type', 'text/plain'],
+        ['Content-Length', '1'],
+      ]),
+    );
+    const interim = await c.response({ index: 0 });
+    expect(interim.status).toBe(100);
+    c.write('x');
+    expect((await c.response({ index: 1 })).status).toBe(200);
+    expect(onlyAt(py, '/expect-mixed').body.toString()).toBe('x');
+
+    const r = await exchange(
+      gw.port,
+      `POST /v1/demo/x/expect-http10 HTTP/1.0\r\nAuthorization: ApiKey ${key}\r\nExpect: fancy-feature\r\nContent-Length: 1\r\n\r\ny`,
+    );
+    expect(r.status).toBe(200);
+    expect(onlyAt(py, '/expect-http10').body.toString()).toBe('y');
+  });
+
   it('hop-by-hop headers of the backend answer, and those its Connection names, do not reach the client', async () => {
     const hop = await new RecordingBackend((_req, res) => {
       res.setHeader('Connection', 'keep-alive, X-Internal-Token');
