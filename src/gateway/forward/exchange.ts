@@ -22,7 +22,6 @@ import { breakStream, closeSocket, sendEmpty, sendError, sendJson } from '../htt
 import { chargedUsage } from '../openai/usage-meter.js';
 import { LlmRequest } from '../openai/llm-request.js';
 import { copyWith } from '../../same-shape.js';
-import type { PlaneContext } from './context.js';
 import type { Conn, Job } from './job.js';
 import { NextTarget } from './next-target.js';
 import type { Chosen } from './targets.js';
@@ -36,12 +35,15 @@ class EndedByGateway extends Error {
 
 export class Exchange extends NextTarget implements Job, CallOwner {
   constructor(
-    ctx: PlaneContext,
     conn: Conn,
-    req: IncomingMessage,
     protected readonly res: ServerResponse,
   ) {
-    super(ctx, conn, req);
+    super(conn);
+  }
+
+  /** The request the answer is for (Node keeps it on the answer). */
+  protected get req(): IncomingMessage {
+    return this.res.req;
   }
 
   start(): void {

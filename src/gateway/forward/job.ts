@@ -2,6 +2,7 @@
 // connection a job sees. Declared here, below listen/, so that forward/ never imports the listener.
 import type { Socket } from 'node:net';
 import type { GatewayError } from '../http/errors.js';
+import type { PlaneContext } from './context.js';
 
 /** A request (or upgrade) waiting for, or holding, its turn on the connection. */
 export interface Job {
@@ -19,6 +20,8 @@ export interface Job {
 /** The client connection, as a job sees it. */
 export interface Conn {
   readonly socket: Socket;
+  /** The data plane the connection came in on: its settings and services, shared by its jobs. */
+  readonly ctx: PlaneContext;
   /** The peer address (without the IPv4-mapped IPv6 prefix). */
   readonly client: string;
   readonly proto: 'http' | 'https';

@@ -32,11 +32,14 @@ export abstract class RequestStart {
   protected answerHeaders: string[] = [];
   protected error: string | undefined;
 
-  constructor(
-    protected readonly ctx: PlaneContext,
-    protected readonly conn: Conn,
-    protected readonly req: IncomingMessage,
-  ) {}
+  constructor(protected readonly conn: Conn) {}
+
+  protected abstract readonly req: IncomingMessage;
+
+  /** The connection's data plane. */
+  protected get ctx(): PlaneContext {
+    return this.conn.ctx;
+  }
 
   /** The key admission found, also for the log line of a refusal. */
   protected get key(): ApiKeyRecord | undefined {

@@ -18,7 +18,6 @@ import { readHead } from '../http/request-head.js';
 import { sendRawAnswer, sendRawError, writeRawHead } from '../http/answers.js';
 import type { Conn, Job } from './job.js';
 import { BodyBudget, type Reservation } from './body-budget.js';
-import type { PlaneContext } from './context.js';
 import { RequestStart } from './request-start.js';
 import { DECLINE_BODY_MAX, UpgradeCall, type UpgradeOwner } from './upstream-call.js';
 import { ClientGone, mapUpstreamError, unavailable } from './upstream-errors.js';
@@ -61,15 +60,14 @@ export class UpgradeJob extends RequestStart implements Job, UpgradeOwner {
   private admittedCreates = 0;
 
   constructor(
-    ctx: PlaneContext,
     conn: Conn,
     private readonly server: Server,
-    req: IncomingMessage,
+    protected readonly req: IncomingMessage,
     private readonly socket: Socket,
     /** What the client sent after the head: the tunnel's first bytes. */
     private readonly firstBytes: Buffer,
   ) {
-    super(ctx, conn, req);
+    super(conn);
   }
 
   start(): void {

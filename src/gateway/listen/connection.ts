@@ -6,6 +6,7 @@ import type { Drain } from './drain.js';
 import type { Dialect, GatewayError } from '../http/errors.js';
 import { lingerAfterAnswer, sendRawError } from '../http/answers.js';
 import { BodyClock } from '../http/body-clock.js';
+import type { PlaneContext } from '../forward/context.js';
 import type { Conn as JobConn, Job } from '../forward/job.js';
 
 /** Pipelined requests parsed ahead of the request being served, beyond which the connection stops reading. */
@@ -34,6 +35,7 @@ export class Conn implements JobConn {
   constructor(
     readonly socket: Socket,
     private readonly drain: Drain,
+    readonly ctx: PlaneContext,
   ) {
     const a = socket.remoteAddress ?? '';
     this.client = a.startsWith('::ffff:') ? a.slice(7) : a;

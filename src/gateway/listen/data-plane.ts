@@ -101,7 +101,7 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
 
     const connOf = (socket: Socket): Conn => Conn.of(socket) ?? track(socket);
     const track = (socket: Socket): Conn => {
-      const c = new Conn(socket, drain);
+      const c = new Conn(socket, drain, ctx);
       drain.track(c);
       return c;
     };
@@ -113,7 +113,7 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
     if (!cleartext) server.on('tlsClientError', (_err: Error, socket: Socket) => socket.destroy());
     const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
       const conn = connOf(req.socket);
-      conn.submit(new Exchange(ctx, conn, req, res));
+      conn.submit(new Exchange(conn, res));
     };
     server.on('request', onRequest);
     // Requests with an Expect header: the exchange answers 100 Continue once admitted, any other expectation 417.
@@ -123,7 +123,7 @@ export function createDataPlane(deps: DataPlaneDeps): DataPlane {
       // Node hands the socket over without its error listener: one until the job takes it (it may wait its turn).
       socket.on('error', destroyOnError);
       const conn = connOf(socket);
-      conn.submit(new UpgradeJob(ctx, conn, server, req, socket, head));
+      conn.submit(new UpgradeJob(conn, server, req, socket, head));
     });
     server.on('connect', (_req: IncomingMessage, socket: Socket) => {
       // CONNECT would make the gateway a TCP proxy: never.

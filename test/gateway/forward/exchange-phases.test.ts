@@ -87,7 +87,7 @@ function arrive(
   headers: Array<[string, string]>,
 ): { socket: FakeSocket; conn: Conn; req: IncomingMessage; exchange: Exchange } {
   const socket = new FakeSocket();
-  const conn = new Conn(socket as unknown as Socket, drain);
+  const conn = new Conn(socket as unknown as Socket, drain, plane.ctx);
   const req = new IncomingMessage(socket as unknown as Socket);
   req.method = method;
   req.url = url;
@@ -102,7 +102,7 @@ function arrive(
     res.detachSocket(socket as unknown as Socket);
     process.nextTick(() => res.emit('close'));
   });
-  return { socket, conn, req, exchange: new Exchange(plane.ctx, conn, req, res) };
+  return { socket, conn, req, exchange: new Exchange(conn, res) };
 }
 
 /** The body's bytes as the parser would hand them over: pushed, counted as read from the socket. */
