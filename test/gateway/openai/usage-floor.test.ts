@@ -188,6 +188,18 @@ describe('the text that passed, counted in any chunking', () => {
     expect(count({ type: 'response.output_text.delta', delta: 'Hel' })).toBe(3);
     expect(count({ type: 'response.output_text.done', text: 'Hello' })).toBe(0);
     expect(count({ type: 'response.completed', response: { output: [{ content: [{ text: 'Hello' }] }] } })).toBe(0);
+    // The type is read wherever it stands: last, nested, after the text it makes a repeat of.
+    expect(count({ text: 'Hello', item: { id: 'x' }, type: 'response.output_text.done' })).toBe(0);
+    expect(count({ part: { text: 'Hello', type: 'response.part' } })).toBe(0);
+    expect(count({ text: 'Hello', note: '"type":"response.x" in a string is text' })).toBe(5);
+    expect(count({ text: 'Hello', type: 'responses' })).toBe(5);
+    expect(count({ text: 'Hello', type: 'chat.response.x' })).toBe(5);
+    // A spaced `"type": "response.` is not the compact form the Responses API sends: counted as text.
+    const spaced = Buffer.from('{"text":"Hello", "type": "response.output_text.done"}');
+    expect(lineTextBytes(spaced, 0, spaced.length)).toBe(5);
+    // Only the line [s, stop) is read: a Responses event after it changes nothing.
+    const two = Buffer.from('{"text":"Hello"}\n{"type":"response.done","text":"x"}');
+    expect(lineTextBytes(two, 0, two.indexOf(0x0a))).toBe(5);
     const m = new SseUsageMeter(false);
     m.push(Buffer.from(`data: ${JSON.stringify({ choices: [{ delta: { content: 'wor' } }] })}\n\n`), 1);
     m.push(Buffer.from(`data: ${JSON.stringify({ choices: [{ delta: { content: 'ds' } }] })}\n\n`), 2);
