@@ -173,8 +173,10 @@ export class UpstreamCall implements Dispatcher.DispatchHandler {
     if (this.stopped || this.over || !res || res.destroyed) return false;
     let chunk: Buffer | undefined = data;
     if (this.tail >= 0) this.tail = tailOf(this.tail, data);
-    if (this.meter) {
-      chunk = this.meter.push(data, performance.now());
+    const meter = this.meter;
+    if (meter) {
+      // The clock is read only while the first token is still to come: after it, the meter reads no time.
+      chunk = meter.push(data, meter.firstAt ? 0 : performance.now());
       if (!chunk) return true;
     }
     this.bytesOut += chunk.length;
