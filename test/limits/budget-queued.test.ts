@@ -83,6 +83,7 @@ test('requests admitted before their budget ran out, still queued when it did, g
   }
   // Only the long two and the budgeted requests answered reached the backend.
   await waitFor(() => replica.stats().served - served === 2 + ok, 'the backend to have served them');
+  // Stays: "no other request reaches the backend" has no event to wait for; a window anchored on the count reached.
   await new Promise((r) => setTimeout(r, 200));
   expect(replica.stats().served - served).toBe(2 + ok);
   const text = (await send(`${gw.adminUrl}/metrics`)).text;

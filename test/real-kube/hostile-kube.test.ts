@@ -121,6 +121,7 @@ describe('two status writers that disagree', () => {
     );
     const writes = await countModified(ns, async () => {
       await gateway({ namespaces: [ns], publicUrl: 'https://b.example.com' });
+      // Stays: the stimulus, a window in which the two writers' status writes are counted.
       await sleep(4000);
     });
     // Before: each gateway answered the other at once, hundreds of writes in 4 s. A few put-backs are fine; then each
@@ -159,6 +160,7 @@ describe('leader election between nodes whose clocks disagree', () => {
     const until = Date.now() + 3 * timings.leaseDurationMs;
     while (Date.now() < until) {
       expect(b.isLeader()).toBe(false);
+      // Stays: node-b must never lead at any moment of the window, so it is read throughout it.
       await sleep(100);
     }
     expect(a.isLeader()).toBe(true);

@@ -32,6 +32,7 @@ test('410 on every watch: relists back off (a few in 1.5 s), and the objects sta
   await source.start((s) => (deployments = s.deployments.length));
   const lists = () => api.requests.filter((r) => isSdep(r.path) && !r.watch).length;
   const before = lists();
+  // Stays: the stimulus, a window in which the lists a failing API server gets are counted.
   await sleep(1500);
   // Before: a list and a watch per round trip, hundreds in 1.5 s. Now: 100, 200, 400, 800 ms apart (with jitter).
   expect(lists() - before).toBeLessThanOrEqual(8);
