@@ -316,8 +316,11 @@ export const configSchema = z
             renewDeadlineSeconds: 10,
             retryPeriodSeconds: 2,
           }),
-        /** Watches with no event (bookmarks included) for this long are restarted. */
-        watchIdleTimeoutSeconds: positiveInt.default(300),
+        /**
+         * Watches with no event (bookmarks included) for this long are restarted. The API server sends an idle watch a
+         * bookmark every minute: 150 s is two and a half of them, so a hung watch is found in under three minutes.
+         */
+        watchIdleTimeoutSeconds: positiveInt.default(150),
       })
       .strict()
       .default({
@@ -330,7 +333,7 @@ export const configSchema = z
           renewDeadlineSeconds: 10,
           retryPeriodSeconds: 2,
         },
-        watchIdleTimeoutSeconds: 300,
+        watchIdleTimeoutSeconds: 150,
       }),
     shutdown: z
       .object({

@@ -32,6 +32,12 @@ describe('defaults', () => {
     });
   });
 
+  test('a watch silent for two and a half bookmark periods is restarted (the API server sends one a minute)', () => {
+    // More than two periods: a late bookmark does not restart a healthy quiet watch; under three: a hung one (a proxy
+    // or a partition that swallows its data) is found within 150 s, not the 300 s it took before.
+    expect(parseConfig({}, runtime).kubernetes.watchIdleTimeoutSeconds).toBe(150);
+  });
+
   test('the default publicUrl uses the listening port', () => {
     expect(parseConfig({}, { port: 18080, namespace: 'x' }).publicUrl).toBe('http://localhost:18080');
   });

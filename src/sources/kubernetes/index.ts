@@ -39,7 +39,7 @@ export interface KubernetesSourceOptions {
   namespaces: string[];
   /** Also read serving.kserve.io/v1beta1 InferenceServices. */
   kserve: boolean;
-  /** A watch with no event or bookmark for this long is restarted. Default 300 000 (5 min). */
+  /** A watch with no event or bookmark for this long is restarted. Default 150 000 (2.5 bookmark periods). */
   watchIdleTimeoutMs?: number;
   logger?: Logger;
   /** Backoff for failing lists and watches. Default { initialMs: 200, maxMs: 30 000 }. */
@@ -178,7 +178,7 @@ export class KubernetesSource implements RouteSource, EndpointResolver {
             optional: w.optional,
             notFoundHint: w.notFoundHint,
             pageSize: this.opts.pageSize ?? 500,
-            idleTimeoutMs: this.opts.watchIdleTimeoutMs ?? 300_000,
+            idleTimeoutMs: this.opts.watchIdleTimeoutMs ?? 150_000,
             backoff: this.opts.backoff ?? { initialMs: 200, maxMs: 30_000 },
             logger: this.logger,
             handler: w.handler,
