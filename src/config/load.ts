@@ -1,6 +1,7 @@
 // Reads and validates configuration; an invalid document throws ConfigError naming the key.
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
+import { shown } from '../routing/quote.js';
 import { configSchema, type Config } from './schema.js';
 
 import { ConfigError } from '../errors.js';
@@ -23,9 +24,10 @@ export function parseConfig(doc: unknown, runtime: RuntimeDefaults, origin = 'co
   const result = configSchema.safeParse(doc);
   if (!result.success) {
     const lines = result.error.issues.map((issue) => {
-      let path = issue.path.map(String).join('.');
+      // Keys are the operator's own text: shown escaped and cut, so a huge or multi-line key cannot flood or forge lines.
+      let path = issue.path.map((k) => shown(String(k))).join('.');
       if (issue.code === 'unrecognized_keys') {
-        const keys = issue.keys.map((k) => (path ? `${path}.${k}` : k));
+        const keys = issue.keys.map((k) => (path ? `${path}.${shown(k)}` : shown(k)));
         return `${keys.join(', ')}: unknown key`;
       }
       if (!path) path = '(top level)';

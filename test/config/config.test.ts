@@ -125,6 +125,17 @@ describe('invalid values name the key', () => {
     expect(errorOf({ limits: { foo: 1 } }).message).toMatch(/limits\.foo: unknown key/);
   });
 
+  test('a huge or multi-line key is shown escaped and cut: it can neither flood the message nor forge a line of it', () => {
+    const key = `${'k'.repeat(5000)}\n  limits.fake: looks like another problem`;
+    for (const doc of [{ [key]: 1 }, { limits: { [key]: 1 } }, { limits: { projects: { [key]: {} } } }]) {
+      const m = errorOf(doc).message;
+      expect(m.length).toBeLessThan(400);
+      // One line of heading, one per problem: the key's newline stays escaped.
+      expect(m.split('\n')).toHaveLength(2);
+      expect(m).toContain(`(${key.length} characters)`);
+    }
+  });
+
   test('every bad key is named at once', () => {
     const m = errorOf({ limits: { maxRequestBodyBytes: -1, requestTimeoutSeconds: 0 } }).message;
     expect(m).toContain('limits.maxRequestBodyBytes');
