@@ -137,8 +137,12 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
       const room = (body.room ??= this.ctx.bodies.reservation());
       wait.unhold = readWhileHeld(
         data,
-        (n) => this.ctx.holds.grow(this, n) && room.resize(room.bytes + n),
-        () => this.holdFull(),
+        // Counted only while held: answered or gone (the hold's timeout, a 408), its room was given back, and what the
+        // client still sends while the connection lingers must not take room again, which nothing would give back.
+        (n) => wait.where === 'held' && this.ctx.holds.grow(this, n) && room.resize(room.bytes + n),
+        () => {
+          if (wait.where === 'held') this.holdFull();
+        },
         () => this.refuse(tooLarge(this.ctx.maxBody), true),
       );
     }
