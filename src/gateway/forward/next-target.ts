@@ -188,9 +188,12 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
     if (this.detour) this.detour.unhold = undefined;
   }
 
-  /** Each try waits for the answer's head what is left of the whole chain's deadline (the first try sets it). */
+  /**
+   * Each try waits for the answer's head what is left of the whole chain's deadline: set by the first try, at the first
+   * deployment's timeoutSeconds even when that try is a fallback's (the first deployment had no ready endpoint).
+   */
   protected deadlineFor(route: Route): number {
-    return this.call?.deadlineAt ?? performance.now() + route.timeoutMs;
+    return this.call?.deadlineAt ?? performance.now() + (this.detour?.firstRoute ?? route).timeoutMs;
   }
 
   /** A fallback was taken: the rest of the first deployment's list may still be tried. */
