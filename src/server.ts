@@ -14,7 +14,7 @@ import { CertificateReloader, CertificateError } from './gateway/listen/tls.js';
 import type { Tracing } from './observe/tracing.js';
 import type { LimitStore } from './limits/buckets.js';
 import { MemoryBudgetStore, type BudgetStore } from './limits/budgets.js';
-import { budgetProblems, budgetUsage } from './limits/budget-usage.js';
+import { budgetNames, budgetProblems, budgetUsage } from './limits/budget-usage.js';
 import type { RedisLimitStore } from './limits/redis.js';
 import { ConfigError } from './config/load.js';
 import { silentLogger, type Logger } from './log.js';
@@ -76,6 +76,8 @@ export async function startServegate(opts: ServeOptions): Promise<Servegate> {
   const metrics = new Metrics(opts.processMetrics ?? true, {
     pending: () => holds.pending(store.current().routes),
     queues: () => live.plane?.ctx.queues?.lengths(store.current().routes) ?? [],
+    // Read at scrape time only, once `budgets` (below) is made.
+    budgets: () => budgetNames(budgets, store.current()),
     endpoints: () =>
       endpointStats.snapshot().map((e) => {
         const fresh = endpointStats.fresh(e.origin);

@@ -32,6 +32,19 @@ function anyKeyBudget(table: RouteTable): boolean {
   return false;
 }
 
+/**
+ * The budgets `table` has now, as `${scope}\0${name}` (what /budgets lists): every key with a budget of its own, and
+ * every project with a deployment and a budget. Their spend series stay; those of any other go (observe/metrics.ts).
+ */
+export function budgetNames(budgets: Budgets, table: RouteTable): Set<string> {
+  const names = new Set<string>();
+  for (const list of table.keys.values())
+    for (const k of list) for (const s of budgets.specs(undefined, k)) names.add(`${s.scope}\0${s.name}`);
+  for (const p of new Set(table.routes.map((r) => r.project)))
+    for (const s of budgets.specs(p, undefined)) names.add(`${s.scope}\0${s.name}`);
+  return names;
+}
+
 /** Every budget (or those of `q.key` / `q.project`) with what it holds now; `shared`: counted across replicas. */
 export async function budgetUsage(
   budgets: Budgets,

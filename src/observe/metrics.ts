@@ -10,6 +10,11 @@ export interface MetricSources {
   endpoints?: () => Iterable<{ address: string; waiting?: number; kv?: number; errors: number }>;
   /** Requests queued for saturated deployments (SPEC §14), per deployment and priority. */
   queues?: () => Iterable<{ project: string; deployment: string; priority: string; count: number }>;
+  /**
+   * The budgets that exist now (SPEC §14), as `${scope}\0${name}`: the spend series of any other (a deleted key, one
+   * whose budget was removed) go at scrape time, as /budgets stops listing it.
+   */
+  budgets?: () => ReadonlySet<string>;
 }
 
 interface RouteCounters {
@@ -292,13 +297,35 @@ export class Metrics {
     help: "Tokens spent in a budget's current period as this replica last charged it (the shared total with limits.redis.url), by scope (key, project) and name",
     labelNames: ['scope', 'name'] as const,
     registers: [this.registry],
+    collect: (): void => this.pruneBudgetSeries(),
   });
   readonly budgetSpentCost = new Gauge({
     name: 'servegate_budget_spent_cost',
     help: "Cost (tokens x spec.pricing, in the prices' currency) spent in a budget's current period as this replica last charged it, by scope (key, project) and name",
     labelNames: ['scope', 'name'] as const,
     registers: [this.registry],
+    collect: (): void => this.pruneBudgetSeries(),
   });
+  /** The budget series set, by `${scope}\0${name}`: those of a budget that went are removed at scrape time. */
+  private readonly budgetSeries = new Map<string, { scope: string; name: string }>();
+
+  /** A budget's spend this period as this replica last charged it (servegate_budget_spent_tokens and _cost). */
+  budgetSpent(scope: string, name: string, tokens: number, cost: number): void {
+    this.budgetSeries.set(`${scope}\0${name}`, { scope, name });
+    this.budgetSpentTokens.set({ scope, name }, tokens);
+    this.budgetSpentCost.set({ scope, name }, cost);
+  }
+
+  private pruneBudgetSeries(): void {
+    const live = this.sources.budgets?.();
+    if (!live) return;
+    for (const [id, labels] of this.budgetSeries) {
+      if (live.has(id)) continue;
+      this.budgetSeries.delete(id);
+      this.budgetSpentTokens.remove(labels);
+      this.budgetSpentCost.remove(labels);
+    }
+  }
   readonly queueLength: Gauge = new Gauge({
     name: 'servegate_queue_length',
     help: 'Requests waiting in the gateway for a saturated LLM deployment, by project, deployment and priority',

@@ -55,10 +55,7 @@ export function budgetsOf(config: Config, store: BudgetStore, metrics: Metrics):
     { perProject: config.limits.perProject, projects: config.limits.projects },
     {
       failOpen: config.limits.redis.failOpen,
-      onSpent: (spec, spent) => {
-        metrics.budgetSpentTokens.set({ scope: spec.scope, name: spec.name }, spent.tokens);
-        metrics.budgetSpentCost.set({ scope: spec.scope, name: spec.name }, spent.costMicros / 1e6);
-      },
+      onSpent: (spec, spent) => metrics.budgetSpent(spec.scope, spec.name, spent.tokens, spent.costMicros / 1e6),
     },
   );
 }
