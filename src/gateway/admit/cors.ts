@@ -17,7 +17,21 @@ export interface CorsPolicy {
 const ALWAYS_ALLOWED = ['authorization', 'content-type'];
 /** The methods the gateway forwards: CORS preflights and the Allow header of its 405s say the same. */
 export const ALLOWED_METHODS = 'GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS';
-const DEFAULT_EXPOSED = ['x-request-id', 'retry-after', 'www-authenticate'];
+/**
+ * What a page's script may read of every answer: besides the request id and Retry-After, the gateway's own headers —
+ * which deployment answered, the per-minute limits (SPEC §9), the budgets (SPEC §14) and x-should-retry, which the
+ * OpenAI SDKs obey (a budget's 429 says false, so that they do not retry it).
+ */
+const DEFAULT_EXPOSED = [
+  'x-request-id',
+  'retry-after',
+  'www-authenticate',
+  'x-should-retry',
+  'x-servegate-deployment',
+  'x-servegate-variant',
+  ...['requests', 'tokens'].flatMap((k) => ['limit', 'remaining', 'reset'].map((f) => `x-ratelimit-${f}-${k}`)),
+  ...['tokens', 'cost'].flatMap((k) => ['limit', 'remaining', 'reset'].map((f) => `x-servegate-budget-${f}-${k}`)),
+];
 
 export function corsPolicy(cors: Config['cors']): CorsPolicy {
   const exact = new Set<string>();

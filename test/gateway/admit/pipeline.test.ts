@@ -75,7 +75,11 @@ const CORS = [
   'access-control-allow-origin',
   ORIGIN,
   'access-control-expose-headers',
-  'x-request-id, retry-after, www-authenticate',
+  'x-request-id, retry-after, www-authenticate, x-should-retry, x-servegate-deployment, x-servegate-variant, ' +
+    'x-ratelimit-limit-requests, x-ratelimit-remaining-requests, x-ratelimit-reset-requests, ' +
+    'x-ratelimit-limit-tokens, x-ratelimit-remaining-tokens, x-ratelimit-reset-tokens, ' +
+    'x-servegate-budget-limit-tokens, x-servegate-budget-remaining-tokens, x-servegate-budget-reset-tokens, ' +
+    'x-servegate-budget-limit-cost, x-servegate-budget-remaining-cost, x-servegate-budget-reset-cost',
   'access-control-allow-credentials',
   'true',
   'vary',
