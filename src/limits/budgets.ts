@@ -5,8 +5,8 @@ import { gatewayError, type GatewayError } from '../gateway/http/errors.js';
 import { projectNamespaceForm as projectForm } from '../routing/names.js';
 import { quoted } from '../routing/quote.js';
 
-/** A budget's period: a calendar day or month (UTC), or a rolling window of `ms`. */
-export type BudgetPeriod = { kind: 'day' } | { kind: 'month' } | { kind: 'rolling'; ms: number };
+/** A budget's period: a calendar day or month (UTC), or a rolling window of `ms` (`text`: as written, e.g. `7d`). */
+export type BudgetPeriod = { kind: 'day' } | { kind: 'month' } | { kind: 'rolling'; ms: number; text?: string };
 
 /** A rolling window is counted in this many slots (spend leaves the window one slot at a time). */
 export const ROLLING_SLOTS = 24;
@@ -21,12 +21,14 @@ export function parseBudgetPeriod(raw: string): BudgetPeriod | string {
   const ms = m ? Number(m[1]) * UNITS[m[2]] : NaN;
   if (!(ms >= 3_600_000 && ms <= 366 * 86_400_000))
     return `budgetPeriod must be "day", "month" or a rolling duration of 1h to 366d such as 12h or 7d, got ${quoted(raw)}`;
-  return { kind: 'rolling', ms };
+  // Told back as written (`7d`, not `1w`): the window is the same (counted by its length), the name the one chosen.
+  return { kind: 'rolling', ms, text: s };
 }
 
 /** A period as written back ("day", "month", "12h"). */
 export function periodText(p: BudgetPeriod): string {
   if (p.kind !== 'rolling') return p.kind;
+  if (p.text) return p.text;
   for (const u of ['w', 'd', 'h', 'm']) if (p.ms % UNITS[u] === 0) return `${p.ms / UNITS[u]}${u}`;
   return `${p.ms / 60_000}m`;
 }

@@ -163,7 +163,7 @@ export type Priority = 'critical' | 'standard' | 'sheddable';
 export interface KeyBudget {
   tokens?: number;
   cost?: number;
-  period: { kind: 'day' } | { kind: 'month' } | { kind: 'rolling'; ms: number };
+  period: { kind: 'day' } | { kind: 'month' } | { kind: 'rolling'; ms: number; text?: string };
 }
 
 export type BalancingPolicy = 'llm' | 'least-request' | 'round-robin';

@@ -641,7 +641,7 @@ describe('budgets, prices and priorities (SPEC §14)', () => {
     expect(keys.map((k) => [k.name, k.budget, k.tenant, k.priority, k.weight])).toEqual([
       [
         'apikey-b',
-        { tokens: 2_000_000, cost: 49.99, period: { kind: 'rolling', ms: 7 * 86_400_000 } },
+        { tokens: 2_000_000, cost: 49.99, period: { kind: 'rolling', ms: 7 * 86_400_000, text: '7d' } },
         'team-a',
         'sheddable',
         2.5,
