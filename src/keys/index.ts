@@ -257,9 +257,11 @@ export function summarizeKeySecret(obj: unknown, now: number = Date.now(), origi
 }
 
 function budgetText(f: Record<string, string | undefined>): string | undefined {
+  // 0 is no budget (as the gateway reads it), not a budget of nothing: a key updated to 0 lists none.
+  const set = (v: string | undefined): string => (v?.trim() && Number(v) !== 0 ? v.trim() : '');
   const parts = [
-    f.budgetTokens?.trim() ? `${f.budgetTokens.trim()} tokens` : '',
-    f.budgetCost?.trim() ? `cost ${f.budgetCost.trim()}` : '',
+    set(f.budgetTokens) ? `${set(f.budgetTokens)} tokens` : '',
+    set(f.budgetCost) ? `cost ${set(f.budgetCost)}` : '',
   ];
   const what = parts.filter(Boolean).join(', ');
   return what ? `${what} per ${f.budgetPeriod?.trim() || 'month'}` : undefined;
