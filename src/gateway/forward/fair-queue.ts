@@ -246,8 +246,13 @@ export class FairQueues {
     route: Route,
   ): { queued: number; bytes: number; byPriority: Record<string, number>; saturated: boolean } | undefined {
     const dq = this.queues.get(route.id);
-    if (!dq) return undefined;
+    // Every LLM deployment can queue: one that never did shows an empty queue (the others never queue: undefined).
+    if (!dq && route.kind !== 'llm') return undefined;
     const byPriority: Record<string, number> = {};
+    if (!dq) {
+      for (const priority of QUEUED_PRIORITIES) byPriority[priority] = 0;
+      return { queued: 0, bytes: 0, byPriority, saturated: this.saturated(route) };
+    }
     for (const l of dq.levels) byPriority[l.priority] = l.count;
     return { queued: dq.count, bytes: dq.bytes, byPriority, saturated: this.saturated(route) };
   }
