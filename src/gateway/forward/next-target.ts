@@ -15,7 +15,7 @@ import { RETRY, shouldRetry } from './retry.js';
 import { readWhileHeld, type Held } from './scale-from-zero.js';
 import type { Chosen, Target } from './targets.js';
 import type { UpstreamCall } from './upstream-call.js';
-import { mapUpstreamError, tooLarge, unavailable } from './upstream-errors.js';
+import { CONNECT_FAILURES, mapUpstreamError, tooLarge, unavailable } from './upstream-errors.js';
 
 export abstract class NextTarget extends RequestBody implements Held, Queued {
   protected llm: LlmRequest | undefined;
@@ -209,6 +209,8 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
     const body = this.bodyData;
     const replayable = !this.bodyLetGo && (body === null || Buffer.isBuffer(body));
     const last = this.call;
+    // Nothing reached it: later requests pass it over for a while (targets.ts, unreachable).
+    if (last && CONNECT_FAILURES.has(code)) this.ctx.picker.unreachable(last.chosen.target.address);
     if (!last || !shouldRetry({ code, answerStarted: this.res.headersSent, replayable, attempts: last.attempt }))
       return false;
     const avoid = last.chosen.target.origin.slice(7);

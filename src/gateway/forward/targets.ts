@@ -48,6 +48,10 @@ export interface BalancingLimits {
 }
 
 export const DEFAULT_LIMITS: BalancingLimits = { maxWaiting: 5, maxKvCache: 0.8, maxLoadFactor: 1.25, maxLoadSlack: 2 };
+/** How long an address a connection to failed is passed over (`unreachable`). */
+export const DOWN_MS = 5_000;
+/** Most addresses remembered as down at once (expired ones go first): a bound, whatever the tables hold. */
+const DOWN_MAX = 10_000;
 
 /** The weights are brought up to date at most this often (at a pick), from the endpoints' figures. */
 const WEIGHT_STEP_MS = 250;
@@ -122,6 +126,8 @@ export class TargetPicker {
   private seenAt = 0;
   /** Conversation keys picked lately: the window's start (ms) × 128 + 64 when the window before was hot + picks in it. */
   private readonly recent = new Map<number, number>();
+  /** Addresses a connection to failed lately, with the Date.now() until which they are passed over (`unreachable`). */
+  private readonly down = new Map<string, number>();
 
   constructor(
     private readonly endpoints?: EndpointResolver,
@@ -150,6 +156,25 @@ export class TargetPicker {
   /** Another address of the same backend than `avoid` (the retry after a failed connect), by the same policy. */
   pick(route: Route, backend: Backend, avoid: string, prefix?: PromptKey): Target | undefined {
     return this.chosen(route, backend, prefix, avoid)?.target;
+  }
+
+  /**
+   * A connection to `address` failed (refused, unreachable, not accepted in time): for DOWN_MS the picks pass it over
+   * while another address of its backend is not, so that every request does not pay a failed connect and a retry
+   * until its endpoint leaves the list (a pod's readiness takes seconds; a files-source URL never does). The first
+   * request after that tries it again.
+   */
+  unreachable(address: string, now = Date.now()): void {
+    if (this.down.size >= DOWN_MAX) for (const [a, until] of this.down) if (until <= now) this.down.delete(a);
+    if (this.down.size < DOWN_MAX) this.down.set(address, now + DOWN_MS);
+  }
+
+  private isDown(address: string, now: number): boolean {
+    const until = this.down.get(address);
+    if (until === undefined) return false;
+    if (until > now) return true;
+    this.down.delete(address);
+    return false;
   }
 
   /** Told of every request that starts and ends at an endpoint (the fair queues: fair-queue.ts). */
@@ -215,15 +240,33 @@ export class TargetPicker {
     }
     if (list.length === 0) return undefined;
     if (list.length === 1) return { target: list[0], backend, reason: 'only' };
-    const policy = route.balancing.policy;
     const b = this.balanceOf(list);
-    let c: Chosen;
-    if (policy === 'round-robin') c = { target: this.roundRobin(list, avoid), backend, reason: 'round-robin' };
-    else if (policy === 'least-request' || prefix === undefined)
-      c = { target: this.leastLoaded(list, avoid, policy === 'llm'), backend, reason: 'load' };
-    else c = this.byPrefix(list, b, backend, prefix, avoid);
+    let c = this.byPolicy(route, list, b, backend, prefix, avoid);
+    if (avoid === undefined && this.down.size > 0) {
+      // An address that just refused a connection: the policy's choice without it, unless that one is down too.
+      const now = Date.now();
+      if (this.isDown(c.target.address, now)) {
+        const other = this.byPolicy(route, list, b, backend, prefix, c.target.address);
+        if (!this.isDown(other.target.address, now)) c = other;
+      }
+    }
     b.picks[list.indexOf(c.target)]++;
     return c;
+  }
+
+  private byPolicy(
+    route: Route,
+    list: readonly Target[],
+    b: Balance,
+    backend: Backend,
+    prefix: PromptKey | undefined,
+    avoid: string | undefined,
+  ): Chosen {
+    const policy = route.balancing.policy;
+    if (policy === 'round-robin') return { target: this.roundRobin(list, avoid), backend, reason: 'round-robin' };
+    if (policy === 'least-request' || prefix === undefined)
+      return { target: this.leastLoaded(list, avoid, policy === 'llm'), backend, reason: 'load' };
+    return this.byPrefix(list, b, backend, prefix, avoid);
   }
 
   private balanceOf(list: readonly Target[]): Balance {

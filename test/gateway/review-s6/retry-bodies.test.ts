@@ -1,7 +1,9 @@
 // Review of the request path's reshaping (2026-11-27, R1): retries with bodies. The body is a ClientBody now; a body of
 // LET_GO_MIN (4 KB) or more is handed to undici as a send-once iterable and let go once written. A try whose connect
 // is refused wrote nothing: the one retry, at the deployment's other address, sends the same body whole, small or
-// large, read whole from a chunked upload or not; a body streamed through (python) is not retried.
+// large, read whole from a chunked upload or not; a body streamed through (python) is not retried. Each case has its
+// own refused address: after one refused connect an address is passed over for a while (targets.ts `unreachable`),
+// so only the first request of a deployment meets it.
 import type { ServerResponse } from 'node:http';
 import { afterAll, beforeAll, expect, test } from '@jest/globals';
 import { closedPort, RecordingBackend } from '../../support/backends.js';
@@ -9,7 +11,17 @@ import { RawClient, rawHttp, send, startGateway, type Gateway } from '../../supp
 
 let live: RecordingBackend;
 let gw: Gateway;
-let refused: string;
+const llm = (name: string, refused: number) => ({
+  apiVersion: 'serving.servegate.dev/v1alpha1',
+  kind: 'ServingDeployment',
+  metadata: { name, namespace: 'demo' },
+  spec: {
+    type: 'model',
+    modelServer: 'llm',
+    balancing: { policy: 'round-robin' },
+    backend: { urls: [`http://127.0.0.1:${refused}`, live.url] },
+  },
+});
 
 beforeAll(async () => {
   live = await new RecordingBackend((_req, res: ServerResponse, rec) => {
@@ -21,26 +33,22 @@ beforeAll(async () => {
     res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
     res.end(text);
   }).listen();
-  refused = `http://127.0.0.1:${await closedPort()}`;
+  const refused = [await closedPort(), await closedPort(), await closedPort(), await closedPort()];
   gw = await startGateway({
     files: {
       'llm.yaml': [
-        {
-          apiVersion: 'serving.servegate.dev/v1alpha1',
-          kind: 'ServingDeployment',
-          metadata: { name: 'pair', namespace: 'demo' },
-          spec: {
-            type: 'model',
-            modelServer: 'llm',
-            balancing: { policy: 'round-robin' },
-            backend: { urls: [refused, live.url] },
-          },
-        },
+        llm('pair-small', refused[0]),
+        llm('pair-large', refused[1]),
+        llm('pair-chunked', refused[2]),
         {
           apiVersion: 'serving.servegate.dev/v1alpha1',
           kind: 'ServingDeployment',
           metadata: { name: 'uploads', namespace: 'demo' },
-          spec: { type: 'python', balancing: { policy: 'round-robin' }, backend: { urls: [refused, live.url] } },
+          spec: {
+            type: 'python',
+            balancing: { policy: 'round-robin' },
+            backend: { urls: [`http://127.0.0.1:${refused[3]}`, live.url] },
+          },
         },
       ],
     },
@@ -58,12 +66,12 @@ const body = (n: number) =>
   JSON.stringify({ model: 'pair', messages: [{ role: 'user', content: `${n}:` + 'p'.repeat(n) }] });
 
 test('small and 4 KB+ bodies: every request is answered, the refused address retried, the body whole at the other', async () => {
-  // Round robin over two addresses: the refused one is tried first by every other request at least.
+  // Round robin over two addresses, the refused one first: the first small and the first large body meet it.
   const retried: number[] = [];
   for (const n of [10, 6000, 20, 9000, 30, 12000]) {
     const before = retries();
     const sent = body(n);
-    const r = await send(`${gw.url}/v1/demo/pair/v1/chat/completions`, {
+    const r = await send(`${gw.url}/v1/demo/pair-${n < 4096 ? 'small' : 'large'}/v1/chat/completions`, {
       headers: { authorization: `ApiKey ${gw.keys.k}`, 'content-type': 'application/json' },
       body: sent,
     });
@@ -86,7 +94,7 @@ test('a 4 KB+ chunked upload read whole (LLM) is retried whole; one streamed thr
     const c = await RawClient.connect(gw.port);
     try {
       c.write(
-        rawHttp('POST', '/v1/demo/pair/v1/chat/completions', [
+        rawHttp('POST', '/v1/demo/pair-chunked/v1/chat/completions', [
           ['Host', 'x'],
           ['Authorization', `ApiKey ${gw.keys.k}`],
           ['Content-Type', 'application/json'],
