@@ -246,8 +246,9 @@ export class FairQueues {
     route: Route,
   ): { queued: number; bytes: number; byPriority: Record<string, number>; saturated: boolean } | undefined {
     const dq = this.queues.get(route.id);
-    // Every LLM deployment can queue: one that never did shows an empty queue (the others never queue: undefined).
-    if (!dq && route.kind !== 'llm') return undefined;
+    // Every LLM deployment can queue while queueing is on: one that never did shows an empty queue (the others never
+    // queue, nor any with queueing off: undefined).
+    if (!dq && (route.kind !== 'llm' || !this.settings.enabled)) return undefined;
     const byPriority: Record<string, number> = {};
     if (!dq) {
       for (const priority of QUEUED_PRIORITIES) byPriority[priority] = 0;
@@ -271,7 +272,9 @@ export class FairQueues {
     const list = this.picker.targets(route.backend);
     if (!list || list.length === 0) return false;
     const now = Date.now();
-    for (const t of list) if (this.roomAt(t, now) + slack > 0) return false;
+    // An address a connection to failed lately has no figures (read as unbounded room): it is passed over, as by the picks.
+    const down = this.picker.passedOver(list, now);
+    for (const t of list) if (!down?.(t) && this.roomAt(t, now) + slack > 0) return false;
     return true;
   }
 
@@ -280,9 +283,11 @@ export class FairQueues {
     const list = this.picker.targets(route.backend);
     if (!list) return undefined;
     const now = Date.now();
+    const down = this.picker.passedOver(list, now);
     let best: Target | undefined;
     let most = 0;
     for (const t of list) {
+      if (down?.(t)) continue;
       const room = this.roomAt(t, now) + slack;
       if (room > most) {
         most = room;

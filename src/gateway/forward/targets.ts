@@ -50,6 +50,8 @@ export interface BalancingLimits {
 export const DEFAULT_LIMITS: BalancingLimits = { maxWaiting: 5, maxKvCache: 0.8, maxLoadFactor: 1.25, maxLoadSlack: 2 };
 /** How long an address a connection to failed is passed over (`unreachable`). */
 export const DOWN_MS = 5_000;
+/** An address a pick passes over (the retry's, those down). */
+type Skip = (address: string) => boolean;
 /** Most addresses remembered as down at once (expired ones go first): a bound, whatever the tables hold. */
 const DOWN_MAX = 10_000;
 
@@ -169,6 +171,17 @@ export class TargetPicker {
     if (this.down.size < DOWN_MAX) this.down.set(address, now + DOWN_MS);
   }
 
+  /**
+   * The addresses of `list` a pick passes over now (`unreachable`), when another of the list is not; else none (every
+   * address down: each may be tried). The fair queues read room and saturation without them.
+   */
+  passedOver(list: readonly Target[], now = Date.now()): ((t: Target) => boolean) | undefined {
+    if (this.down.size === 0 || list.length < 2) return undefined;
+    const down = list.filter((t) => this.isDown(t.address, now));
+    if (down.length === 0 || down.length === list.length) return undefined;
+    return (t) => down.includes(t);
+  }
+
   private isDown(address: string, now: number): boolean {
     const until = this.down.get(address);
     if (until === undefined) return false;
@@ -241,15 +254,16 @@ export class TargetPicker {
     if (list.length === 0) return undefined;
     if (list.length === 1) return { target: list[0], backend, reason: 'only' };
     const b = this.balanceOf(list);
-    let c = this.byPolicy(route, list, b, backend, prefix, avoid);
-    if (avoid === undefined && this.down.size > 0) {
-      // An address that just refused a connection: the policy's choice without it, unless that one is down too.
+    // Passed over: `avoid` (the retry's address) and, while another address of the list is not, every address a
+    // connection to failed lately (`unreachable`) — all of them, not only the policy's first choice, and by the
+    // retry's pick too, so that two dead addresses of three do not take turns being tried first.
+    let skip: Skip | undefined = avoid === undefined ? undefined : (a) => a === avoid;
+    if (this.down.size > 0) {
       const now = Date.now();
-      if (this.isDown(c.target.address, now)) {
-        const other = this.byPolicy(route, list, b, backend, prefix, c.target.address);
-        if (!this.isDown(other.target.address, now)) c = other;
-      }
+      const passed: Skip = (a) => a === avoid || this.isDown(a, now);
+      if (list.some((t) => passed(t.address)) && !list.every((t) => passed(t.address))) skip = passed;
     }
+    const c = this.byPolicy(route, list, b, backend, prefix, skip);
     b.picks[list.indexOf(c.target)]++;
     return c;
   }
@@ -260,7 +274,7 @@ export class TargetPicker {
     b: Balance,
     backend: Backend,
     prefix: PromptKey | undefined,
-    avoid: string | undefined,
+    avoid: Skip | undefined,
   ): Chosen {
     const policy = route.balancing.policy;
     if (policy === 'round-robin') return { target: this.roundRobin(list, avoid), backend, reason: 'round-robin' };
@@ -361,7 +375,7 @@ export class TargetPicker {
   }
 
   /** llm: the first endpoint in the key's (weighted) rendezvous order that is not saturated. */
-  private byPrefix(list: readonly Target[], b: Balance, backend: Backend, key: PromptKey, avoid?: string): Chosen {
+  private byPrefix(list: readonly Target[], b: Balance, backend: Backend, key: PromptKey, avoid?: Skip): Chosen {
     const now = Date.now();
     if (now - b.at >= WEIGHT_STEP_MS) this.reweigh(list, b, now);
     const { maxLoadFactor, maxLoadSlack } = this.limits;
@@ -384,7 +398,7 @@ export class TargetPicker {
     if (key.rule === 'prefix' && !this.sawKey(prefix)) {
       let first = -1;
       for (let i = 0; i < list.length; i++) {
-        if (list[i].address === avoid) continue;
+        if (avoid?.(list[i].address)) continue;
         const score = b.uniform ? mix32(prefix ^ list[i].hash) : weighted(mix32(prefix ^ list[i].hash), b.weight[i]);
         if (score > topScore) {
           topScore = score;
@@ -397,7 +411,7 @@ export class TargetPicker {
       for (let k = 0; k < list.length; k++) {
         const i = (start + k) % list.length;
         const t = list[i];
-        if (t.address !== avoid && !this.saturated(t, flight[i], bound))
+        if (!avoid?.(t.address) && !this.saturated(t, flight[i], bound))
           return { target: t, backend, reason: 'round-robin' };
       }
       return { target: this.leastLoaded(list, avoid, true), backend, reason: 'load' };
@@ -411,7 +425,7 @@ export class TargetPicker {
     const conversation = key.rule === 'conversation' && !this.hot(prefix, now);
     for (let i = 0; i < list.length; i++) {
       const t = list[i];
-      if (t.address === avoid) continue;
+      if (avoid?.(t.address)) continue;
       const score = uniform ? mix32(prefix ^ t.hash) : weighted(mix32(prefix ^ t.hash), b.weight[i]);
       if (score > topScore) {
         topScore = score;
@@ -477,7 +491,7 @@ export class TargetPicker {
    * breaking ties), among the endpoints within the bounded load when any is (an endpoint's own report cannot draw
    * more than that: one claiming an empty queue still gets at most its share); ties in turn.
    */
-  private leastLoaded(list: readonly Target[], avoid: string | undefined, scraped: boolean): Target {
+  private leastLoaded(list: readonly Target[], avoid: Skip | undefined, scraped: boolean): Target {
     let bound = Infinity;
     if (scraped) {
       let total = 1; // the request being placed
@@ -491,7 +505,7 @@ export class TargetPicker {
     let bestWithin = false;
     for (let k = 0; k < list.length; k++) {
       const t = list[(start + k) % list.length];
-      if (t.address === avoid && list.length > 1) continue;
+      if (avoid?.(t.address) && list.length > 1) continue;
       const inflight = this.inflightAt(t.origin);
       let load = inflight;
       if (scraped) {
@@ -508,9 +522,9 @@ export class TargetPicker {
     return best;
   }
 
-  private roundRobin(list: readonly Target[], avoid?: string): Target {
+  private roundRobin(list: readonly Target[], avoid?: Skip): Target {
     let i = this.next(list);
-    if (avoid !== undefined && list[i].address === avoid) i = this.next(list);
+    for (let k = 1; avoid && k < list.length && avoid(list[i].address); k++) i = this.next(list);
     return list[i];
   }
 
