@@ -297,6 +297,7 @@ export class Metrics {
     help: "Tokens spent in a budget's current period as this replica last charged it (the shared total with limits.redis.url), by scope (key, project) and name",
     labelNames: ['scope', 'name'] as const,
     registers: [this.registry],
+    // Prunes the series of both gauges: a scrape reads this one first (registration order), so once per scrape.
     collect: (): void => this.pruneBudgetSeries(),
   });
   readonly budgetSpentCost = new Gauge({
@@ -304,7 +305,6 @@ export class Metrics {
     help: "Cost (tokens x spec.pricing, in the prices' currency) spent in a budget's current period as this replica last charged it, by scope (key, project) and name",
     labelNames: ['scope', 'name'] as const,
     registers: [this.registry],
-    collect: (): void => this.pruneBudgetSeries(),
   });
   /** The budget series set, by `${scope}\0${name}`: those of a budget that went are removed at scrape time. */
   private readonly budgetSeries = new Map<string, { scope: string; name: string }>();
