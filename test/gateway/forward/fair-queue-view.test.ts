@@ -11,7 +11,7 @@ let gw: Gateway;
 
 beforeAll(async () => {
   replica = await startSimReplica({ maxRunning: 4, decodeMsPerToken: 1, prefillMsPerBlock: 0 });
-  py = await new RecordingBackend().listen();
+  py = await new RecordingBackend((_req, res) => void res.end('ok')).listen();
   gw = await startGateway({
     deployments: [
       { namespace: 'demo', name: 'chat', modelServer: 'llm', url: replica.url },

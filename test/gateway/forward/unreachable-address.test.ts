@@ -19,7 +19,7 @@ const doc = (name: string, spec: Record<string, unknown>) => ({
 });
 
 beforeAll(async () => {
-  live = await new RecordingBackend((_rec, res) => res.end('ok')).listen();
+  live = await new RecordingBackend((_req, res) => void res.end('ok')).listen();
   dead = `127.0.0.1:${await closedPort()}`;
   alive = new URL(live.url).host;
   const urls = [`http://${dead}`, live.url];
