@@ -237,21 +237,28 @@ export abstract class NextTarget extends RequestBody implements Held, Queued {
     this.refuse(mapped.error);
   }
 
-  /** The next fallback the key may use (SPEC §12), while nothing reached the client and the deadline has not passed. */
-  protected nextFallback(): Route | undefined {
+  /**
+   * The next fallback the key may use (SPEC §12), while nothing reached the client and the deadline has not passed —
+   * or the try timed out (`reason` timeout): SPEC §12 names `timeoutSeconds` among the failures that fall back, and a
+   * timed-out try has used the deadline up by definition.
+   */
+  protected nextFallback(reason?: FallbackReason): Route | undefined {
     const route = this.route;
     if (!this.admission || !route) return undefined;
     const body = this.bodyData;
     if (this.res.headersSent || this.bodyLetGo || !(body === null || Buffer.isBuffer(body))) return undefined;
     if (!route.fallbacks && !this.inFallback()) return undefined;
-    if (this.call && performance.now() >= this.call.deadlineAt) return undefined;
+    if (reason !== 'timeout' && this.call && performance.now() >= this.call.deadlineAt) return undefined;
     return (this.detour ??= new Detour()).peek(this.ctx.store.current(), route, this.key!);
   }
 
   protected fallback(reason: FallbackReason): boolean {
     if (this.ended) return true;
-    const to = this.nextFallback();
+    const to = this.nextFallback(reason);
     if (!to) return false;
+    // After a timeout the fallback gets its own timeoutSeconds from now (the chain's deadline was spent); the other
+    // reasons leave it to what is left of the chain's deadline.
+    if (reason === 'timeout' && this.call) this.call.deadlineAt = performance.now() + to.timeoutMs;
     const from = this.detour!.take(this.route!, to);
     const ref = `${to.project}/${to.deployment}`;
     this.ctx.metrics.fallbacks.inc({ project: from.project, deployment: from.deployment, to: ref, reason });
