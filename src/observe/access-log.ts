@@ -11,7 +11,7 @@ export interface AccessRecord {
   key: string;
   client: string;
   upstream: string;
-  /** Deployments with several endpoints: the rule that picked `upstream` (servegate_endpoint_picks_total's reason). */
+  /** Deployments with several endpoints: the rule that picked `upstream` (servegate_endpoint_picks_total counts conversation as prefix, spill as load). */
   pick?: string;
   bytesIn: number;
   bytesOut: number;

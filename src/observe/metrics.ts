@@ -355,7 +355,7 @@ export class Metrics {
 
   readonly endpointPicks = new Counter({
     name: 'servegate_endpoint_picks_total',
-    help: "Endpoints picked for requests to deployments with more than one ready endpoint, by reason (prefix: the first choice of the prompt's shared prefix; conversation: the first choice of its conversation's key; spill: a later choice of the key, the earlier being saturated; load: the least loaded, there being no key or every endpoint saturated; only: one endpoint; round-robin)",
+    help: "Endpoints picked for requests to deployments with more than one ready endpoint, by reason, SPEC §12's four (prefix: the first choice of the prompt's key, its shared prefix's or its conversation's; load: a choice made for load: the least loaded, or a later choice of the key's ranking, the earlier being saturated; only: one endpoint; round-robin)",
     labelNames: ['project', 'deployment', 'reason'] as const,
     registers: [this.registry],
     collect: (): void => this.flushPicks(),
@@ -365,7 +365,9 @@ export class Metrics {
   private picksGen: object = {};
 
   /** One pick, counted as a plain number (handed to prom-client at scrape time). `at`: the route object. */
-  endpointPick(project: string, deployment: string, reason: string, at?: object): void {
+  endpointPick(project: string, deployment: string, pickReason: string, at?: object): void {
+    // SPEC §12 names four reasons; the picker's finer ones (the access log keeps them) are counted under those.
+    const reason = pickReason === 'conversation' ? 'prefix' : pickReason === 'spill' ? 'load' : pickReason;
     const slot = at && slotOf(at);
     let byReason = slot && slot.pickGen === this.picksGen ? slot.picks : undefined;
     let c = byReason?.get(reason);
