@@ -17,8 +17,8 @@ const describeRedis = hasRedis ? describe : describe.skip;
 describeRedis('RedisLimitStore against a real redis-server', () => {
   let redis: RedisServer;
   const stores: RedisLimitStore[] = [];
-  function store(failOpen = true, errors: Error[] = []) {
-    const s = new RedisLimitStore({ url: redis.url, failOpen, onError: (e) => errors.push(e) });
+  function store(failOpen = true, errors: Error[] = [], commandTimeoutMs?: number) {
+    const s = new RedisLimitStore({ url: redis.url, failOpen, onError: (e) => errors.push(e), commandTimeoutMs });
     stores.push(s);
     return s;
   }
@@ -32,8 +32,10 @@ describeRedis('RedisLimitStore against a real redis-server', () => {
   });
 
   test('two replicas racing for one budget admit exactly the limit between them', async () => {
-    const a = store();
-    const b = store();
+    // What is tested is the atomicity of 100 commands at once, not their time: on a busy machine a command can take more
+    // than the default 500 ms, and a store that gives up on Redis admits without it (fail-open).
+    const a = store(true, [], 5_000);
+    const b = store(true, [], 5_000);
     expect(await a.whenReady()).toBe(true);
     expect(await b.whenReady()).toBe(true);
     const spec = [{ id: 'key:race:rpm', limit: 25, cost: 1 as const }];
