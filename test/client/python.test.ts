@@ -143,8 +143,10 @@ describe('the Python client (clients/python)', () => {
     const offline = ['--no-cache-dir', '--no-index'];
     const pip = (...args: string[]) =>
       runProcess(venvPython, ['-m', 'pip', ...args], { cwd: ROOT, env: pythonEnv(), timeoutMs: 120_000 });
-    installs.push(await pip('install', ...offline, './clients/python'));
-    installs.push(await pip('install', ...offline, '--no-build-isolation', '--force-reinstall', './clients/python'));
+    // First into the fresh venv with --no-build-isolation (SPEC §13's install where no index is reachable: nothing
+    // but pip is there to build with), then with build isolation.
+    installs.push(await pip('install', ...offline, '--no-build-isolation', './clients/python'));
+    installs.push(await pip('install', ...offline, '--force-reinstall', './clients/python'));
     const dist = join(work, 'dist');
     expectSuccess(await pip('wheel', ...offline, '--no-deps', '--wheel-dir', dist, './clients/python'));
     const wheel = join(
